@@ -1,0 +1,56 @@
+"""Plain data exchanged between drafters, the pure verify functions and the engine.
+
+A drafter returns a `Draft`; `spec.verify` turns (draft, target output) into a `Verdict`; only the
+engine acts on a verdict (emits tokens, rolls caches back). Nothing here touches a model or a cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Draft:
+    """K proposed tokens following the last committed token.
+
+    tokens: the K draft ids (K may be 0: nothing to propose this round).
+    probs:  [K, V] the drafter's distribution q at each step (sampling verify); None for greedy or
+            for n-gram drafts, which count as one-hot q.
+    parents: for a token tree, parents[i] is the index of node i's parent in `tokens` (-1: the root,
+            i.e. the last committed token); None for a chain.
+    """
+
+    tokens: list[int]
+    probs: Tensor | None = None
+    parents: list[int] | None = None
+    drafter: str = ""
+
+    @property
+    def k(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class Verdict:
+    """What the target decided about one draft.
+
+    accepted: how many draft tokens were accepted (a prefix for chains, a root path for trees).
+    path:     indices into draft.tokens of the accepted nodes (chain: 0..accepted-1).
+    next_token: the token the target adds itself: the correction at the first miss, or the bonus
+                token when every draft token was accepted.
+    """
+
+    accepted: int
+    next_token: int
+    path: list[int] = field(default_factory=list)
+
+    def emitted(self, draft: Draft) -> list[int]:
+        """Tokens this round adds to the output, in order."""
+        return [draft.tokens[i] for i in self.path] + [self.next_token]
+
+
+def empty_probs(vocab: int) -> Tensor:
+    return torch.zeros(0, vocab)

@@ -1,0 +1,1 @@
+"""speczoo.zoo."""
