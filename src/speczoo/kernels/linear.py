@@ -73,6 +73,8 @@ class Bf16Backend(LinearBackend):
         return Bf16Linear(packed["weight"], bias)
 
 
+DEFAULT_FAST_BACKEND = "bf16"  # the kernels set their fastest batch-invariant backend here
+
 BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (Fp32Backend(), Bf16Backend())}
 
 
