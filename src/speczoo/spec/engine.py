@@ -1,0 +1,190 @@
+"""The round loop of speculative decoding, and the only place that mutates caches.
+
+One round: the pending token a0 (already certain: argmax or sample of the last target logits) plus a
+draft of K tokens go through ONE target forward (S = K + 1); the pure verify functions pick the
+accepted prefix and the target's own next token; the target cache is rolled back to the accepted
+length (O(1)) and the drafter is told what survived. Plain decoding is the same loop with K = 0, so
+greedy and speculative runs share every line of code but the draft.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from speczoo.errors import CacheFullError
+from speczoo.events import DoneEvent, GenerationRequest, Stats, TokenEvent
+from speczoo.spec.drafters.base import Drafter
+from speczoo.spec.policy import Policy, make_policy
+from speczoo.spec.textstream import TextStream
+from speczoo.spec.types import Draft
+from speczoo.spec.verify import verify_greedy
+
+MAX_K = 64
+
+
+def _sampling():
+    """The sampling functions, imported on first use of temperature > 0."""
+    from speczoo.spec import sampling_bridge
+    return sampling_bridge
+
+
+@dataclass
+class RoundTrace:
+    """What one round did; kept for benches that report acceptance per draft position."""
+
+    drafter: str
+    drafted: int
+    accepted: int
+
+
+class Engine:
+    """Owns the target model's KV cache and the drafters; generates for one request at a time.
+
+    target: a model with the forward contract of speczoo.models (tokens, positions, cache -> logits).
+    cache:  the target's KV cache (preallocated; capacity >= max_seq + MAX_K + 1).
+    drafters: name -> factory of a Drafter (built per request: "ngram", "draft", ...).
+    """
+
+    def __init__(self, target, cache, tokenizer, drafters: dict[str, Callable[[GenerationRequest], Drafter]],
+                 eos_ids: list[int], max_seq: int, policy_factory: Callable[[GenerationRequest, list[str]], Policy]
+                 = make_policy):
+        self.target = target
+        self.cache = cache
+        self.tokenizer = tokenizer
+        self.drafters = drafters
+        self.eos = set(eos_ids)
+        self.max_seq = max_seq
+        self.policy_factory = policy_factory
+        self.trace: list[RoundTrace] = []
+
+    # -- validation -------------------------------------------------------------------------
+    def _check(self, req: GenerationRequest) -> None:
+        req.sampling.validate()
+        if not req.prompt_ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        if not 1 <= req.k <= MAX_K:
+            raise ValueError(f"K (draft tokens per round) must be in 1..{MAX_K}, got {req.k}")
+        if req.ngram < 1:
+            raise ValueError(f"n-gram order must be >= 1, got {req.ngram}")
+        if req.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {req.max_new_tokens}")
+        self._drafter_names(req.spec)
+        need = len(req.prompt_ids) + req.max_new_tokens
+        if need > self.max_seq:
+            raise CacheFullError(
+                f"prompt ({len(req.prompt_ids)} tokens) + max_new_tokens ({req.max_new_tokens}) = {need} "
+                f"exceeds the context of {self.max_seq} tokens: shorten the prompt, lower max_new_tokens, "
+                f"or raise --max-seq")
+
+    # -- target calls -----------------------------------------------------------------------
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        """Run the target over `ids` at the next positions; returns logits [S, V]."""
+        start = self.cache.length
+        tokens = torch.tensor(ids, dtype=torch.long)
+        positions = torch.arange(start, start + len(ids), dtype=torch.long)
+        return self.target(tokens, positions, self.cache).logits
+
+    # -- the loop ---------------------------------------------------------------------------
+    def generate(self, req: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
+        """Validate the request now (errors raise before any event), then stream its events."""
+        self._check(req)
+        return self._run(req)
+
+    def _run(self, req: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
+        greedy = req.sampling.greedy
+        gen = None if greedy else _sampling().make_generator(req.sampling.seed)
+        drafters: dict[str, Drafter] = {}
+        names = self._drafter_names(req.spec)
+        for name in names:
+            drafters[name] = self.drafters[name](req)
+        policy = self.policy_factory(req, names)
+        stream = TextStream(self.tokenizer, req.stop)
+        stats = Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec)
+        self.trace = []
+
+        self.cache.reset()
+        t0 = time.perf_counter()
+        logits = self._forward(req.prompt_ids)[-1:]                      # [1, V]
+        pending = self._pick(logits, req, gen)[0]
+        t1 = time.perf_counter()
+        stats.prefill_seconds = t1 - t0
+        context = list(req.prompt_ids)
+        out: list[int] = []
+        finish = "length"
+        try:
+            while True:
+                remaining = req.max_new_tokens - len(out)
+                if pending in self.eos:
+                    finish = "stop"
+                    break
+                choice = policy.choose() if remaining > 1 else None
+                draft = Draft(tokens=[])
+                if choice is not None and choice.drafter:
+                    k = min(choice.k, remaining - 1)
+                    draft = drafters[choice.drafter].propose(context + [pending], k)
+                    draft.tokens = draft.tokens[:k]
+                if remaining == 1:
+                    new = [pending]
+                    accepted = 0
+                else:
+                    base = self.cache.length
+                    logits = self._forward([pending] + draft.tokens)        # [K+1, V]
+                    if greedy:
+                        verdict = verify_greedy(draft, logits.argmax(-1).tolist())
+                    else:
+                        verdict = _sampling().verify(draft, _sampling().probs(logits, req.sampling), gen)
+                    accepted = verdict.accepted
+                    self.cache.truncate(base + 1 + accepted)
+                    new = [pending] + draft.tokens[:accepted]
+                    if choice is not None and choice.drafter:
+                        drafters[choice.drafter].commit(accepted)
+                        policy.update(choice.drafter, draft.k, accepted)
+                    stats.rounds += 1
+                    stats.drafted += draft.k
+                    stats.accepted += accepted
+                    self.trace.append(RoundTrace(draft.drafter or "none", draft.k, accepted))
+                    pending = verdict.next_token
+                # EOS inside the accepted run ends generation there.
+                for i, t in enumerate(new):
+                    if t in self.eos:
+                        new = new[:i]
+                        finish = "stop"
+                        break
+                out.extend(new)
+                context.extend(new)
+                text = stream.push(new)
+                if stream.stopped:
+                    finish = "stop"
+                if new or text:
+                    yield TokenEvent(ids=new, text=text, drafted=draft.k, accepted=accepted)
+                if finish == "stop" or len(out) >= req.max_new_tokens:
+                    break
+        finally:
+            stats.seconds = time.perf_counter() - t1
+            stats.new_tokens = len(out)
+        tail = stream.flush()
+        if tail:
+            yield TokenEvent(ids=[], text=tail)
+        yield DoneEvent(finish_reason=finish, text=stream.text, ids=out, stats=stats)
+
+    def _pick(self, logits: torch.Tensor, req: GenerationRequest, gen) -> list[int]:
+        if req.sampling.greedy:
+            return logits.argmax(-1).tolist()
+        s = _sampling()
+        return s.sample(s.probs(logits, req.sampling), gen).tolist()
+
+    def _drafter_names(self, spec: str) -> list[str]:
+        """Which drafters a spec mode may use: "off" none; "auto" every one available."""
+        if spec == "off":
+            return []
+        if spec == "auto":
+            return list(self.drafters)
+        name = spec.split(":", 1)[0]
+        if name not in self.drafters:
+            raise ValueError(f"speculative mode {spec!r} is not available here; choose one of "
+                             f"{['off', 'auto', *self.drafters]}")
+        return [name]

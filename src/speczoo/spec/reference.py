@@ -1,0 +1,132 @@
+"""Model-free oracles and the reference decoding loop, for property tests of the engine.
+
+An oracle is a deterministic "language model": a function from the whole context to the next-token
+logits. `OracleModel` wraps one behind the same forward contract as speczoo.models (tokens,
+positions, cache -> logits), with `TokenCache` standing in for the KV cache (it stores token ids in
+slots and obeys the same length / truncate / compact rules), so the real engine can be run against
+it and compared with `reference_greedy`, the obviously-correct one-token-at-a-time loop.
+Nothing here is used on the production path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from speczoo.errors import CacheFullError
+
+
+def _h(*xs: int) -> int:
+    return int.from_bytes(hashlib.blake2b(repr(xs).encode(), digest_size=8).digest(), "little")
+
+
+@dataclass
+class HashOracle:
+    """Next token = a hash of the last `order` tokens: little repetition unless the vocab is tiny."""
+
+    vocab: int
+    seed: int = 0
+    order: int = 2
+
+    def logits(self, ctx: list[int]) -> Tensor:  # -> [V]
+        top = _h(self.seed, *ctx[-self.order:]) % self.vocab
+        out = torch.zeros(self.vocab)
+        for v in range(self.vocab):            # a distinct, deterministic runner-up order
+            out[v] = (_h(self.seed, 7, v, *ctx[-1:]) % 1000) / 1000.0
+        out[top] = 2.0
+        return out
+
+
+@dataclass
+class MarkovOracle:
+    """Next token = table[last token]: cycles quickly, so prompt lookup finds many hits."""
+
+    vocab: int
+    seed: int = 0
+    table: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        g = torch.Generator().manual_seed(self.seed)
+        self.table = torch.randint(0, self.vocab, (self.vocab,), generator=g).tolist()
+
+    def logits(self, ctx: list[int]) -> Tensor:  # -> [V]
+        out = torch.full((self.vocab,), -1.0)
+        out[self.table[ctx[-1]]] = 1.0
+        return out
+
+
+class TokenCache:
+    """Stands in for KVCache: slot i holds the token id at position i."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.slots: list[int] = []
+
+    @property
+    def length(self) -> int:
+        return len(self.slots)
+
+    def truncate(self, n: int) -> None:
+        if not 0 <= n <= self.length:
+            raise ValueError(f"truncate({n}) outside 0..{self.length}")
+        del self.slots[n:]
+
+    def compact(self, src: list[int], dst: int) -> None:
+        moved = [self.slots[i] for i in src]
+        self.slots[dst:dst + len(moved)] = moved
+
+    def reset(self) -> None:
+        self.slots = []
+
+
+@dataclass
+class OracleOut:
+    logits: Tensor            # [S, V]
+    hidden: list = field(default_factory=list)
+
+
+class OracleModel:
+    """An oracle behind the model forward contract (causal chain; no tree masks)."""
+
+    def __init__(self, oracle):
+        self.oracle = oracle
+        self.forwards = 0
+
+    def __call__(self, tokens: Tensor, positions: Tensor, cache: TokenCache, **_: object) -> OracleOut:
+        ids = tokens.tolist()
+        if cache.length + len(ids) > cache.capacity:
+            raise CacheFullError(f"cache full: {cache.length} + {len(ids)} > {cache.capacity}")
+        if positions.tolist() != list(range(cache.length, cache.length + len(ids))):
+            raise AssertionError(f"positions {positions.tolist()} do not follow the cache length {cache.length}")
+        self.forwards += 1
+        rows = []
+        for t in ids:
+            cache.slots.append(t)
+            rows.append(self.oracle.logits(cache.slots))
+        return OracleOut(torch.stack(rows))
+
+
+class IdTokenizer:
+    """decode(ids) -> the ids as text; enough for the engine's text stream in tests."""
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(f"<{i}>" for i in ids)
+
+    def encode(self, text: str) -> list[int]:
+        return [int(p) for p in text.replace(">", " ").replace("<", " ").split()]
+
+
+def reference_greedy(oracle, prompt: list[int], n: int, eos: set[int] = frozenset()) -> list[int]:
+    """Plain greedy decoding, one token at a time, straight from the oracle."""
+    ctx = list(prompt)
+    out: list[int] = []
+    while len(out) < n:
+        t = int(oracle.logits(ctx).argmax())
+        if t in eos:
+            break
+        out.append(t)
+        ctx.append(t)
+    return out

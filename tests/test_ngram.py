@@ -1,0 +1,74 @@
+"""Unit tests of the prompt-lookup n-gram index and drafter."""
+
+import pytest
+
+from speczoo.spec.drafters.ngram import NgramDrafter, NgramIndex
+from speczoo.spec.types import Draft
+from speczoo.spec.verify import verify_greedy
+
+
+def test_empty_history_proposes_nothing():
+    d = NgramDrafter(3)
+    assert d.propose([], 4).tokens == []
+    assert d.propose([5], 4).tokens == []        # a single token has no earlier occurrence
+
+
+def test_most_recent_occurrence_wins():
+    idx = NgramIndex(2)
+    idx.extend([1, 2, 3, 9, 1, 2, 4, 7, 1, 2])
+    assert idx.lookup(3) == [4, 7, 1]             # "1 2" last seen before the suffix is followed by 4
+
+
+def test_falls_back_to_shorter_orders():
+    idx = NgramIndex(3)
+    idx.extend([5, 6, 7, 8, 0, 0, 7])             # "0 0 7" and "0 7" unseen, "7" seen -> 8 ...
+    assert idx.lookup(2) == [8, 0]
+
+
+def test_min_order_blocks_fallback():
+    idx = NgramIndex(3, min_order=2)
+    idx.extend([5, 6, 7, 8, 0, 0, 7])
+    assert idx.lookup(2) == []
+
+
+def test_incremental_updates_equal_batch_build():
+    seq = [1, 2, 3, 1, 2, 4, 1, 2, 3, 5, 1, 2]
+    a = NgramIndex(3)
+    a.extend(seq)
+    d = NgramDrafter(3)
+    for n in range(1, len(seq) + 1):             # the engine passes the growing context each round
+        got = d.propose(seq[:n], 4)
+    assert got.tokens == a.lookup(4)
+    assert d.index._maps == a._maps
+
+
+def test_proposal_is_capped_at_k_and_history_end():
+    idx = NgramIndex(1)
+    idx.extend([1, 2, 3, 4, 1])
+    assert idx.lookup(2) == [2, 3]
+    assert idx.lookup(10) == [2, 3, 4, 1]
+
+
+@pytest.mark.parametrize("lo,hi", [(0, 3), (2, 1)])
+def test_bad_orders(lo, hi):
+    with pytest.raises(ValueError, match="n-gram orders"):
+        NgramIndex(hi, min_order=lo)
+
+
+def test_verify_all_accept_gives_bonus():
+    v = verify_greedy(Draft([4, 5, 6]), [4, 5, 6, 9])
+    assert (v.accepted, v.next_token, v.path) == (3, 9, [0, 1, 2])
+    assert v.emitted(Draft([4, 5, 6])) == [4, 5, 6, 9]
+
+
+def test_verify_first_miss_gives_correction():
+    v = verify_greedy(Draft([4, 5, 6]), [4, 7, 6, 9])
+    assert (v.accepted, v.next_token) == (1, 7)
+    v0 = verify_greedy(Draft([4, 5]), [8, 5, 6])
+    assert (v0.accepted, v0.next_token) == (0, 8)
+
+
+def test_verify_empty_draft_is_plain_decoding():
+    assert verify_greedy(Draft([]), [3]).next_token == 3
+    with pytest.raises(ValueError):
+        verify_greedy(Draft([1]), [3])

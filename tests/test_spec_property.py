@@ -1,0 +1,87 @@
+"""Property test: the engine's speculative output equals plain greedy, token for token, on oracles."""
+
+import random
+
+import pytest
+
+from speczoo.events import DoneEvent, GenerationRequest
+from speczoo.spec.drafters.ngram import NgramDrafter
+from speczoo.spec.engine import Engine
+from speczoo.spec.reference import (HashOracle, IdTokenizer, MarkovOracle, OracleModel, TokenCache,
+                                    reference_greedy)
+
+
+def make_engine(oracle, max_seq=256, eos=()):
+    model = OracleModel(oracle)
+    drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram)}
+    eng = Engine(model, TokenCache(max_seq + 80), IdTokenizer(), drafters, eos_ids=list(eos), max_seq=max_seq)
+    return eng, model
+
+
+def run(eng, **kw):
+    events = list(eng.generate(GenerationRequest(**kw)))
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert sum((e.ids for e in events[:-1]), []) == done.ids
+    return done
+
+
+def random_case(rng: random.Random):
+    vocab = rng.choice([2, 3, 5, 8, 20, 50])
+    oracle = (MarkovOracle(vocab, seed=rng.randrange(10**6)) if rng.random() < 0.5
+              else HashOracle(vocab, seed=rng.randrange(10**6), order=rng.choice([1, 2, 3])))
+    prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 40))]
+    if rng.random() < 0.3:                               # a prompt that repeats itself
+        prompt = prompt[: rng.randint(1, len(prompt))] * rng.randint(2, 4)
+    n = rng.randint(1, 60)
+    k = rng.choice([1, 2, 3, 4, 8])
+    order = rng.choice([1, 2, 3])
+    eos = {rng.randrange(vocab)} if rng.random() < 0.2 else set()
+    return oracle, prompt, n, k, order, eos
+
+
+def test_spec_equals_greedy_3000_random_cases():
+    rng = random.Random(1234)
+    accepted_total = 0
+    for case in range(3000):
+        oracle, prompt, n, k, order, eos = random_case(rng)
+        eng, model = make_engine(oracle, eos=eos)
+        expected = reference_greedy(oracle, prompt, n, eos)
+        spec = run(eng, prompt_ids=prompt, max_new_tokens=n, spec="ngram", k=k, ngram=order)
+        assert spec.ids == expected, f"case {case}: k={k} order={order} prompt={prompt}"
+        # one target forward per round, plus the prefill
+        assert model.forwards == spec.stats.rounds + 1
+        accepted_total += spec.stats.accepted
+        if case % 10 == 0:
+            plain = run(eng, prompt_ids=prompt, max_new_tokens=n, spec="off", k=k)
+            assert plain.ids == expected
+    assert accepted_total > 10_000      # the drafts were really exercised
+
+
+def test_verbatim_repeat_needs_few_forwards():
+    oracle = MarkovOracle(50, seed=3)
+    prompt = reference_greedy(oracle, [7], 40)
+    eng, model = make_engine(oracle)
+    done = run(eng, prompt_ids=[7] + prompt, max_new_tokens=40, spec="ngram", k=8)
+    assert done.ids == reference_greedy(oracle, [7] + prompt, 40)
+    assert done.stats.rounds <= 40 / 3
+
+
+def test_max_new_tokens_one_needs_no_forward_after_prefill():
+    eng, model = make_engine(HashOracle(20))
+    done = run(eng, prompt_ids=[1, 2, 3], max_new_tokens=1, spec="ngram")
+    assert len(done.ids) == 1 and model.forwards == 1 and done.finish_reason == "length"
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(k=0), "K"), (dict(k=10_000), "K"), (dict(ngram=0), "n-gram"),
+    (dict(max_new_tokens=0), "max_new_tokens"), (dict(prompt_ids=[]), "empty"),
+    (dict(max_new_tokens=10_000), "exceeds the context"), (dict(spec="bogus"), "not available"),
+])
+def test_bad_requests_raise_before_any_event(kw, msg):
+    eng, model = make_engine(HashOracle(20))
+    args = dict(prompt_ids=[1, 2], max_new_tokens=5, spec="ngram")
+    args.update(kw)
+    with pytest.raises(Exception, match=msg):
+        eng.generate(GenerationRequest(**args))
+    assert model.forwards == 0
