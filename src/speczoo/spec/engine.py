@@ -88,6 +88,13 @@ class Engine:
         positions = torch.arange(start, start + len(ids), dtype=torch.long)
         return self.target(tokens, positions, self.cache).logits
 
+    def score(self, ids: list[int]) -> torch.Tensor:
+        """The target's logits [V] for the token after `ids` (a fresh prefill; for diagnostics)."""
+        self.cache.reset()
+        logits = self._forward(ids)[-1]
+        self.cache.reset()
+        return logits
+
     # -- the loop ---------------------------------------------------------------------------
     def generate(self, req: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
         """Validate the request now (errors raise before any event), then stream its events."""

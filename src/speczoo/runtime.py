@@ -1,0 +1,77 @@
+"""A loaded target (+ optional draft) ready to generate: what the CLI, chat, server and benches use.
+
+`load_runtime` finds the pulled bundles, loads models (memory-mapped) with the chosen linear backend,
+builds the KV caches and the engine. The runtime is not thread-safe: one generation at a time (the
+server serializes requests through its worker). It never downloads anything: a model that is not
+pulled is an error that names the pull command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from speczoo.cache import KVCache
+from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
+from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
+from speczoo.models.args import ModelArgs
+from speczoo.models.loader import load_model
+from speczoo.spec.drafters.ngram import NgramDrafter
+from speczoo.spec.engine import MAX_K, Engine
+from speczoo.tokenizer import Tokenizer
+from speczoo.zoo.bundle import find_bundle
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: Path
+    args: ModelArgs
+    model: nn.Module
+    tokenizer: Tokenizer
+    backend: str
+
+
+def load(name: str, backend: str | None = None) -> LoadedModel:
+    """Load one pulled model (zoo name or local path) with `backend` (default: the fast one)."""
+    path = find_bundle(name)
+    backend = backend or DEFAULT_FAST_BACKEND
+    args = ModelArgs.from_json(path / "config.json")
+    return LoadedModel(name=name, path=path, args=args, model=load_model(path, backend),
+                       tokenizer=Tokenizer.from_bundle(path), backend=backend)
+
+
+class Runtime:
+    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096):
+        if max_seq < 2:
+            raise ValueError(f"--max-seq must be at least 2, got {max_seq}")
+        self.target = target
+        self.draft = draft
+        self.name = target.name
+        self.tokenizer = target.tokenizer
+        self.max_seq = max_seq
+        drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram)}
+        if draft is not None:
+            from speczoo.spec.drafters.draft_model import make_draft_drafter
+            drafters["draft"] = make_draft_drafter(draft, target, max_seq)
+        self.spec_modes = ["off", *drafters, "auto"]
+        cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
+        self.engine = Engine(target.model, cache, self.tokenizer, drafters,
+                             eos_ids=self.tokenizer.eos_ids, max_seq=max_seq)
+
+    def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
+        return self.engine.generate(request)
+
+    def chat_ids(self, messages: list[dict]) -> list[int]:
+        """Render messages through the chat template (generation prompt appended) and encode."""
+        return self.tokenizer.encode(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+
+def load_runtime(target: str, draft: str | None = None, backend: str | None = None,
+                 max_seq: int = 4096) -> Runtime:
+    t = load(target, backend)
+    d = load(draft, backend) if draft else None
+    return Runtime(t, d, max_seq=max_seq)
