@@ -1,0 +1,83 @@
+"""KVCache: preallocated per-layer key/value storage with an integer length.
+
+The committed prefix is a linear sequence: slot index == position. A forward writes the K/V of its S new
+tokens at slots [length, length + S) and advances `length`; speculative decoding then rolls back with
+`truncate` (O(1): only the integer moves) or, after a token tree, keeps the accepted path with `compact`
+followed by `truncate`. Capacity is fixed at construction (max_seq + extra slots, the extra covering a
+verify of K + 1 tokens past max_seq) and this module must never reallocate or grow it; running out is a
+`CacheFullError` raised by the model before anything is written.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from speczoo.errors import CacheFullError
+from speczoo.models.args import ModelArgs
+
+
+class KVCache:
+    """Keys and values of every layer: `k[layer]`, `v[layer]` are views [Hkv, C, Dh] (C = capacity)."""
+
+    def __init__(self, args: ModelArgs, max_seq: int, extra: int = 64, dtype: torch.dtype = torch.float32):
+        if max_seq <= 0 or extra < 0:
+            raise ValueError(f"KVCache needs max_seq > 0 and extra >= 0, got max_seq={max_seq}, extra={extra}")
+        self.args = args
+        self.max_seq = max_seq
+        self.capacity = max_seq + extra
+        self.dtype = dtype
+        shape = (args.n_layers, args.n_kv_heads, self.capacity, args.head_dim)
+        self._k = torch.zeros(shape, dtype=dtype)   # [L, Hkv, C, Dh]
+        self._v = torch.zeros(shape, dtype=dtype)   # [L, Hkv, C, Dh]
+        self.k: list[Tensor] = list(self._k.unbind(0))   # per layer [Hkv, C, Dh] views
+        self.v: list[Tensor] = list(self._v.unbind(0))
+        self.length = 0
+
+    def __repr__(self) -> str:
+        return (f"KVCache(layers={self.args.n_layers}, length={self.length}, capacity={self.capacity}, "
+                f"dtype={self.dtype})")
+
+    @property
+    def nbytes(self) -> int:
+        return self._k.numel() * self._k.element_size() * 2
+
+    def check_room(self, n_new: int) -> None:
+        """Raise CacheFullError (before anything is written) when n_new more slots do not fit."""
+        if self.length + n_new > self.capacity:
+            raise CacheFullError(
+                f"the KV cache holds {self.capacity} slots ({self.max_seq} + {self.capacity - self.max_seq} spare) "
+                f"and {self.length} are used; {n_new} more tokens do not fit. Shorten the prompt or the "
+                f"generation, or raise --max-seq.")
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n slots (0 <= n <= length). O(1): the data past n is simply overwritten later."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f"KVCache.truncate({n}) needs 0 <= n <= length ({self.length})")
+        self.length = n
+
+    def compact(self, src: list[int], dst: int) -> None:
+        """Copy slots `src` (ascending absolute indices) to dst, dst+1, ... in every layer.
+
+        Tree verify uses it to move the accepted path next to the prefix; the caller then truncates to
+        dst + len(src). Slots must lie below `length`, and dst <= src[0] so that an ascending copy never
+        overwrites a slot before it is read.
+        """
+        if not src:
+            return
+        if any(b <= a for a, b in zip(src, src[1:])):
+            raise ValueError(f"KVCache.compact: src must be strictly ascending, got {src}")
+        if src[0] < 0 or src[-1] >= self.length:
+            raise ValueError(f"KVCache.compact: src {src} must lie in [0, length={self.length})")
+        if not 0 <= dst <= src[0]:
+            raise ValueError(f"KVCache.compact: dst ({dst}) must satisfy 0 <= dst <= src[0] ({src[0]})")
+        if src == list(range(dst, dst + len(src))):
+            return  # already in place (a chain, or a tree whose accepted path is its first branch)
+        idx = torch.tensor(src, dtype=torch.long)
+        n = len(src)
+        # index_select makes a copy first, so overlapping ranges are safe.
+        self._k[:, :, dst:dst + n] = self._k.index_select(2, idx)   # [L, Hkv, n, Dh]
+        self._v[:, :, dst:dst + n] = self._v.index_select(2, idx)
+
+    def reset(self) -> None:
+        self.length = 0

@@ -1,0 +1,251 @@
+"""Pieces every decoder model shares: RMSNorm, RoPE with explicit positions, attention over the KV cache.
+
+The model files (qwen2.py, gemma3.py) only wire these together. Two attention schemes give the same
+result up to round-off:
+  * batched (`invariant=False`): one SDPA call over all S query rows with a boolean mask; fast, for the
+    fp32/bf16 reference backends, which are not batch-invariant anyway;
+  * row by row (`invariant=True`): each query row attends with shapes that depend only on the keys it
+    sees, never on S, and a tree row gathers exactly the keys a sequential decode of its path would see,
+    in the same order. With a batch-invariant linear backend the whole forward is then bit-identical
+    for 1, K + 1 or a whole prefill of rows; this is what makes speculative decoding exactly lossless.
+Nothing here may branch on the linear backend or touch tensors beyond the cache slots it is given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speczoo.kernels.linear import LinearBackend
+
+
+@dataclass
+class ForwardOut:
+    logits: Tensor          # [S, V] fp32 (or [R, V] for the R rows asked for by `logit_rows`)
+    hidden: list[Tensor]    # [S, D] residual stream after each layer index asked for, in order; [] if none
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * w, per row (GGUF gemma weights already include the +1)."""
+
+    def __init__(self, weight: Tensor, eps: float):
+        super().__init__()
+        self.weight = weight.float()   # [D]
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [..., D]
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Rope:
+    """NEOX-style rotary embedding (rotate halves) with a cos/sin table grown on demand.
+
+    Angles are computed in fp32 as transformers and llama.cpp do (position * inv_freq), so our logits
+    track the references to round-off. The table is indexed by explicit positions, never by slot.
+    """
+
+    def __init__(self, head_dim: int, theta: float, initial: int = 4096):
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+        self.half = head_dim // 2
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.cos = torch.empty(0, self.half)
+        self.sin = torch.empty(0, self.half)
+        self._grow(initial)
+
+    def _grow(self, n: int) -> None:
+        pos = torch.arange(n, dtype=torch.float32)
+        ang = pos[:, None] * self.inv_freq[None, :]    # [P, Dh/2] fp32
+        self.cos, self.sin = ang.cos(), ang.sin()
+
+    def lookup(self, positions: Tensor, max_pos: int) -> tuple[Tensor, Tensor]:
+        """cos, sin [S, 1, Dh/2] for positions [S]; max_pos is the largest position (a Python int)."""
+        if max_pos >= self.cos.shape[0]:
+            self._grow(max(2 * self.cos.shape[0], max_pos + 1))
+        return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x: [S, H, Dh]; cos/sin: [S, 1, Dh/2]. Same arithmetic as transformers' rotate_half form."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+@dataclass
+class AttnPlan:
+    """Which cache slots each query row of one forward sees (built once per forward, shared by layers).
+
+    invariant: rows[i] is (lo, hi) for a contiguous slot range or a LongTensor of slots (tree rows).
+    batched:   mask [S, N] bool over slots [0, N), N = L0 + S.
+    """
+    n_keys: int
+    rows: list[tuple[int, int] | Tensor] | None = None
+    mask: Tensor | None = None
+
+
+def plan_attention(l0: int, positions: list[int], pos_t: Tensor, tree_mask: Tensor | None, window: int,
+                   invariant: bool) -> AttnPlan:
+    """Visibility of slots for each new row: prefix slots [0, l0) (slot == position), new slot j when
+    j <= i (chain) or tree_mask[i, j], and, for a sliding window W > 0, only keys with pos_i - p < W."""
+    s = len(positions)
+    n = l0 + s
+    if invariant:
+        rows: list[tuple[int, int] | Tensor] = []
+        for i, p in enumerate(positions):
+            lo = max(0, p - window + 1) if window > 0 else 0
+            if tree_mask is None:
+                rows.append((min(lo, l0 + i), l0 + i + 1))
+                continue
+            new = tree_mask[i]                                     # [S] bool
+            if window > 0:
+                new = new & (p - pos_t < window)
+            idx = torch.cat((torch.arange(min(lo, l0), l0), l0 + new.nonzero().flatten()))
+            rows.append(idx)
+        return AttnPlan(n_keys=n, rows=rows)
+    key_pos = torch.cat((torch.arange(l0), pos_t))                 # [N] position of every visible slot
+    if tree_mask is None:
+        new = torch.ones(s, s, dtype=torch.bool).tril()
+    else:
+        new = tree_mask
+    mask = torch.cat((torch.ones(s, l0, dtype=torch.bool), new), dim=1)  # [S, N]
+    if window > 0:
+        mask = mask & ((pos_t[:, None] - key_pos[None, :]) < window)
+    return AttnPlan(n_keys=n, mask=mask)
+
+
+def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: AttnPlan) -> Tensor:
+    """q: [S, H, Dh] (already scaled and rotated); k_cache/v_cache: [Hkv, C, Dh] with this forward's keys
+    written. Returns [S, H * Dh] fp32."""
+    s, h, dh = q.shape
+    hkv = k_cache.shape[0]
+    if plan.mask is not None:
+        n = plan.n_keys
+        k = k_cache[:, :n]
+        v = v_cache[:, :n]
+        if k.dtype != q.dtype:
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], k[None], v[None], attn_mask=plan.mask, scale=1.0,
+            enable_gqa=hkv != h)                                   # [1, H, S, Dh]
+        return out[0].transpose(0, 1).reshape(s, h * dh)
+    qg = q.view(s, hkv, h // hkv, dh)                             # [S, Hkv, G, Dh]
+    out = torch.empty(s, hkv, h // hkv, dh, dtype=q.dtype)
+    for i, row in enumerate(plan.rows):
+        if isinstance(row, tuple):
+            k = k_cache[:, row[0]:row[1]]                          # [Hkv, n_i, Dh] view
+            v = v_cache[:, row[0]:row[1]]
+        else:
+            k = k_cache.index_select(1, row)                       # [Hkv, n_i, Dh] gathered in slot order
+            v = v_cache.index_select(1, row)
+        if k.dtype != q.dtype:
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        scores = torch.matmul(qg[i], k.transpose(1, 2))           # [Hkv, G, n_i]
+        torch.matmul(torch.softmax(scores, dim=-1), v, out=out[i])  # [Hkv, G, Dh]
+    return out.view(s, h * dh)
+
+
+def make_linear(name: str, tensors: Mapping[str, Tensor], backend: LinearBackend,
+                packed: Mapping[str, Tensor] | None, bias: str | None = None,
+                source: str | None = None) -> nn.Module:
+    """Build one linear layer through the backend: from its stored packing "<name>.<part>" when the
+    bundle has one, else by packing the fp32 weight `source` (default: `name`) now."""
+    b = tensors[bias].float() if bias is not None else None
+    if packed is not None:
+        prefix = name + "."
+        parts = {k[len(prefix):]: t for k, t in packed.items() if k.startswith(prefix)}
+        if not parts:
+            raise KeyError(f"packed weights have no entries for {name!r} (expected keys '{name}.<part>'); "
+                           "the bundle's packed file is incomplete: re-pull the model")
+        return backend.build(parts, b)
+    w = tensors[source or name]
+    return backend.build(backend.pack(w), b)
+
+
+class Mlp(nn.Module):
+    """Gated MLP: down(act(gate(x)) * up(x))."""
+
+    def __init__(self, gate: nn.Module, up: nn.Module, down: nn.Module, act: str):
+        super().__init__()
+        self.gate, self.up, self.down = gate, up, down
+        if act == "silu":
+            self.act = F.silu
+        elif act == "gelu_tanh":
+            self.act = lambda x: F.gelu(x, approximate="tanh")
+        else:
+            raise ValueError(f"unknown activation {act!r}; expected 'silu' or 'gelu_tanh'")
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, D] -> [S, D]
+        return self.down(self.act(self.gate(x)) * self.up(x))
+
+
+class DecoderBase(nn.Module):
+    """Shared forward scaffolding: input checks, hidden-layer bookkeeping, the LM head.
+
+    Subclasses set self.args, self.embed [V, D] fp32, self.layers, self.norm, self.lm_head,
+    self.invariant, and implement `_run_layers`.
+    """
+
+    def __init__(self):
+        super().__init__()
+
+    def _check(self, tokens: Tensor, positions: Tensor, cache, tree_mask: Tensor | None) -> None:
+        if tokens.dim() != 1 or positions.shape != tokens.shape:
+            raise ValueError(f"tokens and positions must both be [S]; got {tuple(tokens.shape)} and "
+                             f"{tuple(positions.shape)}")
+        s = tokens.shape[0]
+        if s == 0:
+            raise ValueError("forward needs at least one token")
+        if tree_mask is not None:
+            if tree_mask.shape != (s, s) or tree_mask.dtype != torch.bool:
+                raise ValueError(f"tree_mask must be a [S, S] bool tensor with S={s}; got "
+                                 f"{tuple(tree_mask.shape)} {tree_mask.dtype}")
+            if not bool(tree_mask.diagonal().all()):
+                raise ValueError("tree_mask must let every row see itself (its diagonal must be True)")
+        if cache.args.n_layers != self.args.n_layers or cache.args.head_dim != self.args.head_dim \
+                or cache.args.n_kv_heads != self.args.n_kv_heads:
+            raise ValueError("this KV cache was built for a different model; make one with KVCache(model.args, ...)")
+        cache.check_room(s)
+
+    def _hidden_slots(self, hidden_layers: Sequence[int]) -> dict[int, list[int]]:
+        slots: dict[int, list[int]] = {}
+        n = self.args.n_layers
+        for k, layer in enumerate(hidden_layers):
+            li = layer + n if layer < 0 else layer
+            if not 0 <= li < n:
+                raise ValueError(f"hidden layer {layer} out of range for a {n}-layer model")
+            slots.setdefault(li, []).append(k)
+        return slots
+
+    def forward(self, tokens: Tensor, positions: Tensor, cache, *, tree_mask: Tensor | None = None,
+                hidden_layers: Sequence[int] = (), logit_rows: Tensor | slice | None = None) -> ForwardOut:
+        """tokens, positions: [S] int64. Writes K/V at slots [L0, L0+S), advances cache.length by S.
+
+        logit_rows (optional): rows of the output whose logits are wanted (e.g. slice(-1, None) after a
+        prefill); the default computes logits for every row.
+        """
+        self._check(tokens, positions, cache, tree_mask)
+        l0 = cache.length
+        slots = self._hidden_slots(hidden_layers)
+        hidden: list[Tensor | None] = [None] * len(hidden_layers)
+        x = self._run_layers(tokens, positions, cache, l0, tree_mask, slots, hidden)   # [S, D]
+        cache.length = l0 + tokens.shape[0]
+        if logit_rows is not None:
+            x = x[logit_rows]
+        logits = self.lm_head(self.norm(x))                          # [S, V]
+        cap = self.args.final_logit_softcap
+        if cap > 0:
+            logits = torch.tanh(logits / cap) * cap
+        return ForwardOut(logits=logits, hidden=hidden)  # type: ignore[arg-type]
+
+    def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden) -> Tensor:
+        raise NotImplementedError
+
+
+def default_query_scale(args) -> float:
+    return args.query_scale if args.query_scale > 0 else 1.0 / math.sqrt(args.head_dim)

@@ -1,0 +1,77 @@
+"""Qwen2 (Qwen2.5 / Qwen2.5-Coder) decoder: qkv bias, NEOX RoPE, SiLU gated MLP, RMSNorm.
+
+Tensor names are GGUF's (blk.N.attn_q.weight, ...), weights in torch [out, in] orientation; llama.cpp
+does not permute qwen2's q/k, so RoPE rotates halves as transformers does. Every linear goes through
+the linear backend; this file never branches on which backend that is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+
+from speczoo.kernels.linear import LinearBackend
+from speczoo.models.args import ModelArgs
+from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, apply_rope, attend,
+                                 default_query_scale, make_linear, plan_attention)
+
+
+class Qwen2Block(nn.Module):
+    def __init__(self, args: ModelArgs, i: int, tensors: Mapping[str, Tensor], backend: LinearBackend,
+                 packed: Mapping[str, Tensor] | None):
+        super().__init__()
+        p = f"blk.{i}."
+        bias = (lambda n: p + n) if args.qkv_bias else (lambda n: None)
+        self.attn_norm = RMSNorm(tensors[p + "attn_norm.weight"], args.norm_eps)
+        self.wq = make_linear(p + "attn_q.weight", tensors, backend, packed, bias("attn_q.bias"))
+        self.wk = make_linear(p + "attn_k.weight", tensors, backend, packed, bias("attn_k.bias"))
+        self.wv = make_linear(p + "attn_v.weight", tensors, backend, packed, bias("attn_v.bias"))
+        self.wo = make_linear(p + "attn_output.weight", tensors, backend, packed)
+        self.ffn_norm = RMSNorm(tensors[p + "ffn_norm.weight"], args.norm_eps)
+        self.mlp = Mlp(make_linear(p + "ffn_gate.weight", tensors, backend, packed),
+                       make_linear(p + "ffn_up.weight", tensors, backend, packed),
+                       make_linear(p + "ffn_down.weight", tensors, backend, packed), args.act)
+        self.shape_q = (args.n_heads, args.head_dim)
+        self.shape_kv = (args.n_kv_heads, args.head_dim)
+        self.scale = default_query_scale(args)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor, l0: int,
+                plan: AttnPlan) -> Tensor:  # x: [S, D] -> [S, D]
+        s = x.shape[0]
+        h = self.attn_norm(x)
+        q = self.wq(h).view(s, *self.shape_q)                      # [S, H, Dh]
+        k = self.wk(h).view(s, *self.shape_kv)                     # [S, Hkv, Dh]
+        v = self.wv(h).view(s, *self.shape_kv)
+        q = apply_rope(q, cos, sin) * self.scale
+        k_cache[:, l0:l0 + s] = apply_rope(k, cos, sin).transpose(0, 1)
+        v_cache[:, l0:l0 + s] = v.transpose(0, 1)
+        x = x + self.wo(attend(q, k_cache, v_cache, plan))
+        return x + self.mlp(self.ffn_norm(x))
+
+
+class Qwen2(DecoderBase):
+    def __init__(self, args: ModelArgs, tensors: Mapping[str, Tensor], backend: LinearBackend,
+                 packed: Mapping[str, Tensor] | None = None):
+        super().__init__()
+        self.args = args
+        self.backend_name = backend.name
+        self.invariant = backend.batch_invariant   # row-by-row attention; set False to force batched
+        self.embed = tensors["token_embd.weight"]                      # [V, D] fp32
+        self.layers = nn.ModuleList(Qwen2Block(args, i, tensors, backend, packed) for i in range(args.n_layers))
+        self.norm = RMSNorm(tensors["output_norm.weight"], args.norm_eps)
+        head_src = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+        self.lm_head = make_linear("output.weight", tensors, backend, packed, source=head_src)
+        self.rope = Rope(args.head_dim, args.rope_theta)
+
+    def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden) -> Tensor:
+        pos = positions.tolist()
+        cos, sin = self.rope.lookup(positions, max(pos))
+        plan = plan_attention(l0, pos, positions, tree_mask, 0, self.invariant)
+        x = self.embed[tokens].float()                                  # [S, D]
+        for li, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache.k[li], cache.v[li], l0, plan)
+            for k in slots.get(li, ()):
+                hidden[k] = x
+        return x

@@ -1,0 +1,143 @@
+"""GGUF -> ModelArgs and fp32 tensors, through the `gguf` package's reader and dequantizer.
+
+Called by `speczoo pull` (to write a bundle) and by `speczoo check` (to build a model straight from a
+.gguf file). Tensors come out one at a time in torch [out, in] orientation under their GGUF names: the
+1.5B target is 6 GB in fp32, so this module must never hold all of them at once. Metadata llama.cpp
+hardcodes per architecture (gemma3's sliding pattern, local RoPE base, query scale) is filled in here the
+way llama.cpp fills it; anything we cannot run faithfully (an unknown arch, RoPE scaling) is an error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from speczoo.models.args import ModelArgs
+from speczoo.models.loader import LINEAR_WEIGHT_PATTERN, linear_weight_sources
+
+__all__ = ["LINEAR_WEIGHT_PATTERN", "linear_weight_sources", "gguf_model_args", "iter_gguf_tensors",
+           "gguf_quant_summary", "open_gguf", "SUPPORTED_ARCHS"]
+
+SUPPORTED_ARCHS = ("qwen2", "gemma3")
+# Token texts that end a turn (llama.cpp treats them as end-of-generation too).
+_EOG_TEXTS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<|end_of_text|>", "<eos>")
+
+
+def open_gguf(path: Path):
+    """A gguf.GGUFReader on `path` (memory-mapped), with a clear error when the file is absent."""
+    import gguf
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"GGUF file {path} does not exist")
+    return gguf.GGUFReader(path)
+
+
+def _field(reader, key: str, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    v = f.contents()
+    return v
+
+
+def _require(reader, key: str):
+    v = _field(reader, key)
+    if v is None:
+        raise ValueError(f"GGUF metadata lacks {key!r}; this file cannot be converted (is it a complete model?)")
+    return v
+
+
+def _tensor_rows(reader, name: str) -> int | None:
+    for t in reader.tensors:
+        if t.name == name:
+            return int(t.shape[-1])      # GGUF shapes are [in, out]: ne[1] is the row count
+    return None
+
+
+def _eos_ids(reader) -> list[int]:
+    ids = set()
+    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        v = _field(reader, key)
+        if v is not None:
+            ids.add(int(v))
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    if tokens:
+        wanted = set(_EOG_TEXTS)
+        ids.update(i for i, t in enumerate(tokens) if t in wanted)
+    return sorted(ids)
+
+
+def gguf_model_args(reader) -> ModelArgs:
+    """ModelArgs from a GGUF's metadata (qwen2 and gemma3; anything else is a clear error)."""
+    arch = _require(reader, "general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"GGUF architecture {arch!r} is not supported; speczoo runs {list(SUPPORTED_ARCHS)}")
+
+    def a(key: str, default=None):
+        return _field(reader, f"{arch}.{key}", default)
+
+    dim = int(_require(reader, f"{arch}.embedding_length"))
+    n_heads = int(_require(reader, f"{arch}.attention.head_count"))
+    n_kv = a("attention.head_count_kv", n_heads)
+    if isinstance(n_kv, list):
+        raise ValueError("per-layer head_count_kv is not supported")
+    head_dim = int(a("attention.key_length", dim // n_heads))
+    if int(a("attention.value_length", head_dim)) != head_dim:
+        raise ValueError("GGUF has value_length != key_length; speczoo's attention needs them equal")
+    scaling = a("rope.scaling.type")
+    if scaling not in (None, "none") and float(a("rope.scaling.factor", 1.0)) != 1.0:
+        raise ValueError(f"RoPE scaling {scaling!r} is not supported yet; this model would run incorrectly")
+    vocab = _tensor_rows(reader, "token_embd.weight")
+    if vocab is None:
+        raise ValueError("GGUF has no token_embd.weight")
+    has_output = _tensor_rows(reader, "output.weight") is not None
+    bos = _field(reader, "tokenizer.ggml.bos_token_id")
+    add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", False))
+    common = dict(
+        arch=arch, vocab_size=vocab, dim=dim, n_layers=int(_require(reader, f"{arch}.block_count")),
+        n_heads=n_heads, n_kv_heads=int(n_kv), head_dim=head_dim,
+        ffn_dim=int(_require(reader, f"{arch}.feed_forward_length")),
+        norm_eps=float(a("attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_theta=float(a("rope.freq_base", 10_000.0)),
+        tie_embeddings=not has_output,
+        context_length=int(a("context_length", 32768)),
+        bos_id=int(bos) if (bos is not None and add_bos) else None,
+        eos_ids=_eos_ids(reader),
+    )
+    if arch == "qwen2":
+        return ModelArgs(**common, qkv_bias=True, act="silu")
+    # gemma3: llama.cpp hardcodes the sliding pattern (every 6th layer global), local RoPE base 10000,
+    # and the query scale 1/sqrt(head_dim) (the 27B, with 62 layers, uses dim / n_heads instead).
+    n_layers = common["n_layers"]
+    pre_attn = dim / n_heads if n_layers == 62 else head_dim
+    return ModelArgs(
+        **common,
+        rope_local_theta=float(a("rope.freq_base_swa", 10_000.0)),
+        sliding_window=int(a("attention.sliding_window", 0)),
+        sliding_pattern=int(a("attention.sliding_window_pattern", 6)),
+        qk_norm=True, sandwich_norms=True, act="gelu_tanh", embed_scale=math.sqrt(dim),
+        query_scale=1.0 / math.sqrt(pre_attn),
+        final_logit_softcap=float(a("final_logit_softcapping", 0.0) or 0.0),
+    )
+
+
+def iter_gguf_tensors(reader) -> Iterator[tuple[str, Tensor]]:
+    """(GGUF name, fp32 tensor in torch [out, in] orientation), one at a time, in file order."""
+    from gguf.quants import dequantize
+
+    for t in reader.tensors:
+        arr = dequantize(t.data, t.tensor_type)       # [out, in] (or [n] for vectors), float32 numpy
+        arr = np.array(arr, dtype=np.float32, order="C", copy=True)   # own memory, not the mmap
+        yield t.name, torch.from_numpy(arr)
+
+
+def gguf_quant_summary(reader) -> dict[str, int]:
+    """Tensor type name (F32, Q4_K, ...) -> how many tensors of that type the file holds."""
+    return dict(sorted(Counter(t.tensor_type.name for t in reader.tensors).items()))
