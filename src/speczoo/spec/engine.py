@@ -17,19 +17,15 @@ import torch
 
 from speczoo.errors import CacheFullError
 from speczoo.events import DoneEvent, GenerationRequest, Stats, TokenEvent
+from speczoo import sampling
 from speczoo.spec.drafters.base import Drafter
 from speczoo.spec.policy import Policy, make_policy
 from speczoo.spec.textstream import TextStream
 from speczoo.spec.types import Draft
 from speczoo.spec.verify import verify_greedy
+from speczoo.spec.verify_sampling import verify_sampling
 
 MAX_K = 64
-
-
-def _sampling():
-    """The sampling functions, imported on first use of temperature > 0."""
-    from speczoo.spec import sampling_bridge
-    return sampling_bridge
 
 
 @dataclass
@@ -63,7 +59,7 @@ class Engine:
 
     # -- validation -------------------------------------------------------------------------
     def _check(self, req: GenerationRequest) -> None:
-        req.sampling.validate()
+        sampling.validate(req.sampling)
         if not req.prompt_ids:
             raise ValueError("the prompt is empty: give at least one token")
         if not 1 <= req.k <= MAX_K:
@@ -103,7 +99,7 @@ class Engine:
 
     def _run(self, req: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
         greedy = req.sampling.greedy
-        gen = None if greedy else _sampling().make_generator(req.sampling.seed)
+        gen = None if greedy else sampling.make_generator(req.sampling.seed)
         drafters: dict[str, Drafter] = {}
         names = self._drafter_names(req.spec)
         for name in names:
@@ -143,7 +139,7 @@ class Engine:
                     if greedy:
                         verdict = verify_greedy(draft, logits.argmax(-1).tolist())
                     else:
-                        verdict = _sampling().verify(draft, _sampling().probs(logits, req.sampling), gen)
+                        verdict = verify_sampling(draft, sampling.probs(logits, req.sampling), gen)
                     accepted = verdict.accepted
                     self.cache.truncate(base + 1 + accepted)
                     new = [pending] + draft.tokens[:accepted]
@@ -179,10 +175,7 @@ class Engine:
         yield DoneEvent(finish_reason=finish, text=stream.text, ids=out, stats=stats)
 
     def _pick(self, logits: torch.Tensor, req: GenerationRequest, gen) -> list[int]:
-        if req.sampling.greedy:
-            return logits.argmax(-1).tolist()
-        s = _sampling()
-        return s.sample(s.probs(logits, req.sampling), gen).tolist()
+        return sampling.pick(logits, req.sampling, gen).tolist()
 
     def _drafter_names(self, spec: str) -> list[str]:
         """Which drafters a spec mode may use: "off" none; "auto" every one available."""

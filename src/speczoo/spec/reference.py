@@ -130,3 +130,22 @@ def reference_greedy(oracle, prompt: list[int], n: int, eos: set[int] = frozense
         out.append(t)
         ctx.append(t)
     return out
+
+
+@dataclass
+class NoisyOracle:
+    """Agrees with `base` except on a pseudo-random `miss` fraction of contexts: a stand-in draft model."""
+
+    base: object
+    miss: float = 0.3
+    seed: int = 1
+
+    @property
+    def vocab(self) -> int:
+        return self.base.vocab
+
+    def logits(self, ctx: list[int]) -> Tensor:  # -> [V]
+        out = self.base.logits(ctx).clone()
+        if (_h(self.seed, *ctx[-3:]) % 1000) < self.miss * 1000:
+            out[_h(self.seed, 5, *ctx[-2:]) % self.vocab] = 10.0
+        return out

@@ -1,0 +1,96 @@
+"""The draft-model drafter: a small model of the same tokenizer proposes K tokens autoregressively.
+
+It owns its model's KV cache and keeps it in step with the committed sequence: before each proposal
+it keeps the longest prefix of what it has fed that the committed context still agrees with (its
+accepted draft tokens), drops the rest in O(1), and feeds only the new tail — the correction or bonus
+token the target added, which the draft has not seen yet. It never touches the target's cache.
+Greedy proposals return no probabilities; under sampling it returns q [K, V] for the verify rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from speczoo import sampling
+from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.spec.drafters.base import Drafter
+from speczoo.spec.types import Draft
+
+
+class DraftModelDrafter(Drafter):
+    name = "draft"
+
+    def __init__(self, model, cache, params: SamplingParams | None = None,
+                 generator: torch.Generator | None = None):
+        self.model = model
+        self.cache = cache
+        self.params = params or SamplingParams()
+        self.generator = generator
+        self.fed: list[int] = []          # ids whose K/V sit in the draft cache, in order
+        self.forwards = 0
+
+    def reset(self) -> None:
+        self.cache.reset()
+        self.fed = []
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:  # -> logits [S, V]
+        start = self.cache.length
+        tokens = torch.tensor(ids, dtype=torch.long)
+        positions = torch.arange(start, start + len(ids), dtype=torch.long)
+        self.fed.extend(ids)
+        self.forwards += 1
+        return self.model(tokens, positions, self.cache).logits
+
+    def _sync(self, context: list[int]) -> list[int]:
+        """Roll the cache back to the agreeing prefix; return the ids still to feed (never empty)."""
+        n = 0
+        limit = min(len(self.fed), len(context) - 1)   # the last context id is always re-fed for its logits
+        while n < limit and self.fed[n] == context[n]:
+            n += 1
+        self.cache.truncate(n)
+        del self.fed[n:]
+        return context[n:]
+
+    def propose(self, context: list[int], k: int) -> Draft:
+        if not context:
+            raise ValueError("the draft model needs at least one context token")
+        logits = self._forward(self._sync(context))[-1:]               # [1, V]
+        tokens: list[int] = []
+        qs: list[torch.Tensor] = []
+        for i in range(k):
+            if self.params.greedy:
+                t = int(logits[0].argmax())
+            else:
+                q = sampling.probs(logits, self.params)                 # [1, V]
+                t = int(sampling.sample(q, self.generator)[0])
+                qs.append(q[0])
+            tokens.append(t)
+            if i + 1 < k:
+                logits = self._forward([t])
+        probs = torch.stack(qs) if qs else None                         # [K, V]
+        return Draft(tokens=tokens, probs=probs, drafter=self.name)
+
+    def commit(self, accepted: int) -> None:
+        """Nothing to do now: the next `propose` keeps exactly the prefix the target agreed with."""
+
+
+def make_draft_drafter(draft, target, max_seq: int) -> Callable[[GenerationRequest], DraftModelDrafter]:
+    """A factory the engine calls per request: one draft cache, reused (reset) across requests."""
+    from speczoo.cache import KVCache
+    from speczoo.spec.engine import MAX_K
+
+    if draft.args.vocab_size > target.args.vocab_size:
+        raise ValueError(f"draft {draft.name} has a larger vocabulary ({draft.args.vocab_size}) than target "
+                         f"{target.name} ({target.args.vocab_size}): not a pair; see `speczoo check-pair`")
+    cache = KVCache(draft.args, max_seq, extra=2 * MAX_K + 2)
+
+    def factory(req: GenerationRequest) -> DraftModelDrafter:
+        gen = None if req.sampling.greedy else sampling.make_generator(
+            None if req.sampling.seed is None else req.sampling.seed + 1)
+        d = DraftModelDrafter(draft.model, cache, req.sampling, gen)
+        d.reset()
+        return d
+
+    return factory

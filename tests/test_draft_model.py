@@ -1,0 +1,76 @@
+"""The draft-model drafter on oracle models: lossless, and its cache stays in step with the target."""
+
+import random
+
+from speczoo.events import DoneEvent, GenerationRequest
+from speczoo.spec.drafters.draft_model import DraftModelDrafter
+from speczoo.spec.drafters.ngram import NgramDrafter
+from speczoo.spec.engine import Engine
+from speczoo.spec.reference import (HashOracle, IdTokenizer, MarkovOracle, NoisyOracle, OracleModel,
+                                    TokenCache, reference_greedy)
+
+
+def engine_with_draft(target_oracle, draft_oracle, max_seq=200):
+    draft_model = OracleModel(draft_oracle)
+    draft_cache = TokenCache(max_seq + 160)
+
+    def factory(req):
+        d = DraftModelDrafter(draft_model, draft_cache, req.sampling)
+        d.reset()
+        return d
+
+    drafters = {"ngram": lambda req: NgramDrafter(req.ngram), "draft": factory}
+    target = OracleModel(target_oracle)
+    return Engine(target, TokenCache(max_seq + 80), IdTokenizer(), drafters, [], max_seq), target, draft_model, draft_cache
+
+
+def generate(eng, **kw):
+    *_, done = eng.generate(GenerationRequest(**kw))
+    assert isinstance(done, DoneEvent)
+    return done
+
+
+def test_draft_model_spec_equals_greedy_random_cases():
+    rng = random.Random(7)
+    for case in range(400):
+        vocab = rng.choice([3, 10, 40])
+        base = (MarkovOracle(vocab, seed=case) if case % 2 else HashOracle(vocab, seed=case, order=2))
+        draft = NoisyOracle(base, miss=rng.choice([0.0, 0.2, 0.6, 1.0]), seed=case)
+        eng, target, dmodel, dcache = engine_with_draft(base, draft)
+        prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 30))]
+        n = rng.randint(1, 50)
+        k = rng.choice([1, 2, 3, 5, 8])
+        done = generate(eng, prompt_ids=prompt, max_new_tokens=n, spec="draft", k=k)
+        assert done.ids == reference_greedy(base, prompt, n), f"case {case}"
+        # the draft cache holds a prefix of the committed sequence plus at most K-1 unverified own tokens
+        committed = prompt + done.ids
+        common = 0
+        while common < min(dcache.length, len(committed)) and dcache.slots[common] == committed[common]:
+            common += 1
+        assert dcache.length - common <= k - 1
+
+
+def test_perfect_draft_accepts_everything():
+    base = HashOracle(50, seed=3)
+    eng, target, dmodel, _ = engine_with_draft(base, base)
+    done = generate(eng, prompt_ids=[1, 2, 3], max_new_tokens=41, spec="draft", k=4)
+    assert done.ids == reference_greedy(base, [1, 2, 3], 41)
+    assert done.stats.accepted == done.stats.drafted
+    assert done.stats.rounds == 8          # 1 + 8 rounds * (4 accepted + 1) = 41 tokens
+
+
+def test_draft_feeds_only_new_tokens_after_full_accept():
+    base = HashOracle(50, seed=4)
+    model = OracleModel(base)
+    cache = TokenCache(100)
+    d = DraftModelDrafter(model, cache)
+    ctx = [5, 6, 7]
+    dr = d.propose(ctx, 4)
+    assert cache.length == 3 + 3          # prompt + K-1 drafted tokens fed
+    ctx2 = ctx + dr.tokens + [int(base.logits(ctx + dr.tokens).argmax())]   # all accepted + bonus
+    d.commit(4)
+    before = model.forwards
+    d.propose(ctx2, 2)
+    # one forward over the 2 unseen ids (last draft token + bonus), then 1 for the second draft step
+    assert model.forwards - before == 2
+    assert cache.slots[:len(ctx2)] == ctx2
