@@ -1,0 +1,53 @@
+"""Measure c_v(S): the cost of one target forward over S tokens relative to S = 1.
+
+Speculation pays only when a verify forward over K+1 tokens costs about one decode step, so this
+curve (with the draft cost) is what the cost model and the controller need. Each S is timed after a
+prompt of `context` tokens already in the cache, rolled back after every forward, with warm-up and
+the median of `repeats` runs, the S values interleaved so that machine noise spreads evenly.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from speczoo.cache import KVCache
+
+
+@dataclass
+class CvResult:
+    ms: dict[int, float]        # S -> median milliseconds per forward
+
+    @property
+    def cv(self) -> dict[int, float]:
+        return {s: t / self.ms[1] for s, t in self.ms.items()}
+
+    def to_json(self, model: str, backend: str) -> dict:
+        return {"model": model, "backend": backend, "ms": {str(s): round(t, 3) for s, t in self.ms.items()},
+                "cv": {str(s): round(c, 4) for s, c in self.cv.items()}}
+
+
+def measure_cv(model, args, sizes: list[int], context: int = 64, repeats: int = 7, warmup: int = 2,
+               seed: int = 0) -> CvResult:
+    if 1 not in sizes:
+        sizes = [1, *sizes]
+    g = torch.Generator().manual_seed(seed)
+    cache = KVCache(args, context + max(sizes) + 1)
+    prompt = torch.randint(0, args.vocab_size, (context,), generator=g)
+    with torch.inference_mode():
+        model(prompt, torch.arange(context), cache)
+        times: dict[int, list[float]] = {s: [] for s in sizes}
+        for rep in range(warmup + repeats):
+            for s in sizes:
+                toks = torch.randint(0, args.vocab_size, (s,), generator=g)
+                pos = torch.arange(context, context + s)
+                t0 = time.perf_counter()
+                model(toks, pos, cache)
+                dt = time.perf_counter() - t0
+                cache.truncate(context)
+                if rep >= warmup:
+                    times[s].append(dt * 1000)
+    return CvResult({s: statistics.median(v) for s, v in times.items()})

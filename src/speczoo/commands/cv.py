@@ -1,0 +1,37 @@
+"""`speczoo cv MODEL`: the measured verify-cost curve c_v(S) = time(S) / time(1)."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("cv", help="measure c_v(S): forward cost over S tokens relative to one decode step")
+    p.add_argument("model", help="zoo name or path")
+    p.add_argument("--max-s", type=int, default=17, help="largest S (default 17)")
+    p.add_argument("--sizes", default=None, help="comma-separated S values (default 1,2,3,5,9,max-s)")
+    p.add_argument("--context", type=int, default=64, help="tokens already in the cache")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--backend", default=None, help="linear backend (default: the fast one)")
+    p.add_argument("--json", action="store_true", help='print {"cv": {"1": 1.0, ...}, ...} for scripts')
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from speczoo.bench.cv import measure_cv
+    from speczoo.runtime import load
+
+    if args.max_s < 1:
+        raise ValueError(f"--max-s must be >= 1, got {args.max_s}")
+    sizes = ([int(x) for x in args.sizes.split(",")] if args.sizes
+             else sorted({1, 2, 3, 5, 9, args.max_s} & set(range(1, args.max_s + 1))))
+    m = load(args.model, args.backend)
+    res = measure_cv(m.model, m.args, sizes, context=args.context, repeats=args.repeats)
+    if args.json:
+        print(json.dumps(res.to_json(args.model, m.backend)))
+        return 0
+    print(f"{args.model} backend {m.backend}, context {args.context}, median of {args.repeats}")
+    print(f"{'S':>4} {'ms':>9} {'c_v':>6}")
+    for s, ms in res.ms.items():
+        print(f"{s:>4} {ms:>9.2f} {res.cv[s]:>6.2f}")
+    return 0
