@@ -56,6 +56,8 @@ class Runtime:
         drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram)}
         if draft is not None:
             from speczoo.spec.drafters.draft_model import make_draft_drafter
+            from speczoo.spec.pair import check_pair
+            check_pair(draft, target).raise_if_bad(draft.name, target.name)
             drafters["draft"] = make_draft_drafter(draft, target, max_seq)
         self.spec_modes = ["off", *drafters, "auto"]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
