@@ -1,0 +1,59 @@
+"""`speczoo chat`: a streaming terminal chat with one model; the logic is in `speczoo.chat`.
+
+Only parses arguments, loads the runtime and feeds terminal lines to a `ChatSession`. Ctrl-C during
+an answer stops that answer; Ctrl-C or Ctrl-D at the prompt leaves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Iterator
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("chat", help="chat with a model in the terminal (streaming, multi-turn)",
+                       description="Multi-turn chat through the model's chat template. Commands: "
+                       "/spec on|off|ngram|draft|auto, /stats, /reset, /save FILE, /help, /quit.")
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"zoo name (default {DEFAULT_MODEL})")
+    p.add_argument("--draft", default=None, help="zoo name of a draft model (enables --spec draft)")
+    p.add_argument("--backend", default=None, help="linear backend (fp32, bf16, int8, ...)")
+    p.add_argument("--spec", default="auto", help="on, off, ngram, draft or auto (default auto)")
+    p.add_argument("--max-seq", type=int, default=4096, help="KV capacity for the whole conversation")
+    p.add_argument("--max-tokens", type=int, default=512, help="tokens per answer at most")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--system", default=None, help="a system message to start the conversation")
+    p.add_argument("--no-think", action="store_true",
+                   help="pre-fill an empty <think></think> block (reasoning models answer directly)")
+    p.set_defaults(func=run)
+
+
+def _terminal_lines() -> Iterator[str]:
+    try:
+        import readline  # noqa: F401 - line editing and history for input()
+    except ImportError:
+        pass
+    while True:
+        try:
+            yield input("\n› ")
+        except EOFError:
+            return
+
+
+def run(args: argparse.Namespace) -> int:
+    from speczoo.chat import ChatSession
+    from speczoo.runtime import load_runtime
+
+    runtime = load_runtime(args.model, draft=args.draft, backend=args.backend, max_seq=args.max_seq)
+    session = ChatSession(runtime, spec=args.spec, max_tokens=args.max_tokens,
+                          temperature=args.temperature, seed=args.seed, system=args.system,
+                          no_think=args.no_think, out=sys.stdout)
+    print(f"speczoo chat with {runtime.name} (spec: {session.spec}); /help for commands, /quit to leave")
+    try:
+        session.feed(_terminal_lines())
+    except KeyboardInterrupt:
+        print()
+    return 0

@@ -1,0 +1,63 @@
+"""`speczoo serve`: load one model and serve the OpenAI-compatible API and the web chat page.
+
+Only parses arguments, loads the runtime and starts uvicorn; the app lives in `speczoo.serve.app`.
+Binds to loopback unless --host says otherwise (and then warns when no --api-key protects it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API + web chat page",
+                       description="Serve MODEL over /v1/chat/completions, /v1/completions and "
+                       "/v1/models (streaming as server-sent events), with a chat page at /.")
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"zoo name (default {DEFAULT_MODEL})")
+    p.add_argument("--draft", default=None, help="zoo name of a draft model (enables speculative=draft)")
+    p.add_argument("--backend", default=None, help="linear backend (fp32, bf16, int8, ...)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this "
+                   "machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    p.add_argument("--max-seq", type=int, default=4096, help="KV capacity: prompt + max_tokens")
+    p.add_argument("--spec", default="auto", help="speculative mode when a request names none "
+                   "(off, ngram, draft, auto; default auto)")
+    p.add_argument("--max-queue", type=int, default=64, help="requests allowed to wait (then 503)")
+    p.set_defaults(func=run)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+        from speczoo.serve.app import create_app
+    except ImportError as exc:
+        raise FileNotFoundError(f"the server needs its extra dependencies ({exc.name} is missing): "
+                                f"pip install 'speczoo[serve]'") from exc
+    from speczoo.runtime import load_runtime
+
+    if not 1 <= args.port <= 65535:
+        raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    if not _is_loopback(args.host) and not args.api_key:
+        print(f"speczoo serve: warning: binding {args.host} exposes the model to the network without "
+              f"an API key; add --api-key KEY", file=sys.stderr)
+    runtime = load_runtime(args.model, draft=args.draft, backend=args.backend, max_seq=args.max_seq)
+    app = create_app(runtime, api_key=args.api_key, default_spec=args.spec, max_queue=args.max_queue)
+    print(f"speczoo: serving {runtime.name} (spec modes {', '.join(runtime.spec_modes)}) on "
+          f"http://{args.host}:{args.port}/  (chat page at /, API at /v1, schema at /openapi.json)",
+          file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0

@@ -1,0 +1,389 @@
+"""The OpenAI-compatible HTTP app: /v1/models, /v1/chat/completions, /v1/completions, and the chat page.
+
+`create_app(runtime, ...)` wraps one loaded runtime. Requests are validated here (400/401/404 in
+OpenAI's error shape, before anything is queued), mapped to a `GenerationRequest`, and queued on the
+single `Worker` thread that owns the runtime. Answers stream as server-sent events in OpenAI's chunk
+shape, ending with `data: [DONE]`. A client that disconnects cancels its job, which closes the
+runtime's generator. This module never runs a model itself and never holds KV state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+import anyio
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from speczoo.chat import render_chat_prompt
+from speczoo.errors import SpeczooError
+from speczoo.events import DoneEvent, GenerationRequest, SamplingParams, Stats, TokenEvent
+from speczoo.serve.schemas import (
+    MAX_STOP, ChatCompletion, ChatCompletionRequest, Completion,
+    CompletionRequest, ErrorResponse, Health, ModelCard, ModelList, Usage,
+)
+from speczoo.serve.worker import Job, QueueFullError, Worker
+
+STATIC = Path(__file__).parent / "static"
+
+
+class APIError(Exception):
+    """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+
+
+def _runtime_error(exc: BaseException) -> APIError:
+    """Map what the runtime raised to an API error: user errors 400, anything else 500."""
+    if isinstance(exc, (SpeczooError, ValueError)):
+        return APIError(400, str(exc))
+    return APIError(500, f"generation failed: {type(exc).__name__}: {exc}", "server_error")
+
+
+ERROR_RESPONSES = {
+    400: {"model": ErrorResponse, "description": "Malformed JSON or invalid parameters"},
+    401: {"model": ErrorResponse, "description": "Missing or wrong API key (when the server has one)"},
+    404: {"model": ErrorResponse, "description": "Unknown model"},
+}
+STREAM_DOC = {200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    "description": "JSON when stream=false; server-sent events when stream=true"},
+              503: {"model": ErrorResponse, "description": "Too many queued requests"}}
+
+
+# -- authentication (an ASGI middleware, so a wrong key is 401 before the body is even parsed) ----
+class ApiKeyMiddleware:
+    def __init__(self, app, api_key: str):
+        self.app, self.key = app, api_key.encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            auth = dict(scope["headers"]).get(b"authorization", b"")
+            scheme, _, token = auth.partition(b" ")
+            if scheme.lower() != b"bearer" or not secrets.compare_digest(token.strip(), self.key):
+                err = APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' "
+                               "with the key given to `speczoo serve --api-key`",
+                               "authentication_error", code="invalid_api_key")
+                await err.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+# -- streaming response that always watches for a disconnect ---------------------------------
+class EventStreamResponse(StreamingResponse):
+    """Streams the body while listening for the client leaving; then closes the body iterator,
+    whose `finally` cancels the job (whatever ASGI spec version the server speaks)."""
+
+    media_type = "text/event-stream"
+
+    async def __call__(self, scope, receive, send):
+        async def stream() -> None:
+            try:
+                await self.stream_response(send)
+            except OSError:          # the client went away while we were sending
+                pass
+            tg.cancel_scope.cancel()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stream)
+                await self.listen_for_disconnect(receive)
+                tg.cancel_scope.cancel()
+        finally:
+            await self.body_iterator.aclose()
+
+
+def _sse(obj: dict | str) -> str:
+    data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {data}\n\n"
+
+
+def usage_of(stats: Stats, prompt_tokens: int, completion_tokens: int) -> Usage:
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                 total_tokens=prompt_tokens + completion_tokens, accepted_draft_tokens=stats.accepted,
+                 draft_tokens=stats.drafted, rounds=stats.rounds, tokens_per_second=round(stats.tok_s, 3),
+                 accepted_per_round=round(stats.accepted_per_round, 3), drafter=stats.drafter)
+
+
+def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto",
+               max_queue: int = 64, worker: Worker | None = None) -> FastAPI:
+    """The app serving `runtime` (a loaded `speczoo.runtime.Runtime` or anything with its contract)."""
+    if default_spec not in runtime.spec_modes:
+        raise ValueError(f"default spec mode {default_spec!r} is not offered by this runtime; "
+                         f"use one of {runtime.spec_modes}")
+    worker = worker or Worker(runtime, max_queue=max_queue)
+    started = int(time.time())
+    bearer = HTTPBearer(auto_error=False, description="The key given to `speczoo serve --api-key`")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        worker.start()
+        try:
+            yield
+        finally:
+            worker.stop()
+
+    app = FastAPI(title="speczoo", version="0.1.0", lifespan=lifespan,
+                  description="OpenAI-compatible server for lossless speculative decoding on the CPU.")
+    app.state.worker = worker
+    app.state.runtime = runtime
+    if api_key:
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+    # Documents the bearer scheme in the OpenAPI schema; the middleware does the checking.
+    auth = [Depends(bearer)] if api_key else []
+
+    # -- error shapes ----------------------------------------------------------------------
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError):
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        if first.get("type") == "json_invalid":
+            msg = f"the request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip()
+            loc = []
+        elif tuple(first.get("loc", ())) == ("body",):
+            msg = ("the request body must be a JSON object (send it with Content-Type: "
+                   "application/json)")
+        else:
+            msg = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: "
+                            f"{e.get('msg', 'invalid')}" for e in errors[:5])
+        return APIError(400, msg or "invalid request", param=".".join(loc) or None).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return APIError(exc.status_code, str(exc.detail), type_).response()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def card() -> ModelCard:
+        return ModelCard(id=runtime.name, created=started, max_seq=runtime.max_seq,
+                         spec_modes=list(runtime.spec_modes))
+
+    def check_model(model: str) -> None:
+        if model != runtime.name:
+            raise APIError(404, f"the model {model!r} is not served here; this server serves "
+                           f"{runtime.name!r} (see GET /v1/models)", "not_found_error", "model",
+                           "model_not_found")
+
+    def generation_request(body, prompt_ids: list[int], max_tokens: int | None) -> GenerationRequest:
+        room = runtime.max_seq - len(prompt_ids)
+        if not prompt_ids:
+            raise APIError(400, "the prompt is empty: give at least one token", param="prompt")
+        if max_tokens is None:
+            max_tokens = room
+        if room < 1 or len(prompt_ids) + max_tokens > runtime.max_seq:
+            raise APIError(400, f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({max_tokens}) "
+                           f"exceeds the context of {runtime.max_seq} tokens: shorten the prompt, lower "
+                           f"max_tokens, or restart the server with a larger --max-seq",
+                           param="max_tokens", code="context_length_exceeded")
+        stop = body.stop_list()
+        if len(stop) > MAX_STOP or any(not s for s in stop):
+            raise APIError(400, f"stop takes at most {MAX_STOP} non-empty strings", param="stop")
+        spec = body.speculative or default_spec
+        if spec not in runtime.spec_modes:
+            raise APIError(400, f"speculative={spec!r} is not available on this server; it offers "
+                           f"{runtime.spec_modes} (start it with --draft NAME for 'draft')",
+                           param="speculative")
+        sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
+                                  seed=body.seed)
+        try:
+            sampling.validate()
+        except ValueError as exc:
+            raise APIError(400, str(exc)) from exc
+        return GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=max_tokens, sampling=sampling,
+                                 stop=stop, spec=spec)
+
+    def submit(req: GenerationRequest) -> Job:
+        try:
+            return worker.submit(req)
+        except QueueFullError as exc:
+            raise APIError(503, str(exc), "server_error", code="queue_full") from exc
+
+    async def collect(request: Request, job: Job) -> tuple[str, DoneEvent]:
+        """Wait for a non-streamed job to finish; cancel it if the client leaves meanwhile."""
+        async def run() -> DoneEvent:
+            async for event in worker.events(job):
+                if isinstance(event, DoneEvent):
+                    return event
+            raise APIError(500, "the generation ended without a result", "server_error")
+
+        async def gone() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        task, watch = asyncio.ensure_future(run()), asyncio.ensure_future(gone())
+        try:
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            if not task.done():
+                job.cancel()
+                task.cancel()
+        if task.cancelled():
+            raise APIError(499, "the client closed the connection", code="client_closed")
+        exc = task.exception()
+        if isinstance(exc, APIError):
+            raise exc
+        if exc is not None:
+            raise _runtime_error(exc)
+        done = task.result()
+        return done.text, done
+
+    async def stream(job: Job, head: dict, chat: bool, include_usage: bool,
+                     prompt_tokens: int) -> AsyncIterator[str]:
+        def chunk(choice: dict, **extra) -> dict:
+            return {**head, "choices": [choice], **extra}
+
+        events = worker.events(job)
+        try:
+            if chat:
+                yield _sse(chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
+                                  "logprobs": None, "finish_reason": None}))
+            async for event in events:
+                if isinstance(event, TokenEvent):
+                    rs = {"speczoo": {"tokens": len(event.ids), "drafted": event.drafted,
+                                      "accepted": event.accepted}}
+                    if chat:
+                        choice = {"index": 0, "delta": {"content": event.text}, "logprobs": None,
+                                  "finish_reason": None}
+                    else:
+                        choice = {"index": 0, "text": event.text, "logprobs": None, "finish_reason": None}
+                    yield _sse(chunk(choice, **rs))
+                elif isinstance(event, DoneEvent):
+                    if chat:
+                        last = {"index": 0, "delta": {}, "logprobs": None,
+                                "finish_reason": event.finish_reason}
+                    else:
+                        last = {"index": 0, "text": "", "logprobs": None,
+                                "finish_reason": event.finish_reason}
+                    yield _sse(chunk(last))
+                    if include_usage:
+                        usage = usage_of(event.stats, prompt_tokens, len(event.ids))
+                        yield _sse({**head, "choices": [], "usage": usage.model_dump()})
+        except Exception as exc:  # noqa: BLE001 - headers are sent: report in-band, as OpenAI does
+            yield _sse(_runtime_error(exc).body())
+        finally:
+            await events.aclose()   # cancels the job if we stopped early (client gone)
+        yield _sse("[DONE]")
+
+    # -- routes ----------------------------------------------------------------------------
+    @app.get("/", include_in_schema=False)
+    async def index():
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/health", response_model=Health, summary="Liveness and queue depth")
+    async def health() -> Health:
+        return Health(model=runtime.name, busy=worker.busy, queued=worker.queued, served=worker.served,
+                      cancelled=worker.cancelled)
+
+    @app.get("/v1/models", response_model=ModelList, dependencies=auth,
+             responses={401: ERROR_RESPONSES[401]}, summary="The model this server serves")
+    async def models() -> ModelList:
+        return ModelList(data=[card()])
+
+    @app.get("/v1/models/{model_id}", response_model=ModelCard, dependencies=auth,
+             responses={401: ERROR_RESPONSES[401], 404: ERROR_RESPONSES[404]})
+    async def model(model_id: str) -> ModelCard:
+        check_model(model_id)
+        return card()
+
+    @app.post("/v1/chat/completions", response_model=ChatCompletion, dependencies=auth,
+              responses={**ERROR_RESPONSES, **STREAM_DOC}, summary="Chat completion (stream or not)")
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        check_model(body.model)
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        try:
+            prompt_ids = runtime.tokenizer.encode(render_chat_prompt(runtime.tokenizer, messages))
+        except (ValueError, SpeczooError) as exc:   # e.g. a template that rejects the role order
+            raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from exc
+        req = generation_request(body, prompt_ids, body.max_completion_tokens or body.max_tokens)
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": runtime.name}
+        job = submit(req)
+        if body.stream:
+            include = bool(body.stream_options and body.stream_options.include_usage)
+            return EventStreamResponse(stream(job, head, True, include, len(prompt_ids)),
+                                       headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        text, done = await collect(request, job)
+        return ChatCompletion(id=head["id"], created=head["created"], model=runtime.name,
+                              choices=[{"index": 0, "message": {"role": "assistant", "content": text},
+                                        "finish_reason": done.finish_reason}],
+                              usage=usage_of(done.stats, len(prompt_ids), len(done.ids)))
+
+    @app.post("/v1/completions", response_model=Completion, dependencies=auth,
+              responses={**ERROR_RESPONSES, **STREAM_DOC}, summary="Text completion (stream or not)")
+    async def completions(body: CompletionRequest, request: Request):
+        check_model(body.model)
+        if body.echo:
+            raise APIError(400, "echo=true is not supported", param="echo")
+        if isinstance(body.prompt, str):
+            prompt_ids = runtime.tokenizer.encode(body.prompt)
+        else:
+            prompt_ids = list(body.prompt)
+        req = generation_request(body, prompt_ids, body.max_tokens)
+        head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion",
+                "created": int(time.time()), "model": runtime.name}
+        job = submit(req)
+        if body.stream:
+            include = bool(body.stream_options and body.stream_options.include_usage)
+            return EventStreamResponse(stream(job, head, False, include, len(prompt_ids)),
+                                       headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        text, done = await collect(request, job)
+        return Completion(id=head["id"], created=head["created"], model=runtime.name,
+                          choices=[{"index": 0, "text": text, "finish_reason": done.finish_reason}],
+                          usage=usage_of(done.stats, len(prompt_ids), len(done.ids)))
+
+    _publish_400_not_422(app)
+    return app
+
+
+def _publish_400_not_422(app: FastAPI) -> None:
+    """FastAPI documents validation errors as 422; this server answers them as 400 (OpenAI's way)."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = build()
+        for path in schema.get("paths", {}).values():
+            for op in path.values():
+                responses = op.get("responses", {})
+                if "422" in responses:
+                    del responses["422"]
+                    responses.setdefault("400", {
+                        "description": "Invalid parameters",
+                        "content": {"application/json": {
+                            "schema": {"$ref": "#/components/schemas/ErrorResponse"}}}})
+        for name in ("HTTPValidationError", "ValidationError"):
+            schema.get("components", {}).get("schemas", {}).pop(name, None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi

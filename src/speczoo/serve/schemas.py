@@ -1,0 +1,204 @@
+"""The wire format of the OpenAI-compatible API: request and response models (pydantic).
+
+These models are the published OpenAPI schema, so they must describe exactly what the server accepts
+and returns. Shapes follow OpenAI's chat/completions and completions APIs; speczoo's additions are the
+request field `speculative` (and `top_k`), the usage fields `accepted_draft_tokens`, `draft_tokens`,
+`rounds`, `tokens_per_second`, `drafter`, and the per-chunk `speczoo` round stats of a stream.
+Unknown request fields are ignored (clients send many optional ones); fields the server cannot honour
+are rejected with a 400 instead of silently ignored. This module never touches a model.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SpecMode = Literal["off", "ngram", "draft", "auto"]
+MAX_STOP = 4
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# -- requests --------------------------------------------------------------------------------------
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Request):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content)
+
+
+class StreamOptions(_Request):
+    include_usage: bool = False
+
+
+class _SamplingFields(_Request):
+    model: str = Field(description="Model id, as listed by GET /v1/models.")
+    max_tokens: int | None = Field(None, ge=1, description="Tokens to generate at most; default: the "
+                                   "room left in the context.")
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy (the default).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="speczoo extension; 0 = off.")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    stop: str | list[str] | None = Field(None, description=f"Up to {MAX_STOP} stop strings.")
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, le=1, description="Only 1 choice is supported.")
+    presence_penalty: float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
+    frequency_penalty: float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
+    speculative: SpecMode | None = Field(
+        None, description="speczoo extension: speculative decoding mode; default: the server's --spec. "
+        "Greedy output is identical in every mode (lossless); only the speed changes.")
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="Alias of max_tokens.")
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: str | list[int] = Field(description="A string, or a list of token ids.")
+    echo: bool = Field(False, description="Not supported: must be false.")
+
+
+# -- responses -------------------------------------------------------------------------------------
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    accepted_draft_tokens: int = 0
+    draft_tokens: int = 0
+    rounds: int = 0
+    tokens_per_second: float = 0.0
+    accepted_per_round: float = 0.0
+    drafter: str = "off"
+
+
+class RoundStats(BaseModel):
+    """speczoo extension on stream chunks: what this chunk's round did."""
+
+    tokens: int
+    drafted: int
+    accepted: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChunkDelta
+    finish_reason: Literal["stop", "length"] | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+    speczoo: RoundStats | None = None
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    finish_reason: Literal["stop", "length"] | None = None
+    logprobs: None = None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+
+
+class CompletionChunk(BaseModel):
+    """One server-sent event of a streamed completion (OpenAI reuses the object name)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    speczoo: RoundStats | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "speczoo"
+    max_seq: int
+    spec_modes: list[str]
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    model: str
+    busy: bool
+    queued: int
+    served: int
+    cancelled: int

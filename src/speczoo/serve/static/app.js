@@ -1,0 +1,191 @@
+// speczoo chat page: talks to /v1/chat/completions with stream=true and shows the answer as it arrives,
+// plus live tok/s and accepted-per-round from the per-chunk `speczoo` round stats. No build step.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { model: null, specModes: [], messages: [], controller: null };
+
+function specMode() {
+  if (!$("spec").checked) return "off";
+  for (const m of ["auto", "ngram", "draft"]) if (state.specModes.includes(m)) return m;
+  return "off";
+}
+
+function headers() {
+  const h = { "Content-Type": "application/json" };
+  const key = $("api-key").value.trim();
+  if (key) h["Authorization"] = "Bearer " + key;
+  return h;
+}
+
+function setReadout(r) {
+  $("tps").value = r.tps === undefined ? "–" : r.tps.toFixed(1);
+  $("apr").value = r.apr === undefined ? "–" : r.apr.toFixed(2);
+  $("rounds").value = r.rounds === undefined ? "–" : String(r.rounds);
+  $("tokens").value = r.tokens === undefined ? "–" : String(r.tokens);
+  $("drafter").value = r.drafter || "–";
+}
+
+function addMessage(role, text) {
+  const div = document.createElement("div");
+  div.className = "msg " + role;
+  const body = document.createElement("span");
+  body.className = "text";
+  body.textContent = text;
+  div.append(body);
+  div.setAttribute("aria-label", role === "user" ? "You" : "Assistant");
+  $("log").append(div);
+  div.scrollIntoView({ block: "end" });
+  return div;
+}
+
+async function loadModel() {
+  try {
+    const r = await fetch("/v1/models", { headers: headers() });
+    const j = await r.json();
+    if (!r.ok) throw new Error(j.error ? j.error.message : r.statusText);
+    state.model = j.data[0].id;
+    state.specModes = j.data[0].spec_modes || [];
+    $("model").textContent = state.model;
+  } catch (e) {
+    $("model").textContent = "(cannot list models: " + e.message + ")";
+  }
+}
+
+function setBusy(busy) {
+  $("send").disabled = busy;
+  $("stop").disabled = !busy;
+  document.body.dataset.busy = busy ? "1" : "0";
+}
+
+// Parse server-sent events from a fetch body; calls onData(string) for each `data:` payload.
+async function readSSE(body, onData) {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buf.search(/\r?\n\r?\n/)) !== -1) {
+      const block = buf.slice(0, cut);
+      buf = buf.slice(cut).replace(/^\r?\n\r?\n/, "");
+      const data = block.split(/\r?\n/).filter((l) => l.startsWith("data:"))
+        .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+      if (data && onData(data) === false) return;
+    }
+  }
+}
+
+async function send(text) {
+  if (!state.model) await loadModel();
+  state.messages.push({ role: "user", content: text });
+  addMessage("user", text);
+  const div = addMessage("assistant", "");
+  const out = div.querySelector(".text");
+  div.setAttribute("aria-live", "polite");
+  div.setAttribute("aria-busy", "true");
+  const live = { tokens: 0, rounds: 0, accepted: 0, t0: 0, base: 0 };
+  const spec = specMode();
+  setReadout({ drafter: spec });
+  state.controller = new AbortController();
+  setBusy(true);
+  $("status").textContent = "Generating…";
+  let answer = "", usage = null, finish = null, error = null;
+  try {
+    const r = await fetch("/v1/chat/completions", {
+      method: "POST", headers: headers(), signal: state.controller.signal,
+      body: JSON.stringify({
+        model: state.model, messages: state.messages, stream: true,
+        stream_options: { include_usage: true }, temperature: 0,
+        max_tokens: Number($("max-tokens").value) || 256, speculative: spec,
+      }),
+    });
+    if (!r.ok) {
+      const j = await r.json().catch(() => ({}));
+      throw new Error(j.error ? j.error.message : r.status + " " + r.statusText);
+    }
+    await readSSE(r.body, (data) => {
+      if (data === "[DONE]") return false;
+      const c = JSON.parse(data);
+      if (c.error) throw new Error(c.error.message);
+      if (c.usage) usage = c.usage;
+      const ch = c.choices && c.choices[0];
+      if (ch && ch.delta && ch.delta.content) {
+        answer += ch.delta.content;
+        out.textContent = answer;
+        div.scrollIntoView({ block: "end" });
+      }
+      if (ch && ch.finish_reason) finish = ch.finish_reason;
+      if (c.speczoo && c.speczoo.tokens > 0) {
+        if (!live.t0) { live.t0 = performance.now(); live.base = c.speczoo.tokens; }
+        live.tokens += c.speczoo.tokens;
+        live.rounds += 1;
+        live.accepted += c.speczoo.accepted;
+        const secs = (performance.now() - live.t0) / 1000;
+        setReadout({ tps: secs > 0 ? (live.tokens - live.base) / secs : 0, apr: live.accepted / live.rounds,
+                     rounds: live.rounds, tokens: live.tokens, drafter: spec });
+      }
+    });
+  } catch (e) {
+    error = e.name === "AbortError" ? null : e;
+    if (e.name === "AbortError") finish = "stopped";
+  } finally {
+    state.controller = null;
+    setBusy(false);
+    div.setAttribute("aria-busy", "false");
+    div.removeAttribute("aria-live");
+  }
+  if (usage) {
+    setReadout({ tps: usage.tokens_per_second, apr: usage.accepted_per_round, rounds: usage.rounds,
+                 tokens: usage.completion_tokens, drafter: usage.drafter });
+  }
+  if (error) {
+    div.classList.add("error");
+    out.textContent = answer + (answer ? "\n" : "") + "Error: " + error.message;
+    state.messages.pop();
+    $("status").textContent = "Error: " + error.message;
+    return;
+  }
+  state.messages.push({ role: "assistant", content: answer });
+  const meta = document.createElement("span");
+  meta.className = "meta";
+  meta.textContent = (finish === "stopped" ? "stopped" : finish || "") +
+    (usage ? ` · ${usage.completion_tokens} tokens · ${usage.tokens_per_second.toFixed(1)} tok/s · ` +
+             `${usage.accepted_per_round.toFixed(2)} accepted/round · ${usage.drafter}` : "");
+  div.append(meta);
+  $("status").textContent = "Answer complete. " + meta.textContent;
+  div.dataset.done = "1";
+}
+
+function submit() {
+  const text = $("prompt").value.trim();
+  if (!text || state.controller) return;
+  $("prompt").value = "";
+  send(text);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  loadModel();
+  $("ask").addEventListener("submit", (e) => { e.preventDefault(); submit(); });
+  $("prompt").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); submit(); }
+  });
+  $("stop").addEventListener("click", () => { if (state.controller) state.controller.abort(); });
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && state.controller) state.controller.abort();
+  });
+  $("spec").addEventListener("change", () => {
+    $("spec-label").textContent = $("spec").checked ? "⚡Spec" : "Greedy";
+  });
+  $("new-chat").addEventListener("click", () => {
+    if (state.controller) state.controller.abort();
+    state.messages = [];
+    $("log").replaceChildren();
+    setReadout({});
+    $("status").textContent = "New conversation.";
+    $("prompt").focus();
+  });
+  $("prompt").focus();
+});

@@ -1,0 +1,205 @@
+"""A deterministic, model-free stand-in for `speczoo.runtime.Runtime`, for fast tests of its consumers.
+
+It honours the Runtime contract the server and the chat rely on: `generate(request)` validates eagerly
+(errors raise before any event), then yields `TokenEvent`s (UTF-8-safe text, stop strings already cut)
+and one final `DoneEvent`; closing the generator early cancels the generation. Its output is a pure
+function of (prompt ids, sampling temperature, seed): greedy output is identical whatever the `spec`
+mode, only the grouping of tokens into rounds and the drafted/accepted counts change, as with the real
+lossless engine. It is NOT thread-safe on purpose: a second `generate` started while one is still open
+raises, so a consumer that leaks a generation (or runs two at once) fails loudly.
+
+It must never import torch or a model: tests that use it run in milliseconds.
+
+`make_test_runtime()` is the switch between this fake and the real runtime (see its docstring).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from speczoo.errors import CacheFullError
+from speczoo.events import DoneEvent, GenerationRequest, Stats, TokenEvent
+
+EOS = 256
+# Words the fake "model" speaks; multi-byte ones check UTF-8-safe streaming.
+WORDS = ["the", "cache", "draft", "target", "token", "round", "verify", "accept", "café", "naïve",
+         "⚡", "loop", "zoo", "fast", "cpu", "kernel", "greedy", "π", "def", "return"]
+
+
+class FakeTokenizer:
+    """Byte-level: ids 0..255 are UTF-8 bytes, 256 is EOS; a ChatML-like chat template."""
+
+    eos_ids = [EOS]
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        if add_generation_prompt:
+            out += "<|im_start|>assistant\n"
+        return out
+
+
+@dataclass
+class GenerationLog:
+    """What happened to one `generate` call (tests read these)."""
+
+    request: GenerationRequest
+    events: int = 0
+    finished: bool = False      # reached its DoneEvent
+    closed_early: bool = False  # the consumer closed the generator before the end
+
+
+@dataclass
+class FakeRuntime:
+    name: str = "fake-model"
+    max_seq: int = 512
+    delay: float = 0.0                  # seconds slept per round (to make streams slow)
+    answer_words: int = 40              # words in a full answer before EOS
+    spec_modes: list[str] = field(default_factory=lambda: ["off", "ngram", "draft", "auto"])
+    tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
+    log: list[GenerationLog] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._busy = threading.Lock()
+
+    # -- the deterministic "model" ---------------------------------------------------------
+    def answer_ids(self, request: GenerationRequest) -> list[int]:
+        """The full token sequence the model would produce (ending in EOS), ignoring limits."""
+        key = hashlib.sha256(bytes(str(request.prompt_ids), "ascii")).digest()
+        s = request.sampling
+        if not s.greedy:  # sampling: depends on the seed (None: fresh randomness)
+            extra = os.urandom(8) if s.seed is None else f"{s.seed}:{s.temperature}".encode()
+            key = hashlib.sha256(key + extra).digest()
+        rng = random.Random(key)
+        words = [rng.choice(WORDS) for _ in range(self.answer_words)]
+        return self.tokenizer.encode(" ".join(words) + ".") + [EOS]
+
+    def _rounds(self, request: GenerationRequest, n: int) -> list[tuple[int, int, int]]:
+        """Split n tokens into rounds: (tokens emitted, drafted, accepted); depends on the spec mode."""
+        if request.spec == "off":
+            return [(1, 0, 0)] * n
+        rng = random.Random(f"{request.spec}:{request.k}")
+        out, left = [], n
+        while left > 0:
+            drafted = request.k
+            accepted = rng.randint(0, drafted)
+            emit = min(accepted + 1, left)
+            out.append((emit, drafted, min(accepted, emit)))
+            left -= emit
+        return out
+
+    # -- the Runtime contract --------------------------------------------------------------
+    def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
+        request.sampling.validate()
+        if not request.prompt_ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        if request.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
+        if request.spec not in self.spec_modes:
+            raise ValueError(f"unknown spec mode {request.spec!r}: use one of {self.spec_modes}")
+        need = len(request.prompt_ids) + request.max_new_tokens
+        if need > self.max_seq:
+            raise CacheFullError(f"prompt + max_new_tokens = {need} exceeds the context of {self.max_seq}")
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("FakeRuntime.generate called while another generation is still open "
+                               "(the runtime is single-threaded and owns one KV cache)")
+        entry = GenerationLog(request)
+        self.log.append(entry)
+        return self._run(request, entry)
+
+    def _run(self, request: GenerationRequest, entry: GenerationLog) -> Iterator[TokenEvent | DoneEvent]:
+        try:
+            yield from self._events(request, entry)
+            entry.finished = True
+        except GeneratorExit:
+            entry.closed_early = True
+            raise
+        finally:
+            self._busy.release()
+
+    def _events(self, request: GenerationRequest, entry: GenerationLog) -> Iterator[TokenEvent | DoneEvent]:
+        full = self.answer_ids(request)
+        stats = Stats(prompt_tokens=len(request.prompt_ids), drafter=request.spec)
+        t0 = time.perf_counter()
+        ids: list[int] = []
+        emitted = ""
+        finish = "length"
+        pos = 0
+        for emit, drafted, accepted in self._rounds(request, len(full)):
+            if self.delay:
+                time.sleep(self.delay)
+            new = full[pos:pos + emit]
+            pos += emit
+            if len(ids) + len(new) > request.max_new_tokens:
+                new = new[:request.max_new_tokens - len(ids)]
+            hit_eos = EOS in new
+            if hit_eos:
+                new = new[:new.index(EOS) + 1]
+            ids.extend(new)
+            stats.rounds += 1
+            stats.drafted += drafted
+            stats.accepted += min(accepted, len(new))
+            stats.new_tokens = len(ids)
+            text = self.tokenizer.decode(ids)
+            stopped = False
+            for s in request.stop:
+                at = text.find(s)
+                if s and at != -1:
+                    text, stopped = text[:at], True
+            hold = 0 if (stopped or hit_eos) else _hold_back(text, request.stop)
+            delta = text[len(emitted):len(text) - hold]
+            emitted += delta
+            entry.events += 1
+            yield TokenEvent(ids=new, text=delta, drafted=drafted, accepted=min(accepted, len(new)))
+            if hit_eos or stopped:
+                finish = "stop"
+                break
+            if len(ids) >= request.max_new_tokens:
+                break
+        stats.seconds = max(time.perf_counter() - t0, 1e-6)
+        final = self.tokenizer.decode(ids) if finish == "length" else emitted
+        if finish == "length" and final != emitted:   # flush held-back text at the end
+            yield TokenEvent(ids=[], text=final[len(emitted):])
+        entry.events += 1
+        yield DoneEvent(finish_reason=finish, text=final, ids=ids, stats=stats)
+
+
+def _hold_back(text: str, stop: list[str]) -> int:
+    """Trailing characters to keep back: an incomplete UTF-8 character or a stop-string prefix."""
+    hold = len(text) - len(text.rstrip("\ufffd"))
+    for s in stop:
+        for n in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:n]):
+                hold = max(hold, n)
+                break
+    return hold
+
+
+def make_test_runtime(**fake_kwargs):
+    """The runtime the serve/chat tests run against.
+
+    Default: a `FakeRuntime(**fake_kwargs)`. With SPECZOO_TEST_RUNTIME=real, the real runtime:
+    `speczoo.runtime.load_runtime(SPECZOO_TEST_TARGET or "qwen2.5-coder-0.5b", draft=SPECZOO_TEST_DRAFT,
+    max_seq=SPECZOO_TEST_MAX_SEQ or 1024)`; `delay`, `answer_words` etc. are then ignored.
+    """
+    if os.environ.get("SPECZOO_TEST_RUNTIME", "fake") != "real":
+        return FakeRuntime(**fake_kwargs)
+    from speczoo.runtime import load_runtime  # only exists once the lead's runtime lands
+    return load_runtime(os.environ.get("SPECZOO_TEST_TARGET", "qwen2.5-coder-0.5b"),
+                        draft=os.environ.get("SPECZOO_TEST_DRAFT") or None,
+                        max_seq=int(os.environ.get("SPECZOO_TEST_MAX_SEQ", "1024")))
+
+
+def is_fake(runtime) -> bool:
+    return isinstance(runtime, FakeRuntime)
