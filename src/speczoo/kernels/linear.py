@@ -87,3 +87,8 @@ def get_backend(name: str) -> LinearBackend:
         return BACKENDS[name]
     except KeyError:
         raise ValueError(f"unknown linear backend {name!r}; choose one of {sorted(BACKENDS)}") from None
+
+
+# The integer backends ("q8", "q4", "q8_torch", "q4_torch") register themselves here; they import the
+# registry above, so this import stays at the bottom.
+from speczoo.kernels import quantized as _quantized  # noqa: E402,F401

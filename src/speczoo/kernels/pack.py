@@ -1,0 +1,227 @@
+"""Weight quantizers and the packed layouts the CPU kernels read (q8: int8, q4: 4-bit super-blocks).
+
+`pack_q8` / `pack_q4` turn an fp32 weight [N, K] into the tensors the kernels stream (see the layout
+comment at the top of cpu_kernels.cpp); `unpack_q8` / `unpack_q4` give back the integer codes and
+scales in plain [N, K] order for the PyTorch reference path and for error reports. Everything here is
+deterministic (same weight in, same bytes out, whatever the thread count) because packed tensors are
+stored in bundles at pull time. This module must never run a matmul or choose a backend.
+
+q4 format: super-blocks of 256 inputs, 8 groups of 32; w = D * sc_g * q - Dm * m_g with q in [0, 15],
+sc_g and m_g uint8, D and Dm fp32 per (column, super-block): 4.75 bits per weight. It holds llama.cpp's
+Q4_K exactly (6-bit sc and m are a subset), so a weight dequantized from a Q4_K GGUF repacks with only
+fp32 rounding error; other weights get a small search over clipping and sub-scale rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+STRIP = 16        # output columns per kernel strip (one zmm of int32 accumulators)
+SUPER = 256       # q4 super-block length along K
+GROUP = 32        # q4 group length along K
+Q8_KALIGN = 16    # q8 pads K to a multiple of this
+_ROW_CHUNK = 2048  # rows quantized at a time (bounds the temporary memory of the q4 search)
+
+
+def _check_weight(weight: Tensor) -> Tensor:
+    if weight.dim() != 2 or weight.shape[0] == 0 or weight.shape[1] == 0:
+        raise ValueError(f"a linear weight must be 2-D [N, K] with N, K > 0, got shape {tuple(weight.shape)}")
+    w = weight.detach().float()
+    if not torch.isfinite(w).all():
+        raise ValueError("the weight has NaN or inf values; quantizing it would hide that, fix the source")
+    return w.contiguous()
+
+
+def _round_up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+def _meta(n: int, k: int) -> Tensor:
+    return torch.tensor([n, k], dtype=torch.int64)
+
+
+# ------------------------------------------------------------------------------------------ q8
+def quantize_q8(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric per-output-column int8: returns q int8 [N, K] in [-127, 127] and scale fp32 [N]."""
+    w = _check_weight(weight)                                   # [N, K]
+    scale = w.abs().amax(dim=1) / 127.0                         # [N]
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(w / safe[:, None]).clamp_(-127, 127)
+    q = torch.where(scale[:, None] > 0, q, torch.zeros_like(q)).to(torch.int8)
+    return q, scale
+
+
+def pack_q8(weight: Tensor) -> dict[str, Tensor]:
+    """{"w8": u8 [NB, KP/4, 16, 4] (q + 128), "sw": f32 [NB*16], "meta": i64 [N, K]}."""
+    q, scale = quantize_q8(weight)
+    n, k = q.shape
+    np_, kp = _round_up(n, STRIP), _round_up(k, Q8_KALIGN)
+    qp = torch.zeros(np_, kp, dtype=torch.int16)
+    qp[:n, :k] = q.to(torch.int16)
+    w8 = (qp + 128).to(torch.uint8)                             # [NP, KP]
+    w8 = w8.view(np_ // STRIP, STRIP, kp // 4, 4).permute(0, 2, 1, 3).contiguous()
+    sw = torch.zeros(np_, dtype=torch.float32)
+    sw[:n] = scale
+    return {"w8": w8, "sw": sw, "meta": _meta(n, k)}
+
+
+def unpack_q8(packed: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    """Inverse layout of pack_q8: q int8 [N, K], scale fp32 [N]."""
+    n, k = (int(v) for v in packed["meta"])
+    w8 = packed["w8"]                                           # [NB, KP/4, 16, 4]
+    nb, kq = w8.shape[0], w8.shape[1]
+    q = (w8.permute(0, 2, 1, 3).reshape(nb * STRIP, kq * 4).to(torch.int16) - 128).to(torch.int8)
+    return q[:n, :k].contiguous(), packed["sw"][:n].clone()
+
+
+# ------------------------------------------------------------------------------------------ q4
+@dataclass
+class Q4Codes:
+    """q4 in plain order: w[n, k] = d[n, b] * sc[n, g] * q[n, k] - dm[n, b] * m[n, g], g = k // 32, b = k // 256."""
+
+    q: Tensor    # [N, KP] uint8 in [0, 15]
+    sc: Tensor   # [N, KP/32] uint8
+    m: Tensor    # [N, KP/32] uint8
+    d: Tensor    # [N, KP/256] fp32
+    dm: Tensor   # [N, KP/256] fp32
+
+    def dequantize(self) -> Tensor:  # -> [N, KP] fp32
+        n, kp = self.q.shape
+        a = (self.d[:, :, None] * self.sc.view(n, -1, 8).float()).reshape(n, -1)        # [N, G]
+        b = (self.dm[:, :, None] * self.m.view(n, -1, 8).float()).reshape(n, -1)        # [N, G]
+        q = self.q.view(n, -1, GROUP).float()
+        return (a[:, :, None] * q - b[:, :, None]).reshape(n, kp)
+
+
+def _group_err(w: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """Best codes and squared error of each group for w ~ a*q - b. w: [R, G, 32]; a, b: [R, G]."""
+    a3, b3 = a[..., None], b[..., None]
+    safe = torch.where(a3 > 0, a3, torch.ones_like(a3))
+    q = torch.round((w + b3) / safe).clamp_(0, 15)
+    q = torch.where(a3 > 0, q, torch.zeros_like(q))
+    err = ((a3 * q - b3 - w).double() ** 2).sum(-1)                                  # [R, G] fp64
+    return q, err
+
+
+def _q4_rows(w: Tensor, levels: int) -> tuple[Q4Codes, Tensor]:
+    """Quantize rows w [R, KP] with sub-scales in [0, levels]; returns codes and per-super-block error [R, KB]."""
+    r, kp = w.shape
+    wg = w.view(r, kp // GROUP, GROUP)                                               # [R, G, 32]
+    gmin = wg.amin(-1).clamp(max=0.0)
+    span = wg.amax(-1) - gmin                                                        # [R, G]
+    bmin = -gmin                                                                     # [R, G] >= 0
+    # 1. continuous per-group step: the top code may be below 15 (clipping search on the top)
+    best_a, best_e = span / 15.0, None
+    for top in (15.0, 14.0, 13.0, 12.0):
+        a = span / top
+        _, e = _group_err(wg, a, bmin)
+        if best_e is None:
+            best_e = e
+        else:
+            better = e < best_e
+            best_a, best_e = torch.where(better, a, best_a), torch.where(better, e, best_e)
+    # 2. super-block scales and integer sub-scales/mins
+    g8 = best_a.view(r, -1, 8)                                                       # [R, KB, 8]
+    d = g8.amax(-1) / levels                                                         # [R, KB]
+    dm = bmin.view(r, -1, 8).amax(-1) / levels
+    dsafe = torch.where(d > 0, d, torch.ones_like(d))[:, :, None]
+    dmsafe = torch.where(dm > 0, dm, torch.ones_like(dm))[:, :, None]
+    m = torch.round(bmin.view(r, -1, 8) / dmsafe).clamp_(0, levels)
+    b_q = (dm[:, :, None] * m).view(r, -1)                                           # [R, G]
+    sc0 = torch.round(g8 / dsafe)
+    best_sc, best_e, best_q = None, None, None
+    for delta in (0.0, -1.0, 1.0):
+        sc = (sc0 + delta).clamp_(0, levels)
+        a_q = (d[:, :, None] * sc).view(r, -1)
+        q, e = _group_err(wg, a_q, b_q)
+        if best_e is None:
+            best_sc, best_e, best_q = sc, e, q
+        else:
+            better = e < best_e
+            best_sc = torch.where(better.view(r, -1, 8), sc, best_sc)
+            best_q = torch.where(better[..., None], q, best_q)
+            best_e = torch.where(better, e, best_e)
+    codes = Q4Codes(
+        q=best_q.reshape(r, kp).to(torch.uint8),
+        sc=best_sc.reshape(r, -1).to(torch.uint8),
+        m=m.reshape(r, -1).to(torch.uint8),
+        d=d.contiguous(),
+        dm=dm.contiguous(),
+    )
+    return codes, best_e.view(r, -1, 8).sum(-1)
+
+
+def quantize_q4(weight: Tensor) -> Q4Codes:
+    """4-bit super-block quantization of w [N, K] (K zero-padded to a multiple of 256)."""
+    w = _check_weight(weight)
+    n, k = w.shape
+    kp = _round_up(k, SUPER)
+    parts: list[Q4Codes] = []
+    for r0 in range(0, n, _ROW_CHUNK):
+        rows = torch.zeros(min(_ROW_CHUNK, n - r0), kp, dtype=torch.float32)
+        rows[:, :k] = w[r0:r0 + _ROW_CHUNK]
+        c63, e63 = _q4_rows(rows, 63)      # Q4_K's grid: exact on weights that came from Q4_K
+        c255, e255 = _q4_rows(rows, 255)   # finer sub-scales: better on anything else
+        take = (e255 < e63)                                                          # [R, KB]
+        tg = take.repeat_interleave(8, dim=1)                                        # [R, G]
+        parts.append(Q4Codes(
+            q=torch.where(tg.repeat_interleave(GROUP, dim=1), c255.q, c63.q),
+            sc=torch.where(tg, c255.sc, c63.sc),
+            m=torch.where(tg, c255.m, c63.m),
+            d=torch.where(take, c255.d, c63.d),
+            dm=torch.where(take, c255.dm, c63.dm),
+        ))
+    return Q4Codes(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "sc", "m", "d", "dm")))
+
+
+def pack_q4(weight: Tensor) -> dict[str, Tensor]:
+    """{"qs", "sc", "mn", "dd", "meta"} in the kernel layout (see cpu_kernels.cpp)."""
+    n, k = weight.shape if weight.dim() == 2 else (0, 0)
+    c = quantize_q4(weight)
+    return pack_q4_codes(c, n, k)
+
+
+def pack_q4_codes(c: Q4Codes, n: int, k: int) -> dict[str, Tensor]:
+    kp = c.q.shape[1]
+    np_, kb = _round_up(n, STRIP), kp // SUPER
+    nb = np_ // STRIP
+
+    def pad_rows(t: Tensor) -> Tensor:
+        out = torch.zeros((np_,) + tuple(t.shape[1:]), dtype=t.dtype)
+        out[:n] = t
+        return out
+
+    q = pad_rows(c.q).view(nb, STRIP, kb, 8, 2, 4, 4)        # [NB, col, KB, g, half, j, i]
+    nibbles = q.permute(0, 2, 3, 5, 1, 6, 4)                  # [NB, KB, g, j, col, i, half]
+    qs = (nibbles[..., 0] | (nibbles[..., 1] << 4)).contiguous()             # [NB, KB, 8, 4, 16, 4]
+    sc = pad_rows(c.sc).view(nb, STRIP, kb, 8).permute(0, 2, 3, 1).contiguous()        # [NB, KB, 8, 16]
+    mn = pad_rows(c.m).view(nb, STRIP, kb, 4, 2).permute(0, 2, 3, 1, 4).contiguous()  # [NB, KB, 4, 16, 2]
+    dd = torch.stack([pad_rows(c.d), pad_rows(c.dm)], dim=1)                             # [NP, 2, KB]
+    dd = dd.view(nb, STRIP, 2, kb).permute(0, 3, 2, 1).contiguous()                     # [NB, KB, 2, 16]
+    return {"qs": qs, "sc": sc, "mn": mn, "dd": dd, "meta": _meta(n, k)}
+
+
+def unpack_q4(packed: dict[str, Tensor]) -> Q4Codes:
+    """Inverse layout of pack_q4 (codes for the real N rows, KP columns)."""
+    n, _ = (int(v) for v in packed["meta"])
+    qs = packed["qs"]                                          # [NB, KB, 8, 4, 16, 4]
+    nb, kb = qs.shape[0], qs.shape[1]
+    halves = torch.stack([qs & 15, qs >> 4], dim=-1)           # [NB, KB, g, j, col, i, half]
+    q = halves.permute(0, 4, 1, 2, 6, 3, 5).reshape(nb * STRIP, kb * SUPER)
+    sc = packed["sc"].permute(0, 3, 1, 2).reshape(nb * STRIP, kb * 8)
+    m = packed["mn"].permute(0, 3, 1, 2, 4).reshape(nb * STRIP, kb * 8)
+    dd = packed["dd"].permute(0, 3, 2, 1).reshape(nb * STRIP, 2, kb)
+    return Q4Codes(q=q[:n].contiguous(), sc=sc[:n].contiguous(), m=m[:n].contiguous(),
+                   d=dd[:n, 0].contiguous(), dm=dd[:n, 1].contiguous())
+
+
+def check_packed(packed: dict[str, Tensor], parts: tuple[str, ...], fmt: str) -> tuple[int, int]:
+    """Validate that `packed` has the parts of `fmt` and return (N, K)."""
+    missing = [p for p in parts if p not in packed]
+    if missing:
+        raise ValueError(f"packed {fmt} weight lacks {missing}; it has {sorted(packed)} (was it packed by another backend?)")
+    n, k = (int(v) for v in packed["meta"])
+    return n, k

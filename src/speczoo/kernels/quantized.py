@@ -1,0 +1,214 @@
+"""Batch-invariant integer linear backends: "q8", "q4" (compiled kernels) and "q8_torch", "q4_torch".
+
+All four quantize activations per row (sa = amax|x[s]| / 127, round half to even), accumulate integer
+products exactly and apply fp32 scales in one fixed order, so row i of an S-row forward is bit-identical
+to the 1-row forward of row i. The torch backends read the same packed tensors as their compiled twins
+and reproduce them bit for bit (the tests hold them to it): "q8_torch" (torch._int_mm) is the fallback
+where no compiler exists; "q4_torch" is a slow, memory-hungry oracle (4 bytes per weight at build).
+This module must never change the numerics of one backend without changing its twin.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from speczoo.kernels import native
+from speczoo.kernels.linear import LinearBackend, register
+from speczoo.kernels.pack import GROUP, SUPER, check_packed, pack_q4, pack_q8, unpack_q4, unpack_q8
+
+Q8_PARTS = ("w8", "sw", "meta")
+Q4_PARTS = ("qs", "sc", "mn", "dd", "meta")
+
+
+def _as_rows(x: Tensor, k: int, who: str) -> Tensor:
+    """x [..., K] fp32 -> x [S, K] with unit column stride (a view when possible)."""
+    if x.dtype != torch.float32:
+        raise TypeError(f"{who} takes fp32 activations, got {x.dtype}; convert with .float() first")
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise ValueError(f"{who} expects x[..., {k}], got shape {tuple(x.shape)}")
+    x2 = x.reshape(-1, k)
+    if x2.shape[0] > 0 and (x2.stride(1) != 1 or x2.stride(0) < k):
+        x2 = x2.contiguous()
+    return x2
+
+
+def _check_bias(bias: Tensor | None, n: int) -> Tensor | None:
+    if bias is None:
+        return None
+    if bias.shape != (n,):
+        raise ValueError(f"bias must have shape ({n},), got {tuple(bias.shape)}")
+    return bias.detach().float().contiguous()
+
+
+def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-row int8 activations exactly as the kernels make them: xq int8 [S, K], sa fp32 [S]."""
+    sa = x.abs().amax(dim=1) / 127.0                             # [S]
+    safe = torch.where(sa > 0, sa, torch.ones_like(sa))
+    xq = torch.round(x / safe[:, None]).clamp_(-127, 127)
+    xq = torch.where(sa[:, None] > 0, xq, torch.zeros_like(xq)).to(torch.int8)
+    return xq, sa
+
+
+# ---------------------------------------------------------------------------------- compiled
+class Q8Native(nn.Module):
+    """int8 weights (per-column scale) x int8 activations (per-row scale), compiled AVX-512 VNNI kernel."""
+
+    def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
+        super().__init__()
+        self.n, self.k = check_packed(packed, Q8_PARTS, "q8")
+        self.w8 = packed["w8"].contiguous()        # [NB, KP/4, 16, 4] u8
+        self.sw = packed["sw"].float().contiguous()  # [NB*16]
+        self.bias = _check_bias(bias, self.n)
+        self.lib = lib
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
+        x2 = _as_rows(x, self.k, "q8 linear")
+        y = torch.empty(x2.shape[0], self.n, dtype=torch.float32)  # [S, N]
+        if x2.shape[0] > 0:
+            self.lib.q8_linear(x2.data_ptr(), x2.shape[0], self.k, x2.stride(0), self.w8.data_ptr(),
+                               self.sw.data_ptr(), self.n, None if self.bias is None else self.bias.data_ptr(),
+                               y.data_ptr(), torch.get_num_threads())
+        return y.view(*x.shape[:-1], self.n)
+
+
+class Q4Native(nn.Module):
+    """4-bit super-block weights x int8 activations (per-row scale), compiled AVX-512 VNNI kernel."""
+
+    def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
+        super().__init__()
+        self.n, self.k = check_packed(packed, Q4_PARTS, "q4")
+        self.qs = packed["qs"].contiguous()        # [NB, KB, 8, 4, 16, 4] u8
+        self.sc = packed["sc"].contiguous()        # [NB, KB, 8, 16] u8
+        self.mn = packed["mn"].contiguous()        # [NB, KB, 4, 16, 2] u8
+        self.dd = packed["dd"].float().contiguous()  # [NB, KB, 2, 16] f32
+        self.bias = _check_bias(bias, self.n)
+        self.lib = lib
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
+        x2 = _as_rows(x, self.k, "q4 linear")
+        y = torch.empty(x2.shape[0], self.n, dtype=torch.float32)  # [S, N]
+        if x2.shape[0] > 0:
+            self.lib.q4_linear(x2.data_ptr(), x2.shape[0], self.k, x2.stride(0), self.qs.data_ptr(),
+                               self.sc.data_ptr(), self.mn.data_ptr(), self.dd.data_ptr(), self.n,
+                               None if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
+                               torch.get_num_threads())
+        return y.view(*x.shape[:-1], self.n)
+
+
+# ---------------------------------------------------------------------------------- pure torch
+class Q8Torch(nn.Module):
+    """torch._int_mm twin of Q8Native: y = ((float)(xq @ q^T) * sa) * sw (+ bias)."""
+
+    def __init__(self, packed: dict[str, Tensor], bias: Tensor | None):
+        super().__init__()
+        self.n, self.k = check_packed(packed, Q8_PARTS, "q8")
+        q, self.sw = unpack_q8(packed)               # q: [N, K] int8, sw: [N]
+        self.qt = q.t().contiguous()                 # [K, N] int8
+        self.bias = _check_bias(bias, self.n)
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
+        x2 = _as_rows(x, self.k, "q8_torch linear")
+        xq, sa = quantize_rows(x2)                   # [S, K] int8, [S]
+        acc = torch._int_mm(xq, self.qt) if x2.shape[0] > 0 else torch.zeros(0, self.n, dtype=torch.int32)
+        y = acc.float() * sa[:, None] * self.sw[None, :]   # [S, N]
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.n)
+
+
+class Q4Torch(nn.Module):
+    """Reference twin of Q4Native (exact integer group sums in fp32, then the kernel's fp32 order)."""
+
+    def __init__(self, packed: dict[str, Tensor], bias: Tensor | None):
+        super().__init__()
+        self.n, self.k = check_packed(packed, Q4_PARTS, "q4")
+        c = unpack_q4(packed)
+        self.kp = c.q.shape[1]
+        g = self.kp // GROUP
+        self.q = c.q.view(self.n, g, GROUP).permute(1, 2, 0).float().contiguous()  # [G, 32, N]
+        self.sc = c.sc.t().to(torch.int64).contiguous()                             # [G, N]
+        self.m = c.m.t().to(torch.int64).contiguous()                               # [G, N]
+        self.d, self.dm = c.d, c.dm                                                 # [N, KB]
+        self.bias = _check_bias(bias, self.n)
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
+        x2 = _as_rows(x, self.k, "q4_torch linear")
+        s, g, kb = x2.shape[0], self.kp // GROUP, self.kp // SUPER
+        xq, sa = quantize_rows(x2)                                   # [S, K] int8, [S]
+        xp = torch.zeros(s, self.kp, dtype=torch.float32)
+        xp[:, : self.k] = xq.float()
+        xg = xp.view(s, g, GROUP).transpose(0, 1)                    # [G, S, 32]
+        t = torch.bmm(xg, self.q).to(torch.int64)                    # [G, S, N], exact (< 2^24)
+        isb = (t * self.sc[:, None, :]).view(kb, 8, s, self.n).sum(1)              # [KB, S, N]
+        xs = xg.sum(-1).to(torch.int64)                                             # [G, S]
+        imn = (xs[:, :, None] * self.m[:, None, :]).view(kb, 8, s, self.n).sum(1)  # [KB, S, N]
+        f = torch.zeros(s, self.n, dtype=torch.float32)
+        mins = torch.zeros(s, self.n, dtype=torch.float32)
+        for b in range(kb):
+            f = f + isb[b].float() * self.d[None, :, b]
+        for b in range(kb):
+            mins = mins + imn[b].float() * self.dm[None, :, b]
+        y = (f - mins) * sa[:, None]
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.n)
+
+
+# ---------------------------------------------------------------------------------- backends
+class Q8Backend(LinearBackend):
+    name = "q8"
+    stored = True
+    batch_invariant = True
+
+    def __init__(self, arch: tuple[str, ...] = native.ARCH_NATIVE):
+        self.arch = arch
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q8(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q8Native(packed, bias, native.kernels(self.arch))
+
+
+class Q4Backend(LinearBackend):
+    name = "q4"
+    stored = True
+    batch_invariant = True
+
+    def __init__(self, arch: tuple[str, ...] = native.ARCH_NATIVE):
+        self.arch = arch
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q4(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q4Native(packed, bias, native.kernels(self.arch))
+
+
+class Q8TorchBackend(LinearBackend):
+    name = "q8_torch"
+    stored = True
+    batch_invariant = True
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q8(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q8Torch(packed, bias)
+
+
+class Q4TorchBackend(LinearBackend):
+    name = "q4_torch"
+    stored = True
+    batch_invariant = True
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q4(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q4Torch(packed, bias)
+
+
+for _backend in (Q8Backend(), Q4Backend(), Q8TorchBackend(), Q4TorchBackend()):
+    register(_backend)
