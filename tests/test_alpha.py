@@ -104,5 +104,7 @@ def test_cli_alpha_missing_model(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SPECZOO_HOME", str(tmp_path))
     f = tmp_path / "a.txt"
     f.write_text("x")
+    assert main(["alpha", str(f), "--model", "qwen2.5-coder-0.5b"]) == 2   # known, not pulled here
+    assert "speczoo pull qwen2.5-coder-0.5b" in capsys.readouterr().err
     assert main(["alpha", str(f), "--model", "no-such-model"]) == 2
-    assert "speczoo pull no-such-model" in capsys.readouterr().err
+    assert "unknown model" in capsys.readouterr().err

@@ -171,26 +171,28 @@ Tokenize = Callable[[str], list[int]]
 
 
 def tokenizer_from_file(path: str | Path) -> Tokenize:
-    """A tokenizer.json (Hugging Face `tokenizers` format) → text → ids, no special tokens added."""
-    from tokenizers import Tokenizer
-
+    """A tokenizer.json (Hugging Face `tokenizers` format) or a .gguf file → text → ids, no specials."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer file {path} does not exist")
-    tok = Tokenizer.from_file(str(path))
-    return lambda text: tok.encode(text, add_special_tokens=False).ids
+    if path.suffix == ".gguf":
+        from speczoo.tokenizer import Tokenizer as SpeczooTokenizer
+
+        tok = SpeczooTokenizer.from_gguf(path)
+        return lambda text: tok.encode(text)
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_file(str(path))
+    return lambda text: backend.encode(text, add_special_tokens=False).ids
 
 
 def tokenizer_for_model(name: str) -> Tokenize:
-    """The tokenizer of a pulled zoo model (its bundle's tokenizer.json)."""
-    from speczoo.errors import NotPulledError
-    from speczoo.paths import bundles_dir
+    """The tokenizer of a pulled zoo model (NotPulledError naming `speczoo pull NAME` otherwise)."""
+    from speczoo.tokenizer import Tokenizer as SpeczooTokenizer
+    from speczoo.zoo.bundle import find_bundle
 
-    path = bundles_dir() / name / "tokenizer.json"
-    if not path.is_file():
-        raise NotPulledError(f"model {name} has no tokenizer at {path}: run `speczoo pull {name}` first, "
-                             "pass --tokenizer PATH/tokenizer.json, or drop --model to use word pieces")
-    return tokenizer_from_file(path)
+    tok = SpeczooTokenizer.from_bundle(find_bundle(name))
+    return lambda text: tok.encode(text)
 
 
 def alpha_for_texts(texts: dict[str, str], orders: list[int], k: int,

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "order falls back to shorter ones")
     p.add_argument("--k", type=int, default=8, help="maximum draft tokens per round (default 8)")
     p.add_argument("--model", help="tokenize with this pulled zoo model's tokenizer")
-    p.add_argument("--tokenizer", type=Path, help="tokenize with this tokenizer.json")
+    p.add_argument("--tokenizer", type=Path, help="tokenize with this tokenizer.json or .gguf file")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
