@@ -271,3 +271,14 @@ def test_page_and_static_files(client):
     assert 'aria-live="polite"' in r.text and "⚡Spec" in r.text
     for name in ("app.js", "style.css"):
         assert client.get(f"/static/{name}").status_code == 200
+
+
+def test_openapi_constraints_are_json_schema_keywords(client):
+    """pydantic publishes constraints it cannot place as raw "ge"/"le" keys, which no validator reads."""
+    text = json.dumps(client.get("/openapi.json").json())
+    for raw in ('"ge":', '"le":', '"gt":', '"lt":'):
+        assert raw not in text, f"the schema carries a raw {raw} constraint"
+    schema = client.get("/openapi.json").json()
+    event = schema["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"]["text/event-stream"]
+    assert "ChatCompletionChunk" in json.dumps(event)
+    assert "ChatCompletionChunk" in schema["components"]["schemas"]

@@ -30,8 +30,8 @@ from speczoo.chat import render_chat_prompt
 from speczoo.errors import SpeczooError
 from speczoo.events import DoneEvent, GenerationRequest, SamplingParams, Stats, TokenEvent
 from speczoo.serve.schemas import (
-    MAX_STOP, ChatCompletion, ChatCompletionRequest, Completion,
-    CompletionRequest, ErrorResponse, Health, ModelCard, ModelList, Usage,
+    MAX_STOP, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion,
+    CompletionChunk, CompletionRequest, ErrorResponse, Health, ModelCard, ModelList, Usage,
 )
 from speczoo.serve.worker import Job, QueueFullError, Worker
 
@@ -42,16 +42,17 @@ class APIError(Exception):
     """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
 
     def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None):
+                 param: str | None = None, code: str | None = None, headers: dict | None = None):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+        self.headers = dict(headers or {})
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.code}}
 
     def response(self) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        headers = {"WWW-Authenticate": "Bearer", **self.headers} if self.status == 401 else self.headers
         return JSONResponse(self.body(), status_code=self.status, headers=headers)
 
 
@@ -67,9 +68,19 @@ ERROR_RESPONSES = {
     401: {"model": ErrorResponse, "description": "Missing or wrong API key (when the server has one)"},
     404: {"model": ErrorResponse, "description": "Unknown model"},
 }
-STREAM_DOC = {200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-                    "description": "JSON when stream=false; server-sent events when stream=true"},
-              503: {"model": ErrorResponse, "description": "Too many queued requests"}}
+
+
+def stream_doc(chunk: type) -> dict:
+    """Responses of a streaming-capable route: JSON, or server-sent events whose `data` is a chunk,
+    an in-band error, or the final "[DONE]" (OpenAPI 3.1: `schema` describes one event)."""
+    event = {"type": "object", "required": ["data"], "properties": {"data": {"oneOf": [
+        {"const": "[DONE]"},
+        {"type": "string", "not": {"const": "[DONE]"}, "contentMediaType": "application/json",
+         "contentSchema": {"anyOf": [{"$ref": f"#/components/schemas/{chunk.__name__}"},
+                                     {"$ref": "#/components/schemas/ErrorResponse"}]}}]}}}
+    return {200: {"content": {"text/event-stream": {"schema": event}},
+                  "description": "JSON when stream=false; server-sent events when stream=true"},
+            503: {"model": ErrorResponse, "description": "Too many queued requests"}}
 
 
 # -- authentication (an ASGI middleware, so a wrong key is 401 before the body is even parsed) ----
@@ -177,7 +188,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return APIError(exc.status_code, str(exc.detail), type_).response()
+        return APIError(exc.status_code, str(exc.detail), type_, headers=exc.headers).response()
 
     # -- helpers ---------------------------------------------------------------------------
     def card() -> ModelCard:
@@ -315,7 +326,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
         return card()
 
     @app.post("/v1/chat/completions", response_model=ChatCompletion, dependencies=auth,
-              responses={**ERROR_RESPONSES, **STREAM_DOC}, summary="Chat completion (stream or not)")
+              responses={**ERROR_RESPONSES, **stream_doc(ChatCompletionChunk)}, summary="Chat completion (stream or not)")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         check_model(body.model)
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
@@ -338,11 +349,9 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
                               usage=usage_of(done.stats, len(prompt_ids), len(done.ids)))
 
     @app.post("/v1/completions", response_model=Completion, dependencies=auth,
-              responses={**ERROR_RESPONSES, **STREAM_DOC}, summary="Text completion (stream or not)")
+              responses={**ERROR_RESPONSES, **stream_doc(CompletionChunk)}, summary="Text completion (stream or not)")
     async def completions(body: CompletionRequest, request: Request):
         check_model(body.model)
-        if body.echo:
-            raise APIError(400, "echo=true is not supported", param="echo")
         if isinstance(body.prompt, str):
             prompt_ids = runtime.tokenizer.encode(body.prompt)
         else:
@@ -381,8 +390,14 @@ def _publish_400_not_422(app: FastAPI) -> None:
                         "description": "Invalid parameters",
                         "content": {"application/json": {
                             "schema": {"$ref": "#/components/schemas/ErrorResponse"}}}})
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
-            schema.get("components", {}).get("schemas", {}).pop(name, None)
+            components.pop(name, None)
+        for model in (ChatCompletionChunk, CompletionChunk):   # referenced by the event-stream docs
+            sub = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, definition in sub.pop("$defs", {}).items():
+                components.setdefault(name, definition)
+            components[model.__name__] = sub
         app.openapi_schema = schema
         return schema
 

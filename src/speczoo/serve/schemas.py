@@ -10,12 +10,34 @@ are rejected with a 400 instead of silently ignored. This module never touches a
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 SpecMode = Literal["off", "ngram", "draft", "auto"]
 MAX_STOP = 4
+
+
+def _json_number(value: object) -> object:
+    """JSON numbers only: no booleans and no numeric strings (pydantic's lax mode would take both)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {type(value).__name__}")
+    return value
+
+
+def _json_bool(value: object) -> object:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected a boolean, got {type(value).__name__}")
+    return value
+
+
+# Schema-exact scalars: an integer accepts 3 and 3.0 (JSON Schema's integer) but not true or "3".
+# Constraints go before the validator inside Annotated, or pydantic publishes them as raw "ge"/"le".
+NUM = BeforeValidator(_json_number)
+Int = Annotated[int, NUM]
+Float = Annotated[float, BeforeValidator(_json_number)]
+Bool = Annotated[bool, Strict()]
+StopText = Annotated[str, Field(min_length=1)]
 
 
 class _Request(BaseModel):
@@ -41,23 +63,24 @@ class ChatMessage(_Request):
 
 
 class StreamOptions(_Request):
-    include_usage: bool = False
+    include_usage: Bool = False
 
 
 class _SamplingFields(_Request):
     model: str = Field(description="Model id, as listed by GET /v1/models.")
-    max_tokens: int | None = Field(None, ge=1, description="Tokens to generate at most; default: the "
+    max_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(None, description="Tokens to generate at most; default: the "
                                    "room left in the context.")
-    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy (the default).")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0, description="speczoo extension; 0 = off.")
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
-    stop: str | list[str] | None = Field(None, description=f"Up to {MAX_STOP} stop strings.")
-    stream: bool = False
+    temperature: Float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy (the default).")
+    top_p: Float = Field(1.0, gt=0.0, le=1.0)
+    top_k: Int = Field(0, ge=0, description="speczoo extension; 0 = off.")
+    seed: Annotated[int, Field(ge=0, le=2**53 - 1), NUM] | None = Field(None, description="Up to 2**53-1 (exact in JSON).")
+    stop: StopText | Annotated[list[StopText], Field(max_length=MAX_STOP)] | None = Field(
+        None, description=f"A stop string or up to {MAX_STOP}; the answer ends before the first one.")
+    stream: Bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1, description="Only 1 choice is supported.")
-    presence_penalty: float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
-    frequency_penalty: float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
+    n: Int = Field(1, ge=1, le=1, description="Only 1 choice is supported.")
+    presence_penalty: Float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
+    frequency_penalty: Float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
     speculative: SpecMode | None = Field(
         None, description="speczoo extension: speculative decoding mode; default: the server's --spec. "
         "Greedy output is identical in every mode (lossless); only the speed changes.")
@@ -70,12 +93,13 @@ class _SamplingFields(_Request):
 
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1, description="Alias of max_tokens.")
+    max_completion_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(None, description="Alias of max_tokens.")
 
 
 class CompletionRequest(_SamplingFields):
-    prompt: str | list[int] = Field(description="A string, or a list of token ids.")
-    echo: bool = Field(False, description="Not supported: must be false.")
+    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[int, Field(ge=0), NUM]], Field(min_length=1)] = Field(
+        description="A non-empty string, or a non-empty list of token ids.")
+    echo: Annotated[Literal[False], BeforeValidator(_json_bool)] = Field(False, description="Not supported: must be false.")
 
 
 # -- responses -------------------------------------------------------------------------------------
