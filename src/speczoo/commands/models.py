@@ -1,0 +1,68 @@
+"""`speczoo models`: every zoo entry and every other pulled bundle, with its status on disk.
+
+Only lists: it reads manifests and hashes sources to report `verified`; it never pulls or changes a bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from speczoo.zoo.bundle import bundle_dir_for, check_bundle, dir_size, list_bundles
+from speczoo.zoo.registry import DEFAULT_TARGET, MODELS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="list the zoo's models and what is pulled",
+                       description="List every model the zoo knows and every pulled bundle: pulled or not, "
+                                   "size on disk, quantization, role, and whether the source's sha256 still "
+                                   "matches the bundle's manifest.")
+    p.add_argument("--no-verify", action="store_true", help="skip hashing the sources (faster)")
+    p.set_defaults(func=run)
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def run(args: argparse.Namespace) -> int:
+    t = Table(title="speczoo models")
+    for col in ("name", "role", "arch", "quantization", "pulled", "on disk", "verified", "source"):
+        t.add_column(col, no_wrap=col in ("name", "on disk"))
+    shown = set()
+    for m in MODELS.values():
+        role = m.role + (" (default)" if m.name == DEFAULT_TARGET else "") + (f", draft: {m.draft}" if m.draft else "")
+        d = bundle_dir_for(m.name)
+        t.add_row(m.name, role, m.arch, m.quantization, *_status(d, args.no_verify), "zoo (PyPI chunks)")
+        shown.add(d.name)
+    for d in list_bundles():
+        if d.name in shown:
+            continue
+        check = check_bundle(d, hash_source=False)
+        m = check.manifest
+        quant = ", ".join(f"{k}×{v}" for k, v in m.quantization.items()) if m else "?"
+        t.add_row(d.name, "local", m.architecture if m else "?", quant, *_status(d, args.no_verify),
+                  f"{m.source.kind}: {m.source.path}" if m else "?")
+    # Piped output has no terminal width: do not squeeze the table to 80 columns.
+    Console(width=None if sys.stdout.isatty() else 220).print(t)
+    return 0
+
+
+def _status(d, no_verify: bool) -> tuple[str, str, str]:
+    """(pulled, size on disk, verified) of a bundle directory."""
+    if not d.is_dir():
+        return "no", "-", "-"
+    check = check_bundle(d, hash_source=not no_verify)
+    if check.manifest is None:
+        return "broken", _gb(dir_size(d)), f"no ({check.reason})"
+    size = dir_size(d)
+    if check.manifest.source.kind == "zoo":
+        size += check.manifest.source.size          # the kept GGUF counts too
+    if no_verify:
+        verified = "not checked" if check.ok else f"no ({check.reason})"
+    else:
+        verified = "yes" if check.ok else f"no ({check.reason})"
+    return "yes", _gb(size), verified
