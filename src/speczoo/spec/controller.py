@@ -1,0 +1,279 @@
+"""The adaptive controller: per round, which drafter (or none) and how many draft tokens K.
+
+It keeps a running estimate of each drafter's per-position acceptance α and picks the (drafter, K) with
+the most expected tokens per unit of time under the cost model (spec/cost.py):
+    rate(drafter, K) = E(α, K) / (K·draft_cost + c_v(K+1) + round_overhead)     (plain decoding: 1.0)
+
+Estimating α: in a round with K drafted tokens the accepted count a is a truncated geometric sample —
+a successes, then one failure unless a = K — so the estimate is successes / trials with trials =
+a + [a < K] (the maximum-likelihood estimate; accepted/drafted would be biased low). Both counts fade
+exponentially per judged token, shrink towards a prior, and also fade while the drafter sits unused.
+A change detector (CUSUM) drops the history when α collapses (a few zero-accept rounds after a good
+stretch), and a probe that is very improbable under a low estimate replaces it, so a conversation that
+stops being extractive switches drafting off within a few rounds, and one that turns extractive
+switches it back on after one good probe. See AcceptanceEstimate.
+
+It generalizes the hit-rate gate: a drafter whose estimate falls below break-even is not used, but any
+drafter left unused for `reprobe_every` rounds is tried again (a probe, with an optimistic K). An empty
+draft (an n-gram drafter with no candidate) is no evidence either way. The classic gate — one drafter,
+fixed K, off after `gate_after` zero-accept rounds in a row, back on when a probe gets anything accepted —
+is `Controller.gate(drafter, k, gate_after, reprobe_every)`.
+
+Pure decision logic: never touches a model, a cache or a clock; measured costs come in as `Costs`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from speczoo.spec.cost import CvCurve, as_curve, best_k, speedup
+
+NONE = "none"           # the choice "no drafter": a plain decode round
+COLLAPSE = 0.1          # the alternative the change detector watches for: α dropping to a tenth
+
+
+@dataclass
+class Costs:
+    """Measured costs, in target decode steps (one plain greedy step of the target = 1.0).
+
+    cv:             the target's forward cost over S tokens (a constant or a measured CvCurve).
+    draft_cost:     per drafter name, the cost of proposing one token (n-gram ≈ 0; a draft model's
+                    decode step relative to the target's, e.g. 0.71 for 0.5B drafting for 1.5B).
+    round_overhead: fixed extra cost of a speculative round (draft bookkeeping, rollback, launching).
+    """
+
+    cv: CvCurve | float
+    draft_cost: dict[str, float] = field(default_factory=dict)
+    round_overhead: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.cv = as_curve(self.cv)
+        for name, c in self.draft_cost.items():
+            if not (c >= 0 and math.isfinite(c)):
+                raise ValueError(f"draft cost of {name!r} must be a finite number >= 0, got {c}")
+        if not (self.round_overhead >= 0 and math.isfinite(self.round_overhead)):
+            raise ValueError(f"round_overhead must be >= 0, got {self.round_overhead}")
+
+
+@dataclass
+class Choice:
+    drafter: str            # a drafter name, or "none" for plain decoding
+    k: int                  # draft tokens to ask for (0 with "none")
+    probe: bool = False     # a re-probe of a drafter the controller had stopped using
+
+    @property
+    def drafting(self) -> bool:
+        return self.drafter != NONE and self.k > 0
+
+
+class AcceptanceEstimate:
+    """Exponentially weighted α of one drafter from (drafted, accepted) per round, with change detection.
+
+    Evidence fades per judged draft token (`half_life` tokens), so the estimate has about the same
+    precision whatever α and K are; while the drafter sits out rounds it also fades per round
+    (`idle_half_life`), down to `idle_floor` judged tokens, so a drafter written off on old evidence can
+    be rehabilitated by a few probes. Two surprises replace the history with the recent evidence, because
+    a long memory would otherwise take tens of rounds to notice that the text changed character:
+    - a collapse: a CUSUM test of "α fell to COLLAPSE × the estimate" against "α is the estimate",
+      over the judged tokens since the statistic last touched 0, exceeds log(1/reset_p) (the drafter
+      stopped working: from α ≈ 0.9 four zero-accept rounds are enough to switch it off, and a stray
+      accepted token does not restart the count; in steady use a false alarm comes about once in
+      several hundred rounds);
+    - a probe round with `accepted` tokens kept, when P(at least that many) = α^accepted < reset_p
+      (a drafter that was off works again). Only probes count here: in the drafter's normal use long
+      accepted runs are expected and must not inflate the estimate.
+    """
+
+    def __init__(self, half_life: float = 32.0, prior_alpha: float = 0.5, prior_weight: float = 2.0,
+                 reset_p: float = 1e-3, idle_half_life: float = 16.0, idle_floor: float = 8.0):
+        if half_life <= 0 or idle_half_life <= 0:
+            raise ValueError(f"half lives must be > 0, got {half_life} tokens and {idle_half_life} rounds")
+        if idle_floor < 0:
+            raise ValueError(f"idle_floor must be >= 0 judged tokens, got {idle_floor}")
+        if not 0.0 < prior_alpha < 1.0:
+            raise ValueError(f"prior_alpha must be in (0, 1), got {prior_alpha}")
+        if prior_weight <= 0:
+            raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
+        if not 0.0 < reset_p < 1.0:
+            raise ValueError(f"reset_p must be in (0, 1), got {reset_p}")
+        self.decay = 0.5 ** (1.0 / half_life)              # per judged draft token
+        self.idle_decay = 0.5 ** (1.0 / idle_half_life)    # per round the drafter sits out
+        self.idle_floor = idle_floor
+        self.prior_alpha, self.prior_weight, self.reset_p = prior_alpha, prior_weight, reset_p
+        self.successes = 0.0
+        self.trials = 0.0
+        self.zero_streak = 0        # rounds in a row with drafted > 0 and nothing accepted
+        self.resets = 0
+        self._cusum = 0.0           # CUSUM statistic for "α collapsed to COLLAPSE × its estimate"
+        self._run_alpha = prior_alpha       # the estimate when the current CUSUM run began
+        self._run_s = 0.0           # evidence gathered since then
+        self._run_t = 0.0
+
+    @property
+    def alpha(self) -> float:
+        w = self.prior_weight
+        return (self.successes + self.prior_alpha * w) / (self.trials + w)
+
+    def idle(self) -> None:
+        """The drafter sat out a round: its evidence grows stale, down to `idle_floor` judged tokens."""
+        if self.trials > self.idle_floor:
+            f = max(self.idle_decay, self.idle_floor / self.trials)
+            self.successes *= f
+            self.trials *= f
+
+    def update(self, drafted: int, accepted: int, probe: bool = False) -> None:
+        if drafted == 0:
+            return                              # no candidate this round: no evidence
+        miss = 1 if accepted < drafted else 0
+        before = self.alpha
+        self.zero_streak = self.zero_streak + 1 if accepted == 0 else 0
+        if self._cusum == 0.0:                  # a new run starts: judge it against today's estimate
+            self._run_alpha, self._run_s, self._run_t = before, 0.0, 0.0
+        a0 = min(max(self._run_alpha, 1e-6), 1 - 1e-6)
+        a1 = a0 * COLLAPSE
+        llr = accepted * math.log(a1 / a0) + miss * math.log((1 - a1) / (1 - a0))
+        self._cusum = max(0.0, self._cusum + llr)
+        self._run_s += accepted
+        self._run_t += accepted + miss
+        if self._cusum > -math.log(self.reset_p):
+            self._replace(self._run_s, self._run_t)
+        elif probe and accepted and accepted * math.log(max(before, 1e-300)) < math.log(self.reset_p):
+            self._replace(float(accepted), float(accepted + miss))
+        else:
+            fade = self.decay ** (accepted + miss)
+            self.successes = fade * self.successes + accepted
+            self.trials = fade * self.trials + accepted + miss
+
+    def _replace(self, successes: float, trials: float) -> None:
+        """Change detected: forget what came before; the surprising run is the evidence."""
+        self.successes, self.trials = successes, trials
+        self._cusum = 0.0
+        self.resets += 1
+
+
+class Controller:
+    """Chooses (drafter, K) per round to maximize expected tokens per unit time.
+
+    costs:          measured costs; None only for a fixed-K single-drafter gate (no cost model).
+    drafters:       the drafters available this generation ("none" is always available).
+    k_max:          the most draft tokens per round.
+    fixed_k:        always this K when drafting (no K optimization).
+    gate_after:     switch a drafter off after this many zero-accept rounds in a row, whatever the
+                    cost model says; a probe with anything accepted switches it back on.
+    reprobe_every:  a drafter not chosen for this many rounds is probed once (an empty probe draft
+                    waits for the next period).
+    probe_alpha:    the optimistic α that sets a probe's K (its estimate, if higher, wins).
+    half_life, prior_alpha, prior_weight, reset_p: see AcceptanceEstimate.
+    """
+
+    def __init__(self, costs: Costs | None, drafters: list[str], k_max: int = 8, *,
+                 fixed_k: int | None = None, gate_after: int | None = None, reprobe_every: int = 16,
+                 probe_alpha: float = 0.8, half_life: float = 32.0, prior_alpha: float = 0.5,
+                 prior_weight: float = 2.0, reset_p: float = 1e-3):
+        names = [d for d in drafters if d != NONE]
+        if len(set(names)) != len(names):
+            raise ValueError(f"drafter names must be unique, got {drafters}")
+        if k_max < 1:
+            raise ValueError(f"k_max must be >= 1, got {k_max}")
+        if fixed_k is not None and not 1 <= fixed_k <= k_max:
+            raise ValueError(f"fixed_k must be in 1..k_max={k_max}, got {fixed_k}")
+        if gate_after is not None and gate_after < 1:
+            raise ValueError(f"gate_after must be >= 1 round, got {gate_after}")
+        if reprobe_every < 1:
+            raise ValueError(f"reprobe_every must be >= 1 round, got {reprobe_every}")
+        if costs is None and (len(names) > 1 or fixed_k is None):
+            raise ValueError("without Costs the controller can only gate one drafter at a fixed K; "
+                             "pass Costs(cv=..., draft_cost={...}) to choose among drafters or K")
+        if costs is not None:
+            missing = [d for d in names if d not in costs.draft_cost]
+            if missing:
+                raise ValueError(f"Costs.draft_cost has no entry for {missing}; give each drafter its "
+                                 f"cost per proposed token (0.0 for n-gram lookup)")
+        self.costs = costs
+        self.drafters = names
+        self.k_max, self.fixed_k, self.gate_after = k_max, fixed_k, gate_after
+        self.reprobe_every, self.probe_alpha = reprobe_every, probe_alpha
+        self.estimates = {d: AcceptanceEstimate(half_life, prior_alpha, prior_weight, reset_p)
+                          for d in names}
+        self._probing = ""          # the drafter probed by the last choose(), if any
+        self.round = 0
+        # The round each drafter was last chosen; "long ago" at the start, so a drafter the cost model
+        # would not pick on its prior alone is probed in the first rounds rather than after a period.
+        self.last_chosen = {d: -reprobe_every for d in names}
+
+    @classmethod
+    def gate(cls, drafter: str, k: int, gate_after: int = 3, reprobe_every: int = 16) -> Controller:
+        """The hit-rate gate: `drafter` at fixed K, off after `gate_after` zero-accept rounds in a row,
+        probed every `reprobe_every` rounds while off, back on when a probe gets anything accepted."""
+        return cls(None, [drafter], k_max=k, fixed_k=k, gate_after=gate_after,
+                   reprobe_every=reprobe_every)
+
+    def alpha(self, drafter: str) -> float:
+        return self._estimate(drafter).alpha
+
+    def gated(self, drafter: str) -> bool:
+        return self.gate_after is not None and self._estimate(drafter).zero_streak >= self.gate_after
+
+    def rate(self, drafter: str, k: int, alpha: float | None = None) -> float:
+        """Expected tokens per target step of a round with `drafter` and K (1.0 for plain decoding)."""
+        if drafter == NONE or k == 0:
+            return 1.0
+        if self.costs is None:
+            raise ValueError("this controller has no Costs; rates need a cost model")
+        a = self.alpha(drafter) if alpha is None else alpha
+        return speedup(a, k, self.costs.cv, self.costs.draft_cost[drafter], self.costs.round_overhead)
+
+    def plan(self, drafter: str, alpha: float | None = None) -> Choice:
+        """The best K for `drafter` at its estimate (or at `alpha`), ignoring gates and probes."""
+        if self.fixed_k is not None:
+            return Choice(drafter, self.fixed_k)
+        assert self.costs is not None
+        a = self.alpha(drafter) if alpha is None else alpha
+        b = best_k(a, self.costs.cv, self.costs.draft_cost[drafter], self.k_max,
+                   self.costs.round_overhead)
+        return Choice(drafter, b.k)
+
+    def decide(self) -> Choice:
+        """The best (drafter, K) on the current estimates, without probes and without side effects."""
+        best, best_rate = Choice(NONE, 0), 1.0
+        for d in self.drafters:
+            if self.gated(d):
+                continue
+            c = self.plan(d)
+            r = math.inf if self.costs is None else self.rate(d, c.k)
+            if r > best_rate:
+                best, best_rate = c, r
+        return best
+
+    def choose(self) -> Choice:
+        """This round's drafter and K; call once per round, then `update` with what happened."""
+        self.round += 1
+        best = self.decide()
+        stale = [d for d in self.drafters
+                 if d != best.drafter and self.round - self.last_chosen[d] >= self.reprobe_every]
+        if stale:
+            d = min(stale, key=lambda name: self.last_chosen[name])
+            best = Choice(d, self.plan(d, max(self.alpha(d), self.probe_alpha)).k, probe=True)
+        if best.drafter != NONE:
+            self.last_chosen[best.drafter] = self.round
+        for d in self.drafters:
+            if d != best.drafter:
+                self.estimates[d].idle()
+        self._probing = best.drafter if best.probe else ""
+        return best
+
+    def update(self, drafter: str, drafted: int, accepted: int) -> None:
+        """After a round: `drafted` tokens proposed (0: the drafter had no candidate), `accepted` kept."""
+        if drafter == NONE:
+            return
+        if not 0 <= accepted <= drafted:
+            raise ValueError(f"need 0 <= accepted <= drafted, got accepted={accepted}, drafted={drafted}")
+        self._estimate(drafter).update(drafted, accepted, probe=drafter == self._probing)
+        self._probing = ""
+
+    def _estimate(self, drafter: str) -> AcceptanceEstimate:
+        est = self.estimates.get(drafter)
+        if est is None:
+            raise ValueError(f"unknown drafter {drafter!r}; this controller knows {self.drafters}")
+        return est

@@ -1,0 +1,320 @@
+"""The adaptive controller and the gate, on synthetic acceptance streams (no models)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from speczoo.spec.controller import NONE, AcceptanceEstimate, Choice, Controller, Costs
+from speczoo.spec.cost import CvCurve, best_k, speedup
+
+LLAMA_15B = CvCurve.measured({1: 1.0, 2: 1.58, 3: 2.09, 5: 3.05, 9: 6.28, 17: 7.84})
+
+
+def accepted_count(alpha: float, k: int, rng: random.Random) -> int:
+    """A truncated geometric sample: draft tokens survive one by one with probability α."""
+    a = 0
+    while a < k and rng.random() < alpha:
+        a += 1
+    return a
+
+
+def simulate(ctl: Controller, alphas: dict[str, float], rounds: int, seed: int = 0,
+             empty: dict[str, float] | None = None) -> list[Choice]:
+    """Drive the controller; `empty[d]` is the chance that drafter d has no candidate this round."""
+    rng = random.Random(seed)
+    choices = []
+    for _ in range(rounds):
+        c = ctl.choose()
+        choices.append(c)
+        if c.drafter == NONE:
+            continue
+        assert 1 <= c.k <= ctl.k_max
+        if empty and rng.random() < empty.get(c.drafter, 0.0):
+            ctl.update(c.drafter, 0, 0)
+        else:
+            ctl.update(c.drafter, c.k, accepted_count(alphas[c.drafter], c.k, rng))
+    return choices
+
+
+def test_estimate_is_unbiased_for_truncated_geometric():
+    rng = random.Random(1)
+    for alpha, k in [(0.6, 4), (0.9, 8), (0.3, 2)]:
+        est = AcceptanceEstimate(half_life=1e9, reset_p=1e-300)
+        drafted = accepted = 0
+        for _ in range(4000):
+            a = accepted_count(alpha, k, rng)
+            est.update(k, a)
+            drafted += k
+            accepted += a
+        assert est.alpha == pytest.approx(alpha, abs=0.02)
+        # the naive accepted/drafted would be far off for truncated runs
+        if alpha == 0.6:
+            assert accepted / drafted < 0.4
+
+
+def test_empty_draft_is_no_evidence():
+    est = AcceptanceEstimate()
+    est.update(4, 0)
+    before = (est.alpha, est.zero_streak)
+    for _ in range(10):
+        est.update(0, 0)
+    assert (est.alpha, est.zero_streak) == before
+
+
+def test_a_surprising_probe_replaces_stale_evidence_but_a_normal_round_does_not():
+    rng = random.Random(2)
+    probed, normal = AcceptanceEstimate(), AcceptanceEstimate()
+    for _ in range(200):                                   # a long free-form stretch: α ≈ 0.1
+        a = accepted_count(0.1, 8, rng)
+        probed.update(8, a)
+        normal.update(8, a)
+    assert probed.alpha < 0.2
+    probed.update(8, 8, probe=True)                        # P(8 accepted | α 0.1) = 1e-8
+    normal.update(8, 8)
+    assert probed.alpha > 0.8
+    assert normal.alpha < 0.35
+
+
+def test_idle_rounds_fade_evidence_down_to_the_floor():
+    est = AcceptanceEstimate(idle_half_life=4, idle_floor=8)
+    for _ in range(100):
+        est.update(4, 1)                                   # α = 1/2 exactly, lots of evidence
+    before_alpha, before_trials = est.alpha, est.trials
+    assert before_trials > 30
+    est.idle()
+    assert est.trials == pytest.approx(before_trials * 0.5 ** 0.25)
+    for _ in range(100):
+        est.idle()
+    assert est.trials == pytest.approx(8.0)
+    assert est.alpha == pytest.approx(before_alpha)
+
+
+def test_high_alpha_cheap_drafts_pick_ngram_with_large_k():
+    ctl = Controller(Costs(cv=1.0, draft_cost={"ngram": 0.0}), ["ngram"], k_max=8)
+    choices = simulate(ctl, {"ngram": 0.9}, 200)
+    tail = choices[-50:]
+    assert sum(c.drafter == "ngram" for c in tail) == 50
+    assert all(c.k >= 6 for c in tail if not c.probe)
+    # with the measured llama.cpp 1.5B curve the best K is smaller but it still drafts
+    ctl = Controller(Costs(cv=LLAMA_15B, draft_cost={"ngram": 0.0}), ["ngram"], k_max=8)
+    tail = simulate(ctl, {"ngram": 0.95}, 200)[-50:]
+    assert all(c.drafter == "ngram" and 2 <= c.k <= 8 for c in tail)
+
+
+def test_low_alpha_picks_plain_decoding_but_reprobes():
+    ctl = Controller(Costs(cv=1.3, draft_cost={"ngram": 0.0}), ["ngram"], k_max=8, reprobe_every=16)
+    choices = simulate(ctl, {"ngram": 0.1}, 320)
+    tail = choices[-160:]
+    probes = [c for c in tail if c.probe]
+    assert sum(c.drafter == NONE for c in tail) >= 140
+    assert 160 // 16 - 1 <= len(probes) <= 160 // 16 + 1             # the periodic re-probes
+    assert sum(c.drafter == "ngram" and not c.probe for c in tail) <= 8   # after a lucky probe
+
+
+@pytest.mark.parametrize("alpha_tenths,want", [(9, ("ngram", 8)), (1, (NONE, 0))])
+def test_decision_on_known_estimates(alpha_tenths, want):
+    ctl = Controller(Costs(cv=1.3, draft_cost={"ngram": 0.0}), ["ngram"], k_max=8, half_life=1000)
+    feed(ctl, "ngram", alpha_tenths)
+    c = ctl.decide()
+    assert (c.drafter, c.k) == want
+
+
+def true_rate(choice: Choice, alphas: dict[str, float], costs: Costs) -> float:
+    if choice.drafter == NONE:
+        return 1.0
+    return speedup(alphas[choice.drafter], choice.k, costs.cv, costs.draft_cost[choice.drafter])
+
+
+def efficiency(choices: list[Choice], alphas: dict[str, float], costs: Costs) -> float:
+    """Tokens per unit time achieved, relative to an oracle that knows every α."""
+    oracle = max([1.0] + [best_k(alphas[d], costs.cv, costs.draft_cost[d]).speedup for d in alphas])
+    return sum(true_rate(c, alphas, costs) for c in choices) / len(choices) / oracle
+
+
+def feed(ctl: Controller, drafter: str, alpha_tenths: int, repeats: int = 20) -> None:
+    """Exact evidence: K = 1 rounds, `alpha_tenths` accepted in every 10, spread out."""
+    pattern = [1 if (i * alpha_tenths) % 10 < alpha_tenths else 0 for i in range(10)]
+    assert sum(pattern) == alpha_tenths
+    for _ in range(repeats):
+        for a in pattern:
+            ctl.update(drafter, 1, a)
+
+
+@pytest.mark.parametrize("cv", [1.0, 1.3])
+def test_draft_model_beats_weak_ngram(cv):
+    costs = Costs(cv=cv, draft_cost={"ngram": 0.0, "draft": 0.3})
+    ctl = Controller(costs, ["ngram", "draft"], k_max=8, half_life=1000)
+    feed(ctl, "ngram", 2)
+    feed(ctl, "draft", 7)
+    assert ctl.alpha("ngram") == pytest.approx(0.2, abs=0.01)
+    assert ctl.alpha("draft") == pytest.approx(0.7, abs=0.01)
+    c = ctl.decide()
+    assert c.drafter == "draft" and 1 <= c.k <= 3, c
+
+
+def test_draft_model_beats_weak_ngram_in_closed_loop():
+    # c_v 1.3: n-gram at α 0.2 is below break-even (0.96×); the draft at 0.3 per token and α 0.7: 1.15×
+    costs = Costs(cv=1.3, draft_cost={"ngram": 0.0, "draft": 0.3})
+    alphas = {"ngram": 0.2, "draft": 0.7}
+    shares, effs = [], []
+    for seed in range(3):
+        ctl = Controller(costs, ["ngram", "draft"], k_max=8)
+        choices = simulate(ctl, alphas, 600, seed=seed)
+        tail = Counter(c.drafter for c in choices[-300:])
+        shares.append(tail["draft"] / 300)
+        effs.append(efficiency(choices[-400:], alphas, costs))
+    assert sum(shares) / 3 >= 0.5, shares          # the most used option, though estimates are noisy
+    assert min(effs) >= 0.88 and sum(effs) / 3 >= 0.92, effs
+
+
+def test_close_calls_still_get_most_of_the_oracle_speed():
+    # n-gram 1.25× vs draft 1.37×: estimates are noisy, but picking the wrong one costs little
+    costs = Costs(cv=1.0, draft_cost={"ngram": 0.0, "draft": 0.3})
+    alphas = {"ngram": 0.2, "draft": 0.7}
+    for seed in range(3):
+        choices = simulate(Controller(costs, ["ngram", "draft"]), alphas, 600, seed=seed)
+        assert efficiency(choices[-400:], alphas, costs) >= 0.92
+
+
+def test_regime_changes_keep_most_of_the_oracle_speed():
+    # the text alternates between extractive (n-gram α 0.9) and free-form (α 0.05) every 100 rounds
+    costs = Costs(cv=LLAMA_15B, draft_cost={"ngram": 0.0})
+    ctl = Controller(costs, ["ngram"], k_max=8)
+    rng = random.Random(0)
+    got = best = 0.0
+    off_within: list[int] = []       # per free-form stretch: rounds until plain decoding
+    for r in range(1000):
+        alphas = {"ngram": 0.9 if (r // 100) % 2 == 0 else 0.05}
+        c = ctl.choose()
+        if (r // 100) % 2 == 1 and len(off_within) < (r // 200) + 1 and c.drafter == NONE:
+            off_within.append(r % 100)
+        if c.drafter != NONE:
+            ctl.update(c.drafter, c.k, accepted_count(alphas[c.drafter], c.k, rng))
+        got += true_rate(c, alphas, costs)
+        best += max(1.0, best_k(alphas["ngram"], costs.cv, 0.0).speedup)
+    assert got / best >= 0.85
+    assert len(off_within) == 5 and max(off_within) <= 8, off_within
+
+
+def test_strong_ngram_beats_draft_model():
+    costs = Costs(cv=1.0, draft_cost={"ngram": 0.0, "draft": 0.3})
+    ctl = Controller(costs, ["ngram", "draft"], k_max=8)
+    tail = Counter(c.drafter for c in simulate(ctl, {"ngram": 0.85, "draft": 0.7}, 400)[-200:])
+    assert tail["ngram"] >= 180, tail
+
+
+def test_k_stays_within_bounds():
+    for cv in (1.0, 1.3, LLAMA_15B):
+        for alpha in (0.0, 0.3, 0.6, 0.99, 1.0):
+            ctl = Controller(Costs(cv=cv, draft_cost={"ngram": 0.0, "draft": 0.2}), ["ngram", "draft"],
+                             k_max=5, reprobe_every=3)
+            for c in simulate(ctl, {"ngram": alpha, "draft": alpha}, 60):
+                assert (c.drafter == NONE and c.k == 0) or 1 <= c.k <= 5
+
+
+def test_switches_off_within_a_few_rounds_and_back_on_after_a_good_probe():
+    ctl = Controller(Costs(cv=1.3, draft_cost={"ngram": 0.0}), ["ngram"], k_max=8, reprobe_every=8)
+    simulate(ctl, {"ngram": 0.9}, 100)                      # an extractive stretch: high α
+    assert ctl.alpha("ngram") > 0.8
+    # the conversation turns free-form: nothing accepted any more
+    off_after = None
+    for i in range(1, 10):
+        c = ctl.choose()
+        if c.drafter == NONE:
+            off_after = i - 1
+            break
+        ctl.update(c.drafter, c.k, 0)
+    assert off_after is not None and off_after <= 6, off_after   # ~30 without change detection
+    # ... until a re-probe, which comes within reprobe_every rounds
+    for _ in range(8):
+        c = ctl.choose()
+        if c.probe:
+            break
+        assert c.drafter == NONE
+    assert c.drafter == "ngram" and c.probe and c.k >= 2
+    ctl.update("ngram", c.k, c.k)                          # it turned extractive again
+    nxt = ctl.choose()
+    assert nxt.drafter == "ngram" and not nxt.probe
+
+
+def test_empty_ngram_drafts_do_not_switch_it_off():
+    ctl = Controller(Costs(cv=1.3, draft_cost={"ngram": 0.0}), ["ngram"], k_max=8)
+    choices = simulate(ctl, {"ngram": 0.8}, 300, empty={"ngram": 0.7})
+    assert sum(c.drafter == "ngram" for c in choices[-100:]) == 100
+
+
+def test_gate_turns_off_after_gate_after_and_on_after_a_successful_probe():
+    gate = Controller.gate("ngram", k=6, gate_after=3, reprobe_every=5)
+    for _ in range(2):
+        c = gate.choose()
+        assert c == Choice("ngram", 6)
+        gate.update("ngram", 6, 0)
+    # empty drafts neither extend nor break the streak
+    c = gate.choose()
+    gate.update(c.drafter, 0, 0)
+    assert gate.choose() == Choice("ngram", 6)
+    gate.update("ngram", 6, 0)                              # third zero-accept round: off
+    assert gate.gated("ngram")
+    offs = [gate.choose() for _ in range(4)]
+    assert all(c.drafter == NONE for c in offs)
+    probe = gate.choose()                                   # 5 rounds after it was last chosen
+    assert probe == Choice("ngram", 6, probe=True)
+    gate.update("ngram", 6, 0)                              # a failed probe: still off
+    assert [gate.choose().drafter for _ in range(4)] == [NONE] * 4
+    probe = gate.choose()
+    assert probe.probe and probe.drafter == "ngram"
+    gate.update("ngram", 6, 1)                              # anything accepted: back on
+    assert not gate.gated("ngram")
+    assert gate.choose() == Choice("ngram", 6)
+
+
+def test_gate_with_an_empty_probe_waits_for_the_next_period():
+    gate = Controller.gate("ngram", k=4, gate_after=1, reprobe_every=3)
+    gate.choose()
+    gate.update("ngram", 4, 0)
+    assert [gate.choose().drafter for _ in range(2)] == [NONE, NONE]
+    p = gate.choose()
+    assert p.probe
+    gate.update("ngram", 0, 0)                              # no candidate: inconclusive
+    assert [gate.choose().drafter for _ in range(2)] == [NONE, NONE]
+    assert gate.choose().probe
+
+
+def test_gate_after_also_applies_to_the_adaptive_controller():
+    ctl = Controller(Costs(cv=1.0, draft_cost={"ngram": 0.0}), ["ngram"], gate_after=2, reprobe_every=50)
+    for _ in range(2):
+        c = ctl.choose()
+        ctl.update(c.drafter, c.k, 0)
+    assert ctl.choose().drafter == NONE                     # free drafts at c_v 1 always "pay", gate wins
+
+
+def test_round_overhead_and_draft_cost_can_make_drafting_lose():
+    costs = Costs(cv=1.0, draft_cost={"draft": 0.7}, round_overhead=0.2)
+    ctl = Controller(costs, ["draft"], k_max=8)
+    tail = simulate(ctl, {"draft": 0.6}, 200)[-100:]
+    assert sum(c.drafter == NONE for c in tail) >= 90
+    assert ctl.rate(NONE, 0) == 1.0
+
+
+def test_construction_errors():
+    with pytest.raises(ValueError, match="draft_cost has no entry"):
+        Controller(Costs(cv=1.0, draft_cost={}), ["ngram"])
+    with pytest.raises(ValueError, match="without Costs"):
+        Controller(None, ["ngram", "draft"], fixed_k=4)
+    with pytest.raises(ValueError, match="k_max must be >= 1"):
+        Controller.gate("ngram", k=0)
+    with pytest.raises(ValueError, match="fixed_k"):
+        Controller(None, ["ngram"], k_max=4, fixed_k=5)
+    with pytest.raises(ValueError, match="unique"):
+        Controller(Costs(cv=1.0, draft_cost={"a": 0.0}), ["a", "a"])
+    with pytest.raises(ValueError, match=">= 0"):
+        Costs(cv=1.0, draft_cost={"a": -1.0})
+    ctl = Controller(Costs(cv=1.0, draft_cost={"a": 0.0}), ["a", NONE])
+    with pytest.raises(ValueError, match="unknown drafter"):
+        ctl.update("b", 1, 0)
+    with pytest.raises(ValueError, match="accepted"):
+        ctl.update("a", 2, 3)
+    ctl.update(NONE, 0, 0)                                  # plain rounds may be reported
