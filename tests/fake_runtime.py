@@ -186,19 +186,26 @@ def _hold_back(text: str, stop: list[str]) -> int:
     return hold
 
 
+_REAL: dict[str, object] = {}
+
+
 def make_test_runtime(**fake_kwargs):
     """The runtime the serve/chat tests run against.
 
-    Default: a `FakeRuntime(**fake_kwargs)`. With SPECZOO_TEST_RUNTIME=real, the real runtime:
-    `speczoo.runtime.load_runtime(SPECZOO_TEST_TARGET or "qwen2.5-coder-0.5b", draft=SPECZOO_TEST_DRAFT,
-    max_seq=SPECZOO_TEST_MAX_SEQ or 1024)`; `delay`, `answer_words` etc. are then ignored.
+    Default: a fresh `FakeRuntime(**fake_kwargs)`. With SPECZOO_TEST_RUNTIME=real: the real runtime,
+    `speczoo.runtime.load_runtime(SPECZOO_TEST_TARGET or "qwen2.5-coder-0.5b",
+    draft=SPECZOO_TEST_DRAFT, max_seq=SPECZOO_TEST_MAX_SEQ or 1024)`, loaded once per test session and
+    shared (the fake-only knobs in `fake_kwargs`, max_seq included, are then ignored; tests read
+    `runtime.max_seq`). Tests that need the fake's log or delay check `is_fake(runtime)`.
     """
     if os.environ.get("SPECZOO_TEST_RUNTIME", "fake") != "real":
         return FakeRuntime(**fake_kwargs)
-    from speczoo.runtime import load_runtime  # only exists once the lead's runtime lands
-    return load_runtime(os.environ.get("SPECZOO_TEST_TARGET", "qwen2.5-coder-0.5b"),
-                        draft=os.environ.get("SPECZOO_TEST_DRAFT") or None,
-                        max_seq=int(os.environ.get("SPECZOO_TEST_MAX_SEQ", "1024")))
+    if "runtime" not in _REAL:
+        from speczoo.runtime import load_runtime
+        _REAL["runtime"] = load_runtime(os.environ.get("SPECZOO_TEST_TARGET", "qwen2.5-coder-0.5b"),
+                                        draft=os.environ.get("SPECZOO_TEST_DRAFT") or None,
+                                        max_seq=int(os.environ.get("SPECZOO_TEST_MAX_SEQ", "1024")))
+    return _REAL["runtime"]
 
 
 def is_fake(runtime) -> bool:

@@ -171,3 +171,42 @@ def test_cli_registers_chat_and_serve():
     args = parser.parse_args(["serve", "--port", "9001", "--api-key", "k"])
     assert (args.host, args.port, args.api_key) == ("127.0.0.1", 9001, "k")
     assert args.model == "qwen2.5-coder-0.5b"
+
+
+def test_chat_command_wires_the_terminal_to_a_session(monkeypatch, capsys):
+    import builtins
+
+    import speczoo.runtime
+    from speczoo.cli import main
+
+    rt = FakeRuntime()
+    monkeypatch.setattr(speczoo.runtime, "load_runtime", lambda *a, **kw: rt)
+    lines = iter(["hello", "/spec off", "/stats", "/quit"])
+    monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
+    assert main(["chat", "fake-model", "--spec", "ngram", "--max-tokens", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "speczoo chat with fake-model (spec: ngram)" in out
+    assert "[spec: off]" in out and "drafter: ngram" in out
+    assert rt.log[0].request.max_new_tokens == 12 and rt.log[0].request.spec == "ngram"
+
+
+def test_serve_command_builds_the_app_and_binds_loopback(monkeypatch, capsys):
+    import uvicorn
+
+    import speczoo.runtime
+    from speczoo.cli import main
+
+    rt = FakeRuntime()
+    calls = {}
+    monkeypatch.setattr(speczoo.runtime, "load_runtime",
+                        lambda target, draft=None, backend=None, max_seq=4096:
+                        calls.setdefault("load", (target, draft, max_seq)) and rt)
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: calls.update(app=app, host=host, port=port))
+    assert main(["serve", "fake-model", "--port", "8123", "--max-seq", "777"]) == 0
+    assert calls["load"] == ("fake-model", None, 777)
+    assert (calls["host"], calls["port"]) == ("127.0.0.1", 8123)
+    assert "warning" not in capsys.readouterr().err
+    assert main(["serve", "--host", "0.0.0.0"]) == 0
+    assert "without an API key" in capsys.readouterr().err
+    assert main(["serve", "--spec", "warp"]) == 2      # a clear error, not a traceback
+    assert "warp" in capsys.readouterr().err

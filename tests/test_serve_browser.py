@@ -54,10 +54,13 @@ def page(tmp_path_factory):
 
 def ask(page, text: str) -> tuple[str, dict]:
     """Send `text` through the page's form; wait for the answer; return it and the readout."""
+    if not page.get_by_label("Max tokens").is_visible():
+        page.get_by_text("Settings").click()
+    page.get_by_label("Max tokens").fill("48")
     page.get_by_label("Message").fill(text)
     page.get_by_label("Message").press("Enter")
     answer = page.locator(".msg.assistant").last
-    expect(answer).to_have_attribute("data-done", "1", timeout=30_000)
+    expect(answer).to_have_attribute("data-done", "1", timeout=120_000)
     readout = {k: page.locator(f"#{k}").text_content() for k in ("tps", "apr", "rounds", "drafter", "tokens")}
     return answer.locator(".text").text_content(), readout
 
