@@ -9,7 +9,7 @@
 // differently from the reference.
 //
 // Weight layouts (built by speczoo/kernels/pack.py; NB = ceil(N/16) strips of 16 output columns):
-//   q8: w8 u8 [NB, KP/4, 16, 4] = q + 128 (q in [-127, 127]), KP = K rounded up to 16;
+//   q8: w8 u8 [NB, KP/4, 16, 4] = q + 128 (q in [-127, 127]), KP = K rounded up to 32;
 //       sw f32 [NB*16] per-column scale.
 //       y = ((float)(sum_k xq*q) * sa[s]) * sw[n]  (+ bias[n])
 //   q4: super-blocks of 256 along K (KB of them), groups of 32; w = D*sc_g*q - Dm*m_g, q in [0, 15]
@@ -19,7 +19,10 @@
 //       F = sum_b (float)(sum_g sc_g * sum_{k in g} xq*q) * D_b        (b in order, from 0.0f)
 //       M = sum_b (float)(sum_g m_g * sum_{k in g} xq) * Dm_b          (b in order, from 0.0f)
 //       y = (F - M) * sa[s]  (+ bias[n])
-// Activations: sa = amax|x[s]| / 127, xq = round_half_even(x / sa) clamped to [-127, 127] (0 if sa == 0).
+// Activations: sa = amax|x[s]| / 127, xq = round_half_even(x / sa) clamped to [-127, 127] (0 if sa == 0),
+// stored quad-major so that one pointer plus constant offsets reaches every row of a tile:
+//   xw i32 [KP/4, S]: word (kq, s) holds xq[s, 4kq .. 4kq+3];  xg i32 [KP/64, S]: word (p, s) holds the
+//   int16 pair (sum of xq[s] over group 2p, over group 2p+1);  sa f32 [S];  xsum i32 [S] = sum of xq[s].
 
 #include <math.h>
 #include <stdint.h>
@@ -34,301 +37,380 @@
 #define SZ_VNNI 0
 #endif
 
-#define SZ_RMAX 20  // most activation rows kept in registers per pass over a weight strip
+#define SZ_TILE 12  // most activation rows per register tile
+#define SZ_KBLOCK 64  // q8: quads (4 inputs) per k-block; one k-block of a strip stays in L1 across row tiles
 
 extern "C" int sz_has_vnni(void) { return SZ_VNNI; }
 extern "C" int sz_abi_version(void) { return 3; }
 
 // ---------------------------------------------------------------- activation quantization (per row)
-// xq int8 [S, KP] (zero padded), sa f32 [S], xs16 int16 [S, KP/32] (sum of xq per group of 32),
-// xsum int32 [S] (sum of xq over the row).
-static void quantize_row(const float* x, int64_t K, int64_t KP, int8_t* xq, float* sa, int16_t* xs16,
-                         int32_t* xsum) {
+static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64_t s, int32_t* xw, int32_t* xg,
+                         float* sa, int32_t* xsum) {
+#if SZ_VNNI
+    __m512 vmax = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) {
+        const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
+        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + k)));
+    }
+    const float amax = _mm512_reduce_max_ps(vmax);
+#else
     float amax = 0.0f;
     for (int64_t k = 0; k < K; ++k) {
-        float a = fabsf(x[k]);
+        const float a = fabsf(x[k]);
         amax = a > amax ? a : amax;
     }
-    float s = amax / 127.0f;
-    *sa = s;
+#endif
+    const float scale = amax / 127.0f;
+    sa[s] = scale;
     int32_t total = 0;
-    for (int64_t k = 0; k < KP; ++k) {
-        int32_t q = 0;
-        if (k < K && s > 0.0f) {
-            float v = nearbyintf(x[k] / s);  // default rounding mode: half to even
-            v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-            q = (int32_t)v;
+    if (!(scale > 0.0f)) {  // an all-zero row quantizes to zeros
+        for (int64_t kq = 0; kq < KP / 4; ++kq) xw[kq * S + s] = 0;
+        for (int64_t p = 0; p < KP / 64; ++p) xg[p * S + s] = 0;
+        xsum[s] = 0;
+        return;
+    }
+#if SZ_VNNI
+    const __m512 vs = _mm512_set1_ps(scale);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (int64_t k0 = 0; k0 < KP; k0 += 64) {  // one pair of groups per step
+        int32_t gsum[2];
+        for (int h = 0; h < 2; ++h) {
+            __m512i gacc = _mm512_setzero_si512();
+            for (int u = 0; u < 2; ++u) {
+                const int64_t k = k0 + h * 32 + u * 16;
+                const __mmask16 m = k >= K ? 0 : (K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1));
+                // x / scale rounded half to even (MXCSR default), exactly like torch.round(x / sa)
+                __m512i q = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), vs));
+                q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+                gacc = _mm512_add_epi32(gacc, q);
+                alignas(16) int32_t words[4];
+                _mm_store_si128((__m128i*)words, _mm512_cvtepi32_epi8(q));
+                const int64_t kq = k / 4;
+                for (int i = 0; i < 4; ++i) xw[(kq + i) * S + s] = words[i];
+            }
+            gsum[h] = _mm512_reduce_add_epi32(gacc);
         }
-        xq[k] = (int8_t)q;
-        total += q;
+        const int16_t pair[2] = {(int16_t)gsum[0], (int16_t)gsum[1]};
+        memcpy(&xg[(k0 / 64) * S + s], pair, 4);
+        total += gsum[0] + gsum[1];
     }
-    for (int64_t g = 0; g < KP / 32; ++g) {
-        int32_t t = 0;
-        for (int i = 0; i < 32; ++i) t += xq[g * 32 + i];
-        xs16[g] = (int16_t)t;
+#else
+    int32_t gsum[2] = {0, 0};
+    for (int64_t kq = 0; kq < KP / 4; ++kq) {
+        int8_t q4[4];
+        for (int i = 0; i < 4; ++i) {
+            const int64_t k = kq * 4 + i;
+            int32_t q = 0;
+            if (k < K) {
+                float v = nearbyintf(x[k] / scale);  // default rounding mode: half to even
+                v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+                q = (int32_t)v;
+            }
+            q4[i] = (int8_t)q;
+            total += q;
+            gsum[(kq / 8) % 2] += q;
+        }
+        memcpy(&xw[kq * S + s], q4, 4);
+        if (kq % 16 == 15) {  // end of a pair of groups (64 inputs)
+            const int16_t pair[2] = {(int16_t)gsum[0], (int16_t)gsum[1]};
+            memcpy(&xg[(kq / 16) * S + s], pair, 4);
+            gsum[0] = gsum[1] = 0;
+        }
     }
-    *xsum = total;
+#endif
+    xsum[s] = total;
 }
 
-// Per-thread scratch for the quantized activations, grown on demand and never shrunk.
+// Scratch for the quantized activations, grown on demand and never shrunk; one call at a time.
 struct Scratch {
-    int8_t* xq = nullptr;
+    int32_t* xw = nullptr;
+    int32_t* xg = nullptr;
     float* sa = nullptr;
-    int16_t* xs16 = nullptr;
     int32_t* xsum = nullptr;
-    int64_t cap_xq = 0, cap_s = 0, cap_g = 0;
+    int64_t cap_w = 0, cap_g = 0, cap_sa = 0, cap_xsum = 0;
 };
 static Scratch g_scratch;
-static std::mutex g_lock;  // the scratch is shared: one call at a time
+static std::mutex g_lock;
 
-static int ensure_scratch(int64_t S, int64_t KP) {
-    Scratch& sc = g_scratch;
-    if (S * KP > sc.cap_xq) {
-        free(sc.xq);
-        sc.xq = (int8_t*)aligned_alloc(64, ((S * KP + 63) / 64) * 64);
-        sc.cap_xq = sc.xq ? S * KP : 0;
-    }
-    if (S > sc.cap_s) {
-        free(sc.sa);
-        free(sc.xsum);
-        sc.sa = (float*)malloc(sizeof(float) * S);
-        sc.xsum = (int32_t*)malloc(sizeof(int32_t) * S);
-        sc.cap_s = (sc.sa && sc.xsum) ? S : 0;
-    }
-    if (S * (KP / 32) > sc.cap_g) {
-        free(sc.xs16);
-        sc.xs16 = (int16_t*)malloc(sizeof(int16_t) * S * (KP / 32) + 64);
-        sc.cap_g = sc.xs16 ? S * (KP / 32) : 0;
-    }
-    return (sc.xq && sc.sa && sc.xsum && sc.xs16) ? 0 : -1;
+template <typename T>
+static bool grow(T** p, int64_t* cap, int64_t need) {
+    if (need <= *cap) return true;
+    free(*p);
+    *p = (T*)aligned_alloc(64, ((need * (int64_t)sizeof(T) + 63) / 64) * 64);
+    *cap = *p ? need : 0;
+    return *p != nullptr;
 }
 
-static inline int32_t load_i32(const void* p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
+// KP must be a multiple of 64 here (callers round up; the padding is zeros).
+static int quantize_all(const float* x, int64_t S, int64_t K, int64_t ldx, int64_t KP, int nthreads) {
+    Scratch& sc = g_scratch;
+    if (!grow(&sc.xw, &sc.cap_w, S * (KP / 4)) || !grow(&sc.xg, &sc.cap_g, S * (KP / 64)) ||
+        !grow(&sc.sa, &sc.cap_sa, S) || !grow(&sc.xsum, &sc.cap_xsum, S))
+        return -1;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+    for (int64_t s = 0; s < S; ++s) quantize_row(x + s * ldx, K, KP, S, s, sc.xw, sc.xg, sc.sa, sc.xsum);
+    return 0;
 }
 
 static inline void store_cols(float* y, const float* v, int64_t ncols) {
     for (int64_t c = 0; c < ncols; ++c) y[c] = v[c];
 }
 
-// ---------------------------------------------------------------- q8 strip kernels
-// One strip of 16 columns, R rows. out[r][c] gets the finished fp32 value.
-template <int R>
-static void q8_strip(const uint8_t* w, int64_t KP, const int8_t* xq, int64_t ldq, const float* sa,
-                     const int32_t* xsum, const float* sw, const float* bias, float out[][16]) {
+static inline int8_t act(const int32_t* xw, int64_t S, int64_t k, int r) {  // xq[r, k] from quad-major words
+    return ((const int8_t*)(xw + (k / 4) * S + r))[k % 4];
+}
+
+// ---------------------------------------------------------------- row tiles
+// Rows are split into balanced tiles of at most SZ_TILE; the split changes which rows share registers,
+// never the arithmetic of one row.
+static inline int64_t row_tile(int64_t S) {
+    const int64_t ntiles = (S + SZ_TILE - 1) / SZ_TILE;
+    return (S + ntiles - 1) / ntiles;
+}
+
 #if SZ_VNNI
-    __m512i acc[R];
-    __m512i acc2[R];
-    for (int r = 0; r < R; ++r) acc[r] = acc2[r] = _mm512_setzero_si512();
-    const int64_t KQ = KP / 4;
-    for (int64_t kq = 0; kq < KQ; kq += 2) {  // KP is a multiple of 16, so KQ is even
-        __m512i w0 = _mm512_loadu_si512((const void*)(w + kq * 64));
-        __m512i w1 = _mm512_loadu_si512((const void*)(w + kq * 64 + 64));
-        for (int r = 0; r < R; ++r) {
-            const int8_t* xr = xq + r * ldq + kq * 4;
-            acc[r] = _mm512_dpbusd_epi32(acc[r], w0, _mm512_set1_epi32(load_i32(xr)));
-            acc2[r] = _mm512_dpbusd_epi32(acc2[r], w1, _mm512_set1_epi32(load_i32(xr + 4)));
+// q8: R rows x nq quads of one strip; acc[R][16] int32 in memory between k-blocks.
+// w: strip weights at the block's first quad; xk: activation words at (first quad, first row).
+template <int R>
+static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, int32_t* acc, bool first) {
+    constexpr int C = R >= 4 ? 1 : (R == 1 ? 4 : 2);  // chains per row: short tiles are latency bound
+    __m512i a[C][R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        a[0][r] = first ? _mm512_setzero_si512() : _mm512_load_si512((const void*)(acc + r * 16));
+#pragma GCC unroll 4
+        for (int c = 1; c < C; ++c) a[c][r] = _mm512_setzero_si512();
+    }
+    for (int64_t q = 0; q < nq; q += C) {  // nq is a multiple of 8
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+            const __m512i wv = _mm512_loadu_si512((const void*)(w + (q + c) * 64));
+            const int32_t* xr = xk + (q + c) * S;
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) a[c][r] = _mm512_dpbusd_epi32(a[c][r], wv, _mm512_set1_epi32(xr[r]));
         }
     }
-    const __m512 swv = _mm512_loadu_ps(sw);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-        __m512i a = _mm512_add_epi32(acc[r], acc2[r]);
-        a = _mm512_sub_epi32(a, _mm512_set1_epi32(128 * xsum[r]));
-        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(sa[r]));
-        f = _mm512_mul_ps(f, swv);
-        if (bias) f = _mm512_add_ps(f, _mm512_loadu_ps(bias));
-        _mm512_storeu_ps(out[r], f);
+        __m512i v = a[0][r];
+#pragma GCC unroll 4
+        for (int c = 1; c < C; ++c) v = _mm512_add_epi32(v, a[c][r]);
+        _mm512_store_si512((void*)(acc + r * 16), v);
+    }
+}
+
+// q4: R rows x one super-block. wu: the super-block's 64 unpacked weight registers, [group][quad in group];
+// xk, xp: activation words and group-sum pairs at (super-block, first row). facc/fmin [R][16] += this block.
+template <int R>
+static void q4_tile(const __m512i* wu, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
+                    const int32_t* xp, int64_t S, float* facc, float* fmin) {
+    constexpr int C = R >= 4 ? 1 : 2;
+    __m512i isb[R];
+#pragma GCC unroll 1
+    for (int g = 0; g < 8; ++g) {
+        __m512i t[C][R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+            for (int c = 0; c < C; ++c) t[c][r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            const __m512i wv = _mm512_load_si512((const void*)(wu + g * 8 + j));
+            const int32_t* xr = xk + (g * 8 + j) * S;
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) t[j % C][r] = _mm512_dpbusd_epi32(t[j % C][r], wv, _mm512_set1_epi32(xr[r]));
+        }
+        const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(scb + g * 16)));
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            __m512i v = t[0][r];
+            if constexpr (C == 2) v = _mm512_add_epi32(v, t[C - 1][r]);
+            v = _mm512_mullo_epi32(v, scv);
+            isb[r] = g == 0 ? v : _mm512_add_epi32(isb[r], v);
+        }
+    }
+    const __m512 dv = _mm512_loadu_ps(ddb);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dv);
+        _mm512_store_ps(facc + r * 16, _mm512_add_ps(_mm512_load_ps(facc + r * 16), v));
+        isb[r] = _mm512_setzero_si512();  // reused below for the mins
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+        const __m512i mv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(mnb + p * 32)));
+        const int32_t* xr = xp + p * S;
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) isb[r] = _mm512_dpwssd_epi32(isb[r], mv, _mm512_set1_epi32(xr[r]));
+    }
+    const __m512 dmv = _mm512_loadu_ps(ddb + 16);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dmv);
+        _mm512_store_ps(fmin + r * 16, _mm512_add_ps(_mm512_load_ps(fmin + r * 16), v));
+    }
+}
+
+typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
+typedef void (*q4_tile_fn)(const __m512i*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
+                           const int32_t*, int64_t, float*, float*);
+template <int... Rs>
+struct Tiles {
+    static constexpr q8_tile_fn q8[sizeof...(Rs)] = {&q8_tile<Rs>...};
+    static constexpr q4_tile_fn q4[sizeof...(Rs)] = {&q4_tile<Rs>...};
+};
+typedef Tiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12> TL;
+static_assert(SZ_TILE == 12, "Tiles must list 1..SZ_TILE");
+#endif
+
+// ---------------------------------------------------------------- strips (16 output columns, all S rows)
+// ws: per-thread workspace of 48 * S 32-bit words. out: y + nb*16, row stride N, ncols valid columns.
+static void q8_strip(const uint8_t* w, int64_t KP, const int32_t* xw, int64_t S, const float* sa,
+                     const int32_t* xsum, const float* sw, const float* bias, int32_t* ws, float* out, int64_t N,
+                     int64_t ncols) {
+    int32_t* acc = ws;  // [S][16]
+#if SZ_VNNI
+    const int64_t tile = row_tile(S), KQ = KP / 4;
+    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {
+        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK;
+        for (int64_t r0 = 0; r0 < S; r0 += tile) {
+            const int64_t R = (S - r0) < tile ? (S - r0) : tile;
+            TL::q8[R - 1](w + q0 * 64, nq, xw + q0 * S + r0, S, acc + r0 * 16, q0 == 0);
+        }
     }
 #else
-    for (int r = 0; r < R; ++r) {
-        const int8_t* xr = xq + r * ldq;
+    for (int64_t r = 0; r < S; ++r)
         for (int c = 0; c < 16; ++c) {
             int32_t a = 0;
-            for (int64_t k = 0; k < KP; ++k) a += (int32_t)xr[k] * ((int32_t)w[(k / 4) * 64 + c * 4 + (k % 4)] - 128);
-            float f = (float)a * sa[r];
-            f = f * sw[c];
-            if (bias) f = f + bias[c];
-            out[r][c] = f;
+            for (int64_t k = 0; k < KP; ++k)
+                a += (int32_t)act(xw, S, k, (int)r) * (int32_t)w[(k / 4) * 64 + c * 4 + (k % 4)];
+            acc[r * 16 + c] = a;
         }
-    }
 #endif
+    alignas(64) float f[16];
+    for (int64_t r = 0; r < S; ++r) {
+        for (int c = 0; c < 16; ++c) {
+            float v = (float)(acc[r * 16 + c] - 128 * xsum[r]) * sa[r];
+            v = v * sw[c];
+            if (bias) v = v + bias[c];
+            f[c] = v;
+        }
+        store_cols(out + r * N, f, ncols);
+    }
 }
 
-// ---------------------------------------------------------------- q4 strip kernels
-template <int R>
 static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t KB,
-                     const int8_t* xq, int64_t ldq, const int16_t* xs16, int64_t ldg, const float* sa,
-                     const float* bias, float out[][16]) {
+                     const int32_t* xw, const int32_t* xg, int64_t S, const float* sa, const float* bias,
+                     int32_t* ws, float* out, int64_t N, int64_t ncols) {
+    float* facc = (float*)ws;            // [S][16]
+    float* fmin = (float*)(ws + S * 16);  // [S][16]
+    for (int64_t i = 0; i < S * 16; ++i) facc[i] = fmin[i] = 0.0f;
 #if SZ_VNNI
-    alignas(64) float facc[R][16];
-    alignas(64) int32_t isb[R][16];
-    for (int r = 0; r < R; ++r) _mm512_store_ps(facc[r], _mm512_setzero_ps());
+    const int64_t tile = row_tile(S);
     const __m512i nib = _mm512_set1_epi8(0x0F);
+    alignas(64) __m512i wu[64];  // one super-block, unpacked: [group][quad in group], quad 0-3 low nibbles
     for (int64_t b = 0; b < KB; ++b) {
         const uint8_t* qb = qs + b * 2048;
-        const uint8_t* sb = sc + b * 128;
-        for (int g = 0; g < 8; ++g) {
-            constexpr int R2 = R < 4 ? R : 1;  // short tiles get a second chain: latency, not throughput, bound
-            __m512i t[R], t2[R2];
-            for (int r = 0; r < R; ++r) t[r] = _mm512_setzero_si512();
-            for (int r = 0; r < R2; ++r) t2[r] = _mm512_setzero_si512();
-            for (int j = 0; j < 4; ++j) {
-                __m512i p = _mm512_loadu_si512((const void*)(qb + g * 256 + j * 64));
-                __m512i lo = _mm512_and_si512(p, nib);
-                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), nib);
-                for (int r = 0; r < R; ++r) {
-                    const int8_t* xr = xq + r * ldq + b * 256 + g * 32 + j * 4;
-                    t[r] = _mm512_dpbusd_epi32(t[r], lo, _mm512_set1_epi32(load_i32(xr)));
-                    if constexpr (R < 4)
-                        t2[r] = _mm512_dpbusd_epi32(t2[r], hi, _mm512_set1_epi32(load_i32(xr + 16)));
-                    else
-                        t[r] = _mm512_dpbusd_epi32(t[r], hi, _mm512_set1_epi32(load_i32(xr + 16)));
-                }
-            }
-            const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(sb + g * 16)));
-            for (int r = 0; r < R; ++r) {
-                __m512i tt = t[r];
-                if constexpr (R < 4) tt = _mm512_add_epi32(tt, t2[r]);
-                __m512i v = _mm512_mullo_epi32(tt, scv);
-                if (g == 0)
-                    _mm512_store_si512((void*)isb[r], v);
-                else
-                    _mm512_store_si512((void*)isb[r], _mm512_add_epi32(_mm512_load_si512((const void*)isb[r]), v));
-            }
+#pragma GCC unroll 4
+        for (int i = 0; i < 32; ++i) {
+            const __m512i p = _mm512_loadu_si512((const void*)(qb + i * 64));  // group i/4, packed quad i%4
+            wu[(i / 4) * 8 + i % 4] = _mm512_and_si512(p, nib);
+            wu[(i / 4) * 8 + i % 4 + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), nib);
         }
-        const __m512 dv = _mm512_loadu_ps(dd + b * 32);
-        for (int r = 0; r < R; ++r) {
-            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void*)isb[r])), dv);
-            _mm512_store_ps(facc[r], _mm512_add_ps(_mm512_load_ps(facc[r]), f));
+        for (int64_t r0 = 0; r0 < S; r0 += tile) {
+            const int64_t R = (S - r0) < tile ? (S - r0) : tile;
+            TL::q4[R - 1](wu, sc + b * 128, mn + b * 128, dd + b * 32, xw + b * 64 * S + r0, xg + b * 4 * S + r0, S,
+                          facc + r0 * 16, fmin + r0 * 16);
         }
-    }
-    // mins: M = sum_b (float)(sum_g m_g * xs_g) * Dm_b
-    __m512 fmin[R];
-    for (int r = 0; r < R; ++r) fmin[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < KB; ++b) {
-        __m512i im[R];
-        for (int r = 0; r < R; ++r) im[r] = _mm512_setzero_si512();
-        for (int p = 0; p < 4; ++p) {
-            __m512i mv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(mn + b * 128 + p * 32)));
-            for (int r = 0; r < R; ++r)
-                im[r] = _mm512_dpwssd_epi32(im[r], mv, _mm512_set1_epi32(load_i32(xs16 + r * ldg + b * 8 + p * 2)));
-        }
-        const __m512 dmv = _mm512_loadu_ps(dd + b * 32 + 16);
-        for (int r = 0; r < R; ++r) fmin[r] = _mm512_add_ps(fmin[r], _mm512_mul_ps(_mm512_cvtepi32_ps(im[r]), dmv));
-    }
-    for (int r = 0; r < R; ++r) {
-        __m512 f = _mm512_mul_ps(_mm512_sub_ps(_mm512_load_ps(facc[r]), fmin[r]), _mm512_set1_ps(sa[r]));
-        if (bias) f = _mm512_add_ps(f, _mm512_loadu_ps(bias));
-        _mm512_storeu_ps(out[r], f);
     }
 #else
-    for (int r = 0; r < R; ++r) {
-        const int8_t* xr = xq + r * ldq;
-        const int16_t* gr = xs16 + r * ldg;
-        for (int c = 0; c < 16; ++c) {
-            float F = 0.0f, M = 0.0f;
-            for (int64_t b = 0; b < KB; ++b) {
-                int32_t isb = 0, imn = 0;
+    for (int64_t b = 0; b < KB; ++b)
+        for (int64_t r = 0; r < S; ++r)
+            for (int c = 0; c < 16; ++c) {
+                int32_t isum = 0, imn = 0;
                 for (int g = 0; g < 8; ++g) {
-                    int32_t t = 0;
+                    int32_t t = 0, xs = 0;
                     for (int k = 0; k < 32; ++k) {
-                        int j = (k % 16) / 4, i = k % 4;
-                        uint8_t byte = qs[b * 2048 + g * 256 + j * 64 + c * 4 + i];
-                        int32_t q = k < 16 ? (byte & 15) : (byte >> 4);
-                        t += (int32_t)xr[b * 256 + g * 32 + k] * q;
+                        const int j = (k % 16) / 4, i = k % 4;
+                        const uint8_t byte = qs[b * 2048 + g * 256 + j * 64 + c * 4 + i];
+                        const int32_t q = k < 16 ? (byte & 15) : (byte >> 4);
+                        const int32_t xv = act(xw, S, b * 256 + g * 32 + k, (int)r);
+                        t += xv * q;
+                        xs += xv;
                     }
-                    isb += t * (int32_t)sc[b * 128 + g * 16 + c];
-                    imn += (int32_t)mn[b * 128 + (g / 2) * 32 + c * 2 + (g % 2)] * (int32_t)gr[b * 8 + g];
+                    isum += t * (int32_t)sc[b * 128 + g * 16 + c];
+                    imn += (int32_t)mn[b * 128 + (g / 2) * 32 + c * 2 + (g % 2)] * xs;
                 }
-                F = F + (float)isb * dd[b * 32 + c];
-                M = M + (float)imn * dd[b * 32 + 16 + c];
+                facc[r * 16 + c] = facc[r * 16 + c] + (float)isum * dd[b * 32 + c];
+                fmin[r * 16 + c] = fmin[r * 16 + c] + (float)imn * dd[b * 32 + 16 + c];
             }
-            float f = (F - M) * sa[r];
-            if (bias) f = f + bias[c];
-            out[r][c] = f;
-        }
-    }
+    (void)xg;
 #endif
+    alignas(64) float f[16];
+    for (int64_t r = 0; r < S; ++r) {
+        for (int c = 0; c < 16; ++c) {
+            float v = (facc[r * 16 + c] - fmin[r * 16 + c]) * sa[r];
+            if (bias) v = v + bias[c];
+            f[c] = v;
+        }
+        store_cols(out + r * N, f, ncols);
+    }
 }
 
-// ---------------------------------------------------------------- dispatch over tiles and threads
-typedef void (*q8_fn)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*, const int32_t*,
-                      const float*, const float*, float (*)[16]);
-typedef void (*q4_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, int64_t, const int8_t*,
-                      int64_t, const int16_t*, int64_t, const float*, const float*, float (*)[16]);
-
-template <int... Rs>
-struct Tables {
-    static constexpr q8_fn q8[sizeof...(Rs)] = {&q8_strip<Rs>...};
-    static constexpr q4_fn q4[sizeof...(Rs)] = {&q4_strip<Rs>...};
-};
-typedef Tables<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20> T;
-
-static void quantize_all(const float* x, int64_t S, int64_t K, int64_t ldx, int64_t KP, int nthreads) {
-    Scratch& s = g_scratch;
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (int64_t r = 0; r < S; ++r)
-        quantize_row(x + r * ldx, K, KP, s.xq + r * KP, s.sa + r, s.xs16 + r * (KP / 32), s.xsum + r);
-}
-
-// Rows are split into balanced tiles of at most SZ_RMAX; the split changes which rows share a pass over
-// a strip, never the arithmetic of one row.
-static inline void row_tiles(int64_t S, int64_t* ntiles, int64_t* tile) {
-    *ntiles = (S + SZ_RMAX - 1) / SZ_RMAX;
-    *tile = (S + *ntiles - 1) / *ntiles;
-}
-
+// ---------------------------------------------------------------- entry points
 extern "C" int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8,
                             const float* sw, int64_t N, const float* bias, float* y, int nthreads) {
-    const int64_t KP = ((K + 15) / 16) * 16;
+    const int64_t KP = ((K + 31) / 32) * 32;
     const int64_t NB = (N + 15) / 16;
     if (S <= 0 || N <= 0) return 0;
     std::lock_guard<std::mutex> guard(g_lock);
-    if (ensure_scratch(S, ((KP + 255) / 256) * 256) != 0) return -1;
-    quantize_all(x, S, K, ldx, KP, nthreads);
-    Scratch& s = g_scratch;
-    int64_t ntiles, tile;
-    row_tiles(S, &ntiles, &tile);
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (int64_t nb = 0; nb < NB; ++nb) {
-        alignas(64) float out[SZ_RMAX][16];
-        const int64_t ncols = (nb + 1) * 16 <= N ? 16 : N - nb * 16;
-        for (int64_t r0 = 0; r0 < S; r0 += tile) {
-            const int64_t R = (S - r0) < tile ? (S - r0) : tile;
-            T::q8[R - 1](w8 + nb * 16 * KP, KP, s.xq + r0 * KP, KP, s.sa + r0, s.xsum + r0, sw + nb * 16,
-                         bias ? bias + nb * 16 : nullptr, out);
-            for (int64_t r = 0; r < R; ++r) store_cols(y + (r0 + r) * N + nb * 16, out[r], ncols);
+    if (quantize_all(x, S, K, ldx, ((KP + 63) / 64) * 64, nthreads) != 0) return -1;
+    const Scratch& s = g_scratch;
+    int failed = 0;
+#pragma omp parallel num_threads(nthreads)
+    {
+        int32_t* ws = (int32_t*)aligned_alloc(64, sizeof(int32_t) * 48 * S);
+        if (!ws) {
+#pragma omp atomic write
+            failed = 1;
         }
+#pragma omp for schedule(static)
+        for (int64_t nb = 0; nb < NB; ++nb) {
+            if (!ws) continue;
+            const int64_t ncols = (nb + 1) * 16 <= N ? 16 : N - nb * 16;
+            q8_strip(w8 + nb * 16 * KP, KP, s.xw, S, s.sa, s.xsum, sw + nb * 16, bias ? bias + nb * 16 : nullptr, ws,
+                     y + nb * 16, N, ncols);
+        }
+        free(ws);
     }
-    return 0;
+    return failed ? -1 : 0;
 }
 
 extern "C" int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs,
                             const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t N, const float* bias,
                             float* y, int nthreads) {
     const int64_t KB = (K + 255) / 256;
-    const int64_t KP = KB * 256;
     const int64_t NB = (N + 15) / 16;
     if (S <= 0 || N <= 0) return 0;
     std::lock_guard<std::mutex> guard(g_lock);
-    if (ensure_scratch(S, KP) != 0) return -1;
-    quantize_all(x, S, K, ldx, KP, nthreads);
-    Scratch& s = g_scratch;
-    int64_t ntiles, tile;
-    row_tiles(S, &ntiles, &tile);
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (int64_t nb = 0; nb < NB; ++nb) {
-        alignas(64) float out[SZ_RMAX][16];
-        const int64_t ncols = (nb + 1) * 16 <= N ? 16 : N - nb * 16;
-        for (int64_t r0 = 0; r0 < S; r0 += tile) {
-            const int64_t R = (S - r0) < tile ? (S - r0) : tile;
-            T::q4[R - 1](qs + nb * KB * 2048, sc + nb * KB * 128, mn + nb * KB * 128, dd + nb * KB * 32, KB,
-                         s.xq + r0 * KP, KP, s.xs16 + r0 * (KP / 32), KP / 32, s.sa + r0,
-                         bias ? bias + nb * 16 : nullptr, out);
-            for (int64_t r = 0; r < R; ++r) store_cols(y + (r0 + r) * N + nb * 16, out[r], ncols);
+    if (quantize_all(x, S, K, ldx, KB * 256, nthreads) != 0) return -1;
+    const Scratch& s = g_scratch;
+    int failed = 0;
+#pragma omp parallel num_threads(nthreads)
+    {
+        int32_t* ws = (int32_t*)aligned_alloc(64, sizeof(int32_t) * 48 * S);
+        if (!ws) {
+#pragma omp atomic write
+            failed = 1;
         }
+#pragma omp for schedule(static)
+        for (int64_t nb = 0; nb < NB; ++nb) {
+            if (!ws) continue;
+            const int64_t ncols = (nb + 1) * 16 <= N ? 16 : N - nb * 16;
+            q4_strip(qs + nb * KB * 2048, sc + nb * KB * 128, mn + nb * KB * 128, dd + nb * KB * 32, KB, s.xw, s.xg,
+                     S, s.sa, bias ? bias + nb * 16 : nullptr, ws, y + nb * 16, N, ncols);
+        }
+        free(ws);
     }
-    return 0;
+    return failed ? -1 : 0;
 }

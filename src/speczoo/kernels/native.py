@@ -104,15 +104,13 @@ class NativeKernels:
         self._q4.argtypes = [_P, _I, _I, _I, _P, _P, _P, _P, _I, _P, _P, ctypes.c_int]
         self._q4.restype = ctypes.c_int
 
-    def q8_linear(self, x: int, s: int, k: int, ldx: int, w8: int, sw: int, n: int, bias: int | None,
-                  y: int, nthreads: int) -> None:
-        if self._q8(x, s, k, ldx, w8, sw, n, bias, y, nthreads) != 0:
-            raise MemoryError(f"q8 kernel could not allocate scratch for S={s}, K={k}")
+    @property
+    def q8_fn(self):  # (x, S, K, ldx, w8, sw, N, bias, y, nthreads) -> 0, or -1 when scratch allocation failed
+        return self._q8
 
-    def q4_linear(self, x: int, s: int, k: int, ldx: int, qs: int, sc: int, mn: int, dd: int, n: int,
-                  bias: int | None, y: int, nthreads: int) -> None:
-        if self._q4(x, s, k, ldx, qs, sc, mn, dd, n, bias, y, nthreads) != 0:
-            raise MemoryError(f"q4 kernel could not allocate scratch for S={s}, K={k}")
+    @property
+    def q4_fn(self):  # (x, S, K, ldx, qs, sc, mn, dd, N, bias, y, nthreads) -> 0, or -1 as above
+        return self._q4
 
 
 _LOADED: dict[tuple[str, ...], NativeKernels] = {}

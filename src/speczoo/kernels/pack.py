@@ -22,7 +22,7 @@ from torch import Tensor
 STRIP = 16        # output columns per kernel strip (one zmm of int32 accumulators)
 SUPER = 256       # q4 super-block length along K
 GROUP = 32        # q4 group length along K
-Q8_KALIGN = 16    # q8 pads K to a multiple of this
+Q8_KALIGN = 32    # q8 pads K to a multiple of this (one register block of 8 x 4 inputs)
 _ROW_CHUNK = 2048  # rows quantized at a time (bounds the temporary memory of the q4 search)
 
 

@@ -33,6 +33,11 @@ def _as_rows(x: Tensor, k: int, who: str) -> Tensor:
     return x2
 
 
+def _is_plain(x: Tensor, k: int) -> bool:
+    """x is already [S, K] fp32 with unit column stride (the fast path: no copy, no reshape)."""
+    return x.dtype == torch.float32 and x.dim() == 2 and x.shape[1] == k and x.stride(1) == 1 and x.stride(0) >= k
+
+
 def _check_bias(bias: Tensor | None, n: int) -> Tensor | None:
     if bias is None:
         return None
@@ -60,16 +65,17 @@ class Q8Native(nn.Module):
         self.w8 = packed["w8"].contiguous()        # [NB, KP/4, 16, 4] u8
         self.sw = packed["sw"].float().contiguous()  # [NB*16]
         self.bias = _check_bias(bias, self.n)
-        self.lib = lib
+        self._fn = lib.q8_fn
+        self._args = (self.w8.data_ptr(), self.sw.data_ptr(), self.n,
+                      None if self.bias is None else self.bias.data_ptr())
 
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
-        x2 = _as_rows(x, self.k, "q8 linear")
-        y = torch.empty(x2.shape[0], self.n, dtype=torch.float32)  # [S, N]
-        if x2.shape[0] > 0:
-            self.lib.q8_linear(x2.data_ptr(), x2.shape[0], self.k, x2.stride(0), self.w8.data_ptr(),
-                               self.sw.data_ptr(), self.n, None if self.bias is None else self.bias.data_ptr(),
-                               y.data_ptr(), torch.get_num_threads())
-        return y.view(*x.shape[:-1], self.n)
+        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, "q8 linear")
+        s = x2.shape[0]
+        y = torch.empty(s, self.n)                 # [S, N] fp32
+        if s and self._fn(x2.data_ptr(), s, self.k, x2.stride(0), *self._args, y.data_ptr(), torch.get_num_threads()):
+            raise MemoryError(f"q8 kernel could not allocate its scratch for S={s}, K={self.k}")
+        return y if x2 is x else y.view(*x.shape[:-1], self.n)
 
 
 class Q4Native(nn.Module):
@@ -83,17 +89,17 @@ class Q4Native(nn.Module):
         self.mn = packed["mn"].contiguous()        # [NB, KB, 4, 16, 2] u8
         self.dd = packed["dd"].float().contiguous()  # [NB, KB, 2, 16] f32
         self.bias = _check_bias(bias, self.n)
-        self.lib = lib
+        self._fn = lib.q4_fn
+        self._args = (self.qs.data_ptr(), self.sc.data_ptr(), self.mn.data_ptr(), self.dd.data_ptr(), self.n,
+                      None if self.bias is None else self.bias.data_ptr())
 
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
-        x2 = _as_rows(x, self.k, "q4 linear")
-        y = torch.empty(x2.shape[0], self.n, dtype=torch.float32)  # [S, N]
-        if x2.shape[0] > 0:
-            self.lib.q4_linear(x2.data_ptr(), x2.shape[0], self.k, x2.stride(0), self.qs.data_ptr(),
-                               self.sc.data_ptr(), self.mn.data_ptr(), self.dd.data_ptr(), self.n,
-                               None if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
-                               torch.get_num_threads())
-        return y.view(*x.shape[:-1], self.n)
+        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, "q4 linear")
+        s = x2.shape[0]
+        y = torch.empty(s, self.n)                 # [S, N] fp32
+        if s and self._fn(x2.data_ptr(), s, self.k, x2.stride(0), *self._args, y.data_ptr(), torch.get_num_threads()):
+            raise MemoryError(f"q4 kernel could not allocate its scratch for S={s}, K={self.k}")
+        return y if x2 is x else y.view(*x.shape[:-1], self.n)
 
 
 # ---------------------------------------------------------------------------------- pure torch

@@ -1,0 +1,158 @@
+"""Time the linear backends on Qwen2.5-Coder-1.5B's layer shapes: ms per layer, GB/s, c_v(S), tok/s.
+
+    python -m speczoo.bench.kernel_bench [--backend q4,q8,q8_torch,bf16,fp32] [--reps 5]
+
+Each shape is timed over enough distinct weight copies that every call streams its weights from DRAM,
+not from the 32 MiB L3 (as a real forward does). Packed weights are random bytes of the right layout:
+speed does not depend on the values, and packing 1.5B random weights would take minutes. Reports the
+median of --reps timed passes after one warm-up pass; every backend is timed in the same run, so the
+ratios between them hold even when other processes load the machine. The whole-model estimate sums
+28 layers (q, k, v, o, gate, up, down) plus the LM head: attention, norms and sampling are not in it.
+This module must never be imported by the runtime: it is a measurement script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from speczoo.kernels.linear import get_backend
+from speczoo.kernels.pack import GROUP, STRIP, SUPER, Q8_KALIGN
+
+LAYERS = 28
+SHAPES: dict[str, tuple[int, int]] = {   # name -> (N, K) of W[N, K]
+    "q": (1536, 1536), "k": (256, 1536), "v": (256, 1536), "o": (1536, 1536),
+    "gate": (8960, 1536), "up": (8960, 1536), "down": (1536, 8960), "lm_head": (151936, 1536),
+}
+S_VALUES = (1, 2, 5, 9, 17)
+DRAM_BYTES = 160 * 2**20   # bytes of distinct copies per shape: five times the L3
+
+
+@dataclass
+class ShapeTiming:
+    shape: str
+    bytes_per_copy: int
+    ms: dict[int, float] = field(default_factory=dict)   # S -> median ms per call
+
+
+def _round_up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+def random_packed(backend: str, n: int, k: int, gen: torch.Generator) -> dict[str, Tensor]:
+    """Packed tensors of the right layout for `backend`, filled with random values."""
+    nb = _round_up(n, STRIP) // STRIP
+    meta = torch.tensor([n, k], dtype=torch.int64)
+
+    def u8(*shape: int) -> Tensor:
+        return torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen)
+
+    if backend in ("q8", "q8_torch"):
+        kp = _round_up(k, Q8_KALIGN)
+        return {"w8": u8(nb, kp // 4, STRIP, 4), "sw": torch.rand(nb * STRIP, generator=gen) * 1e-3, "meta": meta}
+    if backend in ("q4", "q4_torch"):
+        kb = _round_up(k, SUPER) // SUPER
+        return {"qs": u8(nb, kb, 8, 4, STRIP, 4), "sc": u8(nb, kb, 8, STRIP) // 4,
+                "mn": u8(nb, kb, 4, STRIP, 2) // 4, "dd": torch.rand(nb, kb, 2, STRIP, generator=gen) * 1e-4,
+                "meta": meta}
+    return get_backend(backend).pack(torch.randn(n, k, generator=gen) * 0.02)
+
+
+def _bytes(packed: dict[str, Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for name, t in packed.items() if name != "meta")
+
+
+def time_shape(backend: str, shape: str, reps: int, s_values: tuple[int, ...], gen: torch.Generator) -> ShapeTiming:
+    n, k = SHAPES[shape]
+    first = random_packed(backend, n, k, gen)
+    per_copy = _bytes(first)
+    copies = max(1, min(64, -(-DRAM_BYTES // per_copy)))
+    be = get_backend(backend)
+    mods: list[nn.Module] = [be.build(first, None)]
+    mods += [be.build(random_packed(backend, n, k, gen), None) for _ in range(copies - 1)]
+    out = ShapeTiming(shape, per_copy)
+    for s in s_values:
+        x = torch.randn(s, k, generator=gen)   # [S, K]
+        for m in mods:                         # warm-up pass
+            m(x)
+        samples = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for m in mods:
+                m(x)
+            samples.append((time.perf_counter() - t0) * 1e3 / len(mods))
+        out.ms[s] = statistics.median(samples)
+    del mods
+    return out
+
+
+def model_ms(timings: dict[str, ShapeTiming], s: int) -> float:
+    layer = sum(timings[name].ms[s] for name in SHAPES if name != "lm_head")
+    return LAYERS * layer + timings["lm_head"].ms[s]
+
+
+def model_bytes(timings: dict[str, ShapeTiming]) -> int:
+    layer = sum(timings[name].bytes_per_copy for name in SHAPES if name != "lm_head")
+    return LAYERS * layer + timings["lm_head"].bytes_per_copy
+
+
+def report(backend: str, timings: dict[str, ShapeTiming], s_values: tuple[int, ...]) -> str:
+    lines = [f"== {backend}  (threads={torch.get_num_threads()})",
+             f"{'shape':>8} {'N x K':>13} " + " ".join(f"{'S=' + str(s):>8}" for s in s_values)
+             + f" {'GB/s@1':>7} " + " ".join(f"{'cv' + str(s):>5}" for s in s_values[1:])]
+    for name, t in timings.items():
+        n, k = SHAPES[name]
+        gbs = t.bytes_per_copy / (t.ms[s_values[0]] * 1e-3) / 1e9
+        lines.append(f"{name:>8} {f'{n}x{k}':>13} " + " ".join(f"{t.ms[s]:8.3f}" for s in s_values)
+                     + f" {gbs:7.1f} " + " ".join(f"{t.ms[s] / t.ms[s_values[0]]:5.2f}" for s in s_values[1:]))
+    tot = {s: model_ms(timings, s) for s in s_values}
+    base = tot[s_values[0]]
+    gbs = model_bytes(timings) / (base * 1e-3) / 1e9
+    lines.append(f"{'model':>8} {'28L + head':>13} " + " ".join(f"{tot[s]:8.2f}" for s in s_values)
+                 + f" {gbs:7.1f} " + " ".join(f"{tot[s] / base:5.2f}" for s in s_values[1:]))
+    lines.append(f"   weights {model_bytes(timings) / 1e9:.3f} GB/token; estimated decode (linear layers only) "
+                 f"{1e3 / base:.1f} tok/s; c_v(S) = " + ", ".join(f"{s}: {tot[s] / base:.2f}" for s in s_values))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backend", default="q4,q8,q8_torch,bf16,fp32",
+                    help="comma-separated backends, timed side by side in this run")
+    ap.add_argument("--reps", type=int, default=5, help="timed passes per (shape, S); the median is reported")
+    ap.add_argument("--s", default=",".join(map(str, S_VALUES)), help="comma-separated S values; the first is the c_v base")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="subset of shapes (the model line needs all)")
+    args = ap.parse_args(argv)
+    s_values = tuple(int(v) for v in args.s.split(","))
+    shapes = args.shapes.split(",")
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        ap.error(f"unknown shapes {unknown}; choose from {list(SHAPES)}")
+    gen = torch.Generator().manual_seed(0)
+    for backend in args.backend.split(","):
+        get_backend(backend)  # fail early on a bad name
+    for backend in args.backend.split(","):
+        timings = {name: time_shape(backend, name, args.reps, s_values, gen) for name in shapes}
+        if set(shapes) == set(SHAPES):
+            print(report(backend, timings, s_values), flush=True)
+        else:
+            print("\n".join(report_lines_only(backend, timings, s_values)), flush=True)
+    return 0
+
+
+def report_lines_only(backend: str, timings: dict[str, ShapeTiming], s_values: tuple[int, ...]) -> list[str]:
+    lines = [f"== {backend}"]
+    for name, t in timings.items():
+        gbs = t.bytes_per_copy / (t.ms[s_values[0]] * 1e-3) / 1e9
+        lines.append(f"{name:>8} " + " ".join(f"{t.ms[s]:8.3f}" for s in s_values) + f"  GB/s@1 {gbs:6.1f}  cv "
+                     + " ".join(f"{t.ms[s] / t.ms[s_values[0]]:5.2f}" for s in s_values[1:]))
+    return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
