@@ -56,8 +56,8 @@ class GenerationLog:
 
     request: GenerationRequest
     events: int = 0
-    finished: bool = False      # reached its DoneEvent
-    closed_early: bool = False  # the consumer closed the generator before the end
+    finished: bool = False      # yielded its DoneEvent
+    closed_early: bool = False  # the consumer closed the generator before the DoneEvent
 
 
 @dataclass
@@ -121,9 +121,8 @@ class FakeRuntime:
     def _run(self, request: GenerationRequest, entry: GenerationLog) -> Iterator[TokenEvent | DoneEvent]:
         try:
             yield from self._events(request, entry)
-            entry.finished = True
         except GeneratorExit:
-            entry.closed_early = True
+            entry.closed_early = not entry.finished
             raise
         finally:
             self._busy.release()
@@ -172,6 +171,7 @@ class FakeRuntime:
         if finish == "length" and final != emitted:   # flush held-back text at the end
             yield TokenEvent(ids=[], text=final[len(emitted):])
         entry.events += 1
+        entry.finished = True
         yield DoneEvent(finish_reason=finish, text=final, ids=ids, stats=stats)
 
 

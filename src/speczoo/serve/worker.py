@@ -65,6 +65,7 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._numbers = itertools.count()
         self.busy = False
+        self._current: Job | None = None
         self.served = 0         # jobs whose generation reached its DoneEvent
         self.cancelled = 0      # jobs cancelled while queued or running
 
@@ -76,9 +77,12 @@ class Worker:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Cancel what is queued, let the running round finish, and join the thread."""
+        """Cancel what is queued and what runs (after its current round), and join the thread."""
         if self._thread is None:
             return
+        current = self._current
+        if current is not None:
+            current.cancel()
         while True:
             try:
                 job = self._jobs.get_nowait()
@@ -129,11 +133,11 @@ class Worker:
                 self.cancelled += 1
                 job.post(_END)
                 continue
-            self.busy = True
+            self.busy, self._current = True, job
             try:
                 self._run(job)
             finally:
-                self.busy = False
+                self.busy, self._current = False, None
                 job.post(_END)
 
     def _run(self, job: Job) -> None:
