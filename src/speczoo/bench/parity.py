@@ -5,7 +5,7 @@ Two comparisons on a few hundred real tokens (Python standard-library source by 
      agreement over positions where the reference's top-2 gap exceeds `tie_gap` must be 100%;
      near-ties are counted and shown apart; max |logit diff| is reported.
   2. the fast linear backend vs our fp32: top-1 agreement and perplexity on the same text.
-plus the tokenizer parity of `speczoo.zoo.tokparity` when that module is installed.
+plus the tokenizer parity of `speczoo.zoo.tokparity` (speczoo's ids == transformers' ids).
 Our model runs the text as a chunked prefill, so the KV-cache path (and gemma3's sliding window, when
 the text is longer than the window) is what gets compared. transformers is an optional extra (`check`);
 this module imports it lazily and never falls back silently when it is missing. The reference model
@@ -107,10 +107,10 @@ def perplexity(logits: Tensor, tokens: Tensor) -> float:
     return float(math.exp(float(nll)))
 
 
-def run_ours(model, args, tokens: Tensor, chunk: int) -> Tensor:
+def run_ours(model, tokens: Tensor, chunk: int) -> Tensor:
     """Logits [S, V] from a chunked prefill through the KV cache."""
     s = tokens.shape[0]
-    cache = KVCache(args, s, extra=0)
+    cache = KVCache(model.args, s, extra=0)
     out = []
     with torch.inference_mode():
         for a in range(0, s, chunk):
@@ -123,71 +123,93 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise SpeczooError("the parity gate needs transformers as its independent reference: "
+        raise SpeczooError("the parity gate needs transformers (and accelerate) as its independent reference: "
                            "pip install 'speczoo[check]' (or pass --no-reference)") from None
     transformers.logging.set_verbosity_error()
     return transformers
 
 
-def reference_tokens_and_logits(gguf_path: Path, text: str, n_tokens: int,
-                                with_logits: bool = True) -> tuple[Tensor, Tensor | None]:
-    """Tokenize `text` with transformers' tokenizer for the GGUF and run its fp32 model on the first
-    n_tokens. Returns tokens [S] and logits [S, V] (None unless with_logits); frees the model."""
+def resolve_model(model: str | Path) -> tuple[Path, Path | None]:
+    """(source GGUF, bundle dir or None) for a .gguf path, a bundle directory or a pulled zoo name."""
+    p = Path(model)
+    if p.suffix == ".gguf":
+        if not p.is_file():
+            raise FileNotFoundError(f"GGUF file {p} does not exist")
+        return p, None
+    from speczoo.zoo.bundle import find_bundle, source_gguf
+
+    bundle = find_bundle(model)
+    return source_gguf(bundle), bundle
+
+
+def reference_logits(gguf_path: Path, tokens: Tensor) -> Tensor:
+    """transformers' fp32 model of the GGUF on tokens [S] -> logits [S, V]; frees the model."""
     tr = _transformers()
-    tok = tr.AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-    ids = tok(text, return_tensors="pt").input_ids[0, :n_tokens].clone()   # [S]
-    del tok
-    if not with_logits:
-        return ids, None
     model = tr.AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
                                                     dtype=torch.float32)
     model.eval()
     with torch.inference_mode():
-        logits = model(ids[None]).logits[0].float().clone()             # [S, V]
+        logits = model(tokens[None]).logits[0].float().clone()           # [S, V]
     del model
     gc.collect()
-    return ids, logits
+    return logits
 
 
-def tokenizer_parity_hook(gguf_path: Path) -> tuple[str, bool]:
-    """HOOK: the zoo's tokenizer parity (`speczoo.zoo.tokparity.tokenizer_parity`), when installed.
+def tokenizer_check(gguf_path: Path, bundle: Path | None, reference, text: str) -> tuple[str, bool]:
+    """speczoo's tokenizer (from the bundle, else from the GGUF) vs transformers', on the gate's text
+    and a slice of the standard library. Returns (summary, passed)."""
+    from speczoo.tokenizer import Tokenizer
+    from speczoo.zoo.tokparity import stdlib_texts, tokenizer_parity
 
-    Returns (summary line, passed). A missing module is reported, not counted as a failure."""
-    try:
-        from speczoo.zoo import tokparity
-    except ImportError:
-        return "not available (speczoo.zoo.tokparity is not installed yet)", True
-    result = tokparity.tokenizer_parity(gguf_path)
-    passed = bool(getattr(result, "passed", result))
-    return str(result), passed
+    ours = Tokenizer.from_bundle(bundle) if bundle is not None else Tokenizer.from_gguf(gguf_path)
+    result = tokenizer_parity(ours, gguf_path, [text] + stdlib_texts(min_chars=100_000), reference=reference)
+    return result.summary(), result.mismatching == 0
 
 
-def run_parity(gguf_path: Path, *, n_tokens: int = 640, chunk: int = 128, tie_gap: float = 1e-3,
+def _build(gguf_path: Path, bundle: Path | None, backend: str, cache: dict):
+    """Our model: loaded from the bundle when there is one, else built from the GGUF's tensors (kept in
+    `cache` so that the fast backend reuses them)."""
+    if bundle is not None:
+        from speczoo.models.loader import load_model
+
+        return load_model(bundle, backend)
+    if not cache:
+        reader = open_gguf(gguf_path)
+        cache["args"] = gguf_model_args(reader)
+        cache["tensors"] = dict(iter_gguf_tensors(reader))
+    return build_model(cache["args"], cache["tensors"], backend)
+
+
+def run_parity(model: str | Path, *, n_tokens: int = 640, chunk: int = 128, tie_gap: float = 1e-3,
                fast_backend: str | None = None, reference: bool = True, text: str | None = None,
                min_agreement: float = 0.97, max_ppl_ratio: float = 1.03, log=print) -> ParityReport:
-    """Run the whole gate on one GGUF file. `log` receives progress lines."""
+    """Run the whole gate on a .gguf path, a bundle directory or a pulled zoo name (whose bundle is what
+    our side loads, while the reference loads the bundle's source GGUF). `log` receives progress lines."""
     from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
 
-    gguf_path = Path(gguf_path)
+    gguf_path, bundle = resolve_model(model)
     fast_backend = fast_backend or DEFAULT_FAST_BACKEND
     text = text if text is not None else default_text()
-    report = ParityReport(model=str(gguf_path), n_tokens=0)
+    report = ParityReport(model=str(model), n_tokens=0)
 
-    summary, ok = tokenizer_parity_hook(gguf_path)
-    report.tokenizer = summary
-    if not ok:
-        report.failures.append(f"tokenizer parity: {summary}")
-
-    log(f"reference: transformers on {gguf_path.name} ({'logits' if reference else 'tokenizer only'})")
-    tokens, ref_logits = reference_tokens_and_logits(gguf_path, text, n_tokens, with_logits=reference)
+    log(f"tokenizer: transformers' tokenizer of {gguf_path.name} vs speczoo's")
+    tr = _transformers()
+    ref_tok = tr.AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    tokens = torch.tensor(ref_tok(text).input_ids[:n_tokens], dtype=torch.long)       # [S]
     report.n_tokens = int(tokens.shape[0])
+    report.tokenizer, ok = tokenizer_check(gguf_path, bundle, ref_tok, text)
+    if not ok:
+        report.failures.append("tokenizer: speczoo's ids differ from transformers'")
+    del ref_tok
 
-    reader = open_gguf(gguf_path)
-    args = gguf_model_args(reader)
-    tensors = dict(iter_gguf_tensors(reader))
-    del reader
-    log(f"ours: fp32 {args.arch}, {report.n_tokens} tokens in chunks of {chunk}")
-    ours = run_ours(build_model(args, tensors, "fp32"), args, tokens, chunk)
+    ref_logits = None
+    if reference:
+        log(f"reference: transformers fp32 on {gguf_path.name}, {report.n_tokens} tokens")
+        ref_logits = reference_logits(gguf_path, tokens)
+
+    held: dict = {}
+    log(f"ours: fp32 from {bundle or gguf_path}, chunked prefill of {chunk}")
+    ours = run_ours(_build(gguf_path, bundle, "fp32", held), tokens, chunk)
     if ref_logits is not None:
         report.reference = compare_to_reference(ours, ref_logits, tie_gap)
         del ref_logits
@@ -198,7 +220,7 @@ def run_parity(gguf_path: Path, *, n_tokens: int = 640, chunk: int = 128, tie_ga
     gc.collect()
 
     log(f"fast backend: {fast_backend}")
-    fast = run_ours(build_model(args, tensors, fast_backend), args, tokens, chunk)
+    fast = run_ours(_build(gguf_path, bundle, fast_backend, held), tokens, chunk)
     agree = int((fast.argmax(-1) == ours.argmax(-1)).sum())
     report.fast = BackendParity(backend=fast_backend, positions=report.n_tokens, top1_agree=agree,
                                 ppl_fp32=perplexity(ours, tokens), ppl_backend=perplexity(fast, tokens),

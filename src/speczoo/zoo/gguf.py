@@ -74,6 +74,18 @@ def _eos_ids(reader) -> list[int]:
     return sorted(ids)
 
 
+def _sliding_pattern(value, n_layers: int) -> int:
+    """gemma3's period N (every Nth layer global) from an int or a per-layer list of "is sliding" flags."""
+    if not isinstance(value, list):
+        return int(value)
+    flags = [bool(v) for v in value]
+    for n in range(1, n_layers + 1):
+        if flags == [(i + 1) % n != 0 for i in range(len(flags))]:
+            return n
+    raise ValueError(f"per-layer sliding-window pattern {flags} is not periodic (every Nth layer global); "
+                     "speczoo cannot run this layout")
+
+
 def gguf_model_args(reader) -> ModelArgs:
     """ModelArgs from a GGUF's metadata (qwen2 and gemma3; anything else is a clear error)."""
     arch = _require(reader, "general.architecture")
@@ -121,7 +133,7 @@ def gguf_model_args(reader) -> ModelArgs:
         **common,
         rope_local_theta=float(a("rope.freq_base_swa", 10_000.0)),
         sliding_window=int(a("attention.sliding_window", 0)),
-        sliding_pattern=int(a("attention.sliding_window_pattern", 6)),
+        sliding_pattern=_sliding_pattern(a("attention.sliding_window_pattern", 6), n_layers),
         qk_norm=True, sandwich_norms=True, act="gelu_tanh", embed_scale=math.sqrt(dim),
         query_scale=1.0 / math.sqrt(pre_attn),
         final_logit_softcap=float(a("final_logit_softcapping", 0.0) or 0.0),

@@ -1,0 +1,38 @@
+"""`speczoo check MODEL`: the parity gate (our fp32 vs transformers on the same GGUF; fast backend vs fp32;
+tokenizer ids). Exits 1 when parity fails. MODEL is a pulled zoo name, a bundle directory or a .gguf path."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("check", help="parity gate: our model vs transformers on the same GGUF, and the fast "
+                                     "backend vs fp32")
+    p.add_argument("model", help="zoo name (pulled), bundle directory, or path to a .gguf file")
+    p.add_argument("--tokens", type=int, default=640, help="positions of real text to compare (default 640)")
+    p.add_argument("--chunk", type=int, default=128, help="prefill chunk of our model (default 128)")
+    p.add_argument("--backend", default=None,
+                   help="fast linear backend to compare with fp32 (default: kernels' DEFAULT_FAST_BACKEND)")
+    p.add_argument("--text", default=None, help="text file to use instead of standard-library sources")
+    p.add_argument("--no-reference", action="store_true",
+                   help="skip the transformers model (tokenizer still comes from transformers)")
+    p.add_argument("--tie-gap", type=float, default=1e-3,
+                   help="reference top-2 gaps at or below this count as near-ties (default 1e-3)")
+    p.add_argument("--min-agreement", type=float, default=0.97,
+                   help="fast-vs-fp32 top-1 agreement needed to pass (default 0.97)")
+    p.add_argument("--max-ppl-ratio", type=float, default=1.03,
+                   help="largest fast/fp32 perplexity ratio that passes (default 1.03)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from speczoo.bench.parity import format_report, run_parity
+
+    text = Path(args.text).read_text() if args.text else None
+    report = run_parity(args.model, n_tokens=args.tokens, chunk=args.chunk, tie_gap=args.tie_gap,
+                        fast_backend=args.backend, reference=not args.no_reference, text=text,
+                        min_agreement=args.min_agreement, max_ppl_ratio=args.max_ppl_ratio,
+                        log=lambda line: print(f"... {line}", flush=True))
+    print(format_report(report))
+    return 0 if report.passed else 1

@@ -1,0 +1,83 @@
+"""KVCache: preallocation, O(1) truncate, compact, and CacheFullError leaving the cache untouched."""
+
+import pytest
+import torch
+
+from speczoo.cache import KVCache
+from speczoo.errors import CacheFullError
+from tiny import tiny_args, tiny_model
+
+
+def test_preallocates_capacity_per_layer():
+    args = tiny_args("qwen2")
+    c = KVCache(args, max_seq=10, extra=5)
+    assert c.capacity == 15 and c.length == 0
+    assert len(c.k) == len(c.v) == args.n_layers
+    assert c.k[0].shape == (args.n_kv_heads, 15, args.head_dim)
+    assert c.nbytes == 2 * args.n_layers * args.n_kv_heads * 15 * args.head_dim * 4
+
+
+def test_truncate_is_a_length_change_only():
+    model, args = tiny_model("qwen2")
+    c = KVCache(args, 16)
+    model(torch.arange(8), torch.arange(8), c)
+    ptr, data = c.k[1].data_ptr(), c.k[1].clone()
+    c.truncate(3)
+    assert c.length == 3
+    assert c.k[1].data_ptr() == ptr and torch.equal(c.k[1], data)
+    with pytest.raises(ValueError):
+        c.truncate(4)
+    with pytest.raises(ValueError):
+        c.truncate(-1)
+    c.reset()
+    assert c.length == 0
+
+
+def test_compact_moves_slots_in_every_layer():
+    args = tiny_args("gemma3")
+    c = KVCache(args, 12)
+    for li in range(args.n_layers):
+        c.k[li].copy_(torch.arange(c.capacity, dtype=torch.float32)[None, :, None] + 100 * li)
+        c.v[li].copy_(-c.k[li])
+    c.length = 10
+    c.compact([5, 7, 8], 4)
+    for li in range(args.n_layers):
+        assert c.k[li][0, 4:7, 0].tolist() == [5 + 100 * li, 7 + 100 * li, 8 + 100 * li]
+        assert c.v[li][0, 4:7, 0].tolist() == [-5 - 100 * li, -7 - 100 * li, -8 - 100 * li]
+        assert c.k[li][0, :4, 0].tolist() == [100 * li + i for i in range(4)]
+    c.truncate(7)
+    assert c.length == 7
+
+
+@pytest.mark.parametrize("src,dst", [([3, 2], 1), ([5], 6), ([1, 11], 0), ([], 0)])
+def test_compact_rejects_bad_arguments(src, dst):
+    c = KVCache(tiny_args("qwen2"), 12)
+    c.length = 10
+    if not src:
+        c.compact(src, dst)   # nothing to do
+        return
+    with pytest.raises(ValueError):
+        c.compact(src, dst)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
+def test_cache_full_raises_before_writing(arch):
+    model, args = tiny_model(arch)
+    c = KVCache(args, max_seq=6, extra=2)
+    model(torch.arange(5), torch.arange(5), c)
+    snap_k = [k.clone() for k in c.k]
+    snap_v = [v.clone() for v in c.v]
+    with pytest.raises(CacheFullError, match="do not fit"):
+        model(torch.arange(4), torch.arange(5, 9), c)
+    assert c.length == 5
+    assert all(torch.equal(a, b) for a, b in zip(snap_k, c.k))
+    assert all(torch.equal(a, b) for a, b in zip(snap_v, c.v))
+    model(torch.arange(3), torch.arange(5, 8), c)   # exactly fills capacity
+    assert c.length == 8
+
+
+def test_cache_for_another_model_is_refused():
+    model, _ = tiny_model("qwen2")
+    other = tiny_args("gemma3")
+    with pytest.raises(ValueError, match="different model"):
+        model(torch.arange(2), torch.arange(2), KVCache(other, 8))
