@@ -199,12 +199,14 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
     }
 }
 
-// q4: R rows x one super-block. wu: the super-block's 64 unpacked weight registers, [group][quad in group];
-// xk, xp: activation words and group-sum pairs at (super-block, first row). facc/fmin [R][16] += this block.
+// q4: R rows x one super-block, nibbles unpacked in registers (a tile of up to SZ_TILE rows shares them).
+// qb: the strip's packed super-block; xk, xp: activation words and group-sum pairs at (super-block, first
+// row). facc/fmin [R][16] += this block's terms.
 template <int R>
-static void q4_tile(const __m512i* wu, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
+static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
                     const int32_t* xp, int64_t S, float* facc, float* fmin) {
     constexpr int C = R >= 4 ? 1 : 2;
+    const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512i isb[R];
 #pragma GCC unroll 1
     for (int g = 0; g < 8; ++g) {
@@ -213,12 +215,17 @@ static void q4_tile(const __m512i* wu, const uint8_t* scb, const uint8_t* mnb, c
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
             for (int c = 0; c < C; ++c) t[c][r] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
-            const __m512i wv = _mm512_load_si512((const void*)(wu + g * 8 + j));
-            const int32_t* xr = xk + (g * 8 + j) * S;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+            const __m512i p = _mm512_loadu_si512((const void*)(qb + g * 256 + j * 64));
+            const __m512i lo = _mm512_and_si512(p, nib);                            // k = 32g + 4j + i
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), nib);  // k + 16
+            const int32_t* xl = xk + (g * 8 + j) * S;
+            const int32_t* xh = xl + 4 * S;
 #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) t[j % C][r] = _mm512_dpbusd_epi32(t[j % C][r], wv, _mm512_set1_epi32(xr[r]));
+            for (int r = 0; r < R; ++r) t[0][r] = _mm512_dpbusd_epi32(t[0][r], lo, _mm512_set1_epi32(xl[r]));
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) t[C - 1][r] = _mm512_dpbusd_epi32(t[C - 1][r], hi, _mm512_set1_epi32(xh[r]));
         }
         const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(scb + g * 16)));
 #pragma GCC unroll 16
@@ -252,7 +259,7 @@ static void q4_tile(const __m512i* wu, const uint8_t* scb, const uint8_t* mnb, c
 }
 
 typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
-typedef void (*q4_tile_fn)(const __m512i*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
+typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
                            const int32_t*, int64_t, float*, float*);
 template <int... Rs>
 struct Tiles {
@@ -307,20 +314,11 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
     for (int64_t i = 0; i < S * 16; ++i) facc[i] = fmin[i] = 0.0f;
 #if SZ_VNNI
     const int64_t tile = row_tile(S);
-    const __m512i nib = _mm512_set1_epi8(0x0F);
-    alignas(64) __m512i wu[64];  // one super-block, unpacked: [group][quad in group], quad 0-3 low nibbles
     for (int64_t b = 0; b < KB; ++b) {
-        const uint8_t* qb = qs + b * 2048;
-#pragma GCC unroll 4
-        for (int i = 0; i < 32; ++i) {
-            const __m512i p = _mm512_loadu_si512((const void*)(qb + i * 64));  // group i/4, packed quad i%4
-            wu[(i / 4) * 8 + i % 4] = _mm512_and_si512(p, nib);
-            wu[(i / 4) * 8 + i % 4 + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), nib);
-        }
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
-            TL::q4[R - 1](wu, sc + b * 128, mn + b * 128, dd + b * 32, xw + b * 64 * S + r0, xg + b * 4 * S + r0, S,
-                          facc + r0 * 16, fmin + r0 * 16);
+            TL::q4[R - 1](qs + b * 2048, sc + b * 128, mn + b * 128, dd + b * 32, xw + b * 64 * S + r0,
+                          xg + b * 4 * S + r0, S, facc + r0 * 16, fmin + r0 * 16);
         }
     }
 #else
