@@ -125,3 +125,15 @@ def test_masked_logits_get_zero_probability():
     logits = torch.tensor([[0.0, -math.inf, 1.0]])
     p = probs(logits, SamplingParams(temperature=1.3))
     assert p[0, 1] == 0 and torch.isclose(p.sum(), torch.tensor(1.0))
+
+
+def test_sample_never_draws_zero_probability_tokens_and_refuses_empty_rows():
+    p = torch.tensor([[0.0, 0.5, 0.0, 0.5, 0.0]]).repeat(5000, 1)
+    ids = sample(p, make_generator(3))
+    assert set(ids.tolist()) == {1, 3}
+    unnormalized = torch.tensor([[0.0, 2.0, 0.0]])
+    assert sample(unnormalized, make_generator(0)).tolist() == [1]
+    with pytest.raises(ValueError, match="sums to 0"):
+        sample(torch.zeros(1, 4), make_generator(0))
+    with pytest.raises(ValueError, match="NaN"):
+        sample(torch.tensor([[0.5, math.nan]]), make_generator(0))

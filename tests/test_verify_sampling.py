@@ -12,6 +12,7 @@ that proves the test has the power to catch a lossy verifier.
 from __future__ import annotations
 
 import bisect
+import math
 import itertools
 import random
 from collections import Counter
@@ -284,6 +285,8 @@ def test_errors_are_clear():
         verify_sampling(Draft(tokens=[7]), p, gen)
     with pytest.raises(ValueError, match=r"draft.probs must be \[K=1, V=4\]"):
         verify_sampling(Draft(tokens=[1], probs=torch.full((1, 5), 0.2)), p, gen)
+    with pytest.raises(ValueError, match="not a distribution"):
+        verify_sampling(Draft(tokens=[]), torch.tensor([[math.nan, 0.5, 0.5, 0.0]]), gen)
     with pytest.raises(ValueError, match="tree"):
         verify_sampling(Draft(tokens=[1, 2], parents=[-1, -1]), torch.full((3, 4), 0.25), gen)
 

@@ -65,10 +65,20 @@ def probs(logits: Tensor, params: SamplingParams) -> Tensor:
 
 
 def sample(p: Tensor, generator: torch.Generator) -> Tensor:
-    """probabilities [S, V] -> ids [S], one independent draw per row."""
+    """probabilities [S, V] (rows need not be normalized) -> ids [S], one independent draw per row.
+
+    Inverse-CDF in float64: a cumulative sum and a binary search per row, O(V); torch.multinomial
+    takes milliseconds per row at V = 152k on this CPU. A token of probability 0 is never drawn.
+    """
     if p.dim() != 2:
         raise ValueError(f"sample expects probabilities [S, V], got shape {tuple(p.shape)}")
-    return torch.multinomial(p, 1, generator=generator).squeeze(-1)       # [S]
+    cdf = torch.cumsum(p.double(), dim=-1)                                # [S, V]
+    total = cdf[:, -1:]                                                   # [S, 1]
+    if not bool(torch.isfinite(total).all()) or bool((total <= 0).any()):
+        raise ValueError("cannot sample: a row of probabilities sums to 0, inf or NaN")
+    u = torch.rand(p.shape[0], 1, generator=generator, dtype=torch.float64)   # [S, 1]
+    ids = torch.searchsorted(cdf, u * total, right=True)                  # [S, 1]
+    return ids.clamp_(max=p.shape[1] - 1).squeeze(-1)                     # [S]
 
 
 def pick(logits: Tensor, params: SamplingParams, generator: torch.Generator | None) -> Tensor:

@@ -15,9 +15,12 @@ Never sees a model or a cache and never mutates its inputs; randomness comes onl
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
+from speczoo.sampling import sample
 from speczoo.spec.types import Draft, Verdict
 
 
@@ -26,61 +29,59 @@ def verify_sampling(draft: Draft, target_probs: Tensor, generator: torch.Generat
 
     target_probs: [K + 1, V] the target's processed distribution (speczoo.sampling.probs) per row.
     draft.probs:  [K, V] the distribution each draft token was drawn from, or None (one-hot q).
+    Only the rows the verdict needs are read in full (one residual or the bonus row), so the cost per
+    round is O(K + V), not O(K·V).
     """
     k = draft.k
-    p_all = _check_target(target_probs, k)                                 # [K+1, V] float64
-    v = p_all.shape[1]
-    q_all = _check_draft(draft, v)                                         # [K, V] float64 or None
+    _check_shapes(draft, target_probs)
+    v = target_probs.shape[1]
+    idx = torch.arange(k)
+    tokens = torch.tensor(draft.tokens, dtype=torch.long)                  # [K]
+    p_tok = target_probs[idx, tokens].double().tolist()                    # K values of p_i(d_i)
+    q_tok = [1.0] * k if draft.probs is None else draft.probs[idx, tokens].double().tolist()
+    u = torch.rand(k, generator=generator, dtype=torch.float64).tolist()   # K uniforms
     for i, tok in enumerate(draft.tokens):
-        p = p_all[i]                                                       # [V]
-        q_tok = 1.0 if q_all is None else float(q_all[i, tok])
-        if q_tok <= 0.0:
+        if not q_tok[i] > 0.0:
             raise ValueError(
-                f"draft token {tok} at position {i} has q = 0 under the drafter's own probs; "
+                f"draft token {tok} at position {i} has q = {q_tok[i]} under the drafter's own probs; "
                 f"draft.probs must be the distribution the token was sampled from")
-        p_tok = float(p[tok])
-        u = float(torch.rand((), generator=generator, dtype=torch.float64))
-        if u * q_tok < p_tok:                                              # u < p/q, no division
+        if u[i] * q_tok[i] < p_tok[i]:                                     # u < p/q, no division
             continue
-        q = _one_hot(tok, v) if q_all is None else q_all[i]                # [V]
+        p = _row(target_probs, i, "target probs")                          # [V] float64
+        if draft.probs is None:
+            q = torch.zeros(v, dtype=torch.float64)                        # [V] one-hot on d_i
+            q[tok] = 1.0
+        else:
+            q = _row(draft.probs, i, "draft.probs")                        # [V]
         residual = torch.clamp(p - q, min=0.0)                             # [V]
         if float(residual.sum()) <= 0.0:
             residual = p                                                   # p == q (rounding): p itself
-        nxt = int(torch.multinomial(residual, 1, generator=generator))
+        nxt = int(sample(residual[None], generator))
         return Verdict(accepted=i, next_token=nxt, path=list(range(i)))
-    bonus = int(torch.multinomial(p_all[k], 1, generator=generator))
+    bonus = int(sample(_row(target_probs, k, "target probs")[None], generator))
     return Verdict(accepted=k, next_token=bonus, path=list(range(k)))
 
 
-def _one_hot(tok: int, v: int) -> Tensor:
-    q = torch.zeros(v, dtype=torch.float64)                                # [V]
-    q[tok] = 1.0
-    return q
+def _row(probs: Tensor, i: int, what: str) -> Tensor:
+    """Row i as float64 [V], checked to sum to a positive finite number (NaN and inf show in the sum)."""
+    row = probs[i].double()
+    total = float(row.sum())
+    if not (math.isfinite(total) and total > 0):
+        raise ValueError(f"row {i} of {what} sums to {total}, not a distribution; "
+                         f"pass speczoo.sampling.probs(...)")
+    return row
 
 
-def _check_target(target_probs: Tensor, k: int) -> Tensor:
+def _check_shapes(draft: Draft, target_probs: Tensor) -> None:
+    k = draft.k
     if target_probs.dim() != 2 or target_probs.shape[0] != k + 1:
         raise ValueError(f"verify_sampling needs target probs [K+1={k + 1}, V], "
                          f"got shape {tuple(target_probs.shape)}")
-    p = target_probs.double()
-    if torch.isnan(p).any() or (p < 0).any():
-        raise ValueError("target probs contain NaN or negative values; pass speczoo.sampling.probs(...)")
-    if (p.sum(dim=-1) <= 0).any():
-        raise ValueError("a row of target probs sums to 0; pass speczoo.sampling.probs(...)")
-    return p
-
-
-def _check_draft(draft: Draft, v: int) -> Tensor | None:
-    if draft.parents is not None and draft.parents != list(range(-1, draft.k - 1)):
+    v = target_probs.shape[1]
+    if draft.parents is not None and draft.parents != list(range(-1, k - 1)):
         raise ValueError("verify_sampling handles chain drafts only; this draft is a token tree")
     for i, tok in enumerate(draft.tokens):
         if not 0 <= tok < v:
             raise ValueError(f"draft token {tok} at position {i} is outside the vocabulary (V={v})")
-    if draft.probs is None:
-        return None
-    if draft.probs.dim() != 2 or draft.probs.shape != (draft.k, v):
-        raise ValueError(f"draft.probs must be [K={draft.k}, V={v}], got {tuple(draft.probs.shape)}")
-    q = draft.probs.double()
-    if torch.isnan(q).any() or (q < 0).any():
-        raise ValueError("draft.probs contain NaN or negative values")
-    return q
+    if draft.probs is not None and (draft.probs.dim() != 2 or tuple(draft.probs.shape) != (k, v)):
+        raise ValueError(f"draft.probs must be [K={k}, V={v}], got {tuple(draft.probs.shape)}")
