@@ -19,7 +19,8 @@ from speczoo.errors import CacheFullError
 from speczoo.events import DoneEvent, GenerationRequest, Stats, TokenEvent
 from speczoo import sampling
 from speczoo.spec.drafters.base import Drafter
-from speczoo.spec.policy import Policy, make_policy
+from speczoo.spec.controller import Costs
+from speczoo.spec.policy import make_policy
 from speczoo.spec.textstream import TextStream
 from speczoo.spec.types import Draft
 from speczoo.spec.verify import verify_greedy
@@ -43,18 +44,18 @@ class Engine:
     target: a model with the forward contract of speczoo.models (tokens, positions, cache -> logits).
     cache:  the target's KV cache (preallocated; capacity >= max_seq + MAX_K + 1).
     drafters: name -> factory of a Drafter (built per request: "ngram", "draft", ...).
+    costs:  measured costs (target c_v curve, draft cost per token) for the per-round controller.
     """
 
     def __init__(self, target, cache, tokenizer, drafters: dict[str, Callable[[GenerationRequest], Drafter]],
-                 eos_ids: list[int], max_seq: int, policy_factory: Callable[[GenerationRequest, list[str]], Policy]
-                 = make_policy):
+                 eos_ids: list[int], max_seq: int, costs: Costs | None = None):
         self.target = target
         self.cache = cache
         self.tokenizer = tokenizer
         self.drafters = drafters
         self.eos = set(eos_ids)
         self.max_seq = max_seq
-        self.policy_factory = policy_factory
+        self.costs = costs            # measured c_v curve and draft costs for the controller
         self.trace: list[RoundTrace] = []
 
     # -- validation -------------------------------------------------------------------------
@@ -104,7 +105,7 @@ class Engine:
         names = self._drafter_names(req.spec)
         for name in names:
             drafters[name] = self.drafters[name](req)
-        policy = self.policy_factory(req, names)
+        policy = make_policy(req, names, self.costs)
         stream = TextStream(self.tokenizer, req.stop)
         stats = Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec)
         self.trace = []
@@ -125,8 +126,9 @@ class Engine:
                     finish = "stop"
                     break
                 choice = policy.choose() if remaining > 1 else None
+                drafting = choice is not None and choice.drafting
                 draft = Draft(tokens=[])
-                if choice is not None and choice.drafter:
+                if drafting:
                     k = min(choice.k, remaining - 1)
                     draft = drafters[choice.drafter].propose(context + [pending], k)
                     draft.tokens = draft.tokens[:k]
@@ -143,7 +145,7 @@ class Engine:
                     accepted = verdict.accepted
                     self.cache.truncate(base + 1 + accepted)
                     new = [pending] + draft.tokens[:accepted]
-                    if choice is not None and choice.drafter:
+                    if drafting:
                         drafters[choice.drafter].commit(accepted)
                         policy.update(choice.drafter, draft.k, accepted)
                     stats.rounds += 1

@@ -1,43 +1,24 @@
-"""Per-round choice of drafter and K for the engine: a thin adapter over spec.controller.
+"""Map a request's speculative mode onto a controller for the engine's per-round choices.
 
-The engine asks `choose()` before each round and reports `update(drafter, drafted, accepted)` after
-it. This module only maps a request's spec mode onto a controller configuration; the decisions
-themselves live in spec/controller.py.
+"off" gives a controller with no drafter (every round plain decoding); a single drafter ("ngram",
+"draft") gives the cost-model controller over that drafter with K up to the request's K (it picks K
+each round and switches drafting off when acceptance falls below break-even, re-probing now and
+then); "auto" gives the same controller over every drafter available. The decisions live in
+spec/controller.py; this module only configures it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
 from speczoo.events import GenerationRequest
+from speczoo.spec.controller import Controller, Costs
+
+# Costs used when none were measured (tests on oracles): verify as cheap as a step, free drafts.
+DEFAULT_COSTS = Costs(cv=1.0, draft_cost={}, round_overhead=0.0)
 
 
-@dataclass
-class Choice:
-    drafter: str      # "" or "none": plain decoding this round
-    k: int
-
-
-class Policy(Protocol):
-    def choose(self) -> Choice | None: ...
-    def update(self, drafter: str, drafted: int, accepted: int) -> None: ...
-
-
-class FixedPolicy:
-    """Always the same drafter and K (no gate); with no drafter, plain decoding."""
-
-    def __init__(self, drafter: str, k: int):
-        self.choice = Choice(drafter, k) if drafter else None
-
-    def choose(self) -> Choice | None:
-        return self.choice
-
-    def update(self, drafter: str, drafted: int, accepted: int) -> None:
-        pass
-
-
-def make_policy(req: GenerationRequest, drafters: list[str]) -> Policy:
-    if not drafters:
-        return FixedPolicy("", 0)
-    return FixedPolicy(drafters[0], req.k)
+def make_policy(req: GenerationRequest, drafters: list[str], costs: Costs | None) -> Controller:
+    costs = costs or DEFAULT_COSTS
+    missing = {d: 0.0 for d in drafters if d not in costs.draft_cost}
+    if missing:
+        costs = Costs(cv=costs.cv, draft_cost={**costs.draft_cost, **missing}, round_overhead=costs.round_overhead)
+    return Controller(costs, drafters, k_max=req.k)
