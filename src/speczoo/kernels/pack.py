@@ -102,18 +102,20 @@ def _group_err(w: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     safe = torch.where(a3 > 0, a3, torch.ones_like(a3))
     q = torch.round((w + b3) / safe).clamp_(0, 15)
     q = torch.where(a3 > 0, q, torch.zeros_like(q))
-    err = ((a3 * q - b3 - w).double() ** 2).sum(-1)                                  # [R, G] fp64
+    diff = (a3 * q - b3 - w).double()
+    err = (diff * diff).sum(-1)                                                      # [R, G] fp64
     return q, err
 
 
-def _q4_rows(w: Tensor, levels: int) -> tuple[Q4Codes, Tensor]:
-    """Quantize rows w [R, KP] with sub-scales in [0, levels]; returns codes and per-super-block error [R, KB]."""
-    r, kp = w.shape
-    wg = w.view(r, kp // GROUP, GROUP)                                               # [R, G, 32]
+def _group_steps(wg: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-group min offset b >= 0 and the best continuous step a (the top code may sit at 12..15).
+
+    wg: [R, G, 32] -> a, b: [R, G]. Searching the top code finds the exact grid of Q4_K data, whose
+    groups do not always use code 15, and clips outliers of other data.
+    """
     gmin = wg.amin(-1).clamp(max=0.0)
     span = wg.amax(-1) - gmin                                                        # [R, G]
-    bmin = -gmin                                                                     # [R, G] >= 0
-    # 1. continuous per-group step: the top code may be below 15 (clipping search on the top)
+    bmin = -gmin
     best_a, best_e = span / 15.0, None
     for top in (15.0, 14.0, 13.0, 12.0):
         a = span / top
@@ -123,7 +125,12 @@ def _q4_rows(w: Tensor, levels: int) -> tuple[Q4Codes, Tensor]:
         else:
             better = e < best_e
             best_a, best_e = torch.where(better, a, best_a), torch.where(better, e, best_e)
-    # 2. super-block scales and integer sub-scales/mins
+    return best_a, bmin
+
+
+def _q4_rows(wg: Tensor, best_a: Tensor, bmin: Tensor, levels: int) -> tuple[Q4Codes, Tensor]:
+    """Integer sub-scales in [0, levels] for groups wg [R, G, 32]; codes and per-super-block error [R, KB]."""
+    r, ng, _ = wg.shape
     g8 = best_a.view(r, -1, 8)                                                       # [R, KB, 8]
     d = g8.amax(-1) / levels                                                         # [R, KB]
     dm = bmin.view(r, -1, 8).amax(-1) / levels
@@ -145,7 +152,7 @@ def _q4_rows(w: Tensor, levels: int) -> tuple[Q4Codes, Tensor]:
             best_q = torch.where(better[..., None], q, best_q)
             best_e = torch.where(better, e, best_e)
     codes = Q4Codes(
-        q=best_q.reshape(r, kp).to(torch.uint8),
+        q=best_q.reshape(r, ng * GROUP).to(torch.uint8),
         sc=best_sc.reshape(r, -1).to(torch.uint8),
         m=m.reshape(r, -1).to(torch.uint8),
         d=d.contiguous(),
@@ -163,8 +170,10 @@ def quantize_q4(weight: Tensor) -> Q4Codes:
     for r0 in range(0, n, _ROW_CHUNK):
         rows = torch.zeros(min(_ROW_CHUNK, n - r0), kp, dtype=torch.float32)
         rows[:, :k] = w[r0:r0 + _ROW_CHUNK]
-        c63, e63 = _q4_rows(rows, 63)      # Q4_K's grid: exact on weights that came from Q4_K
-        c255, e255 = _q4_rows(rows, 255)   # finer sub-scales: better on anything else
+        wg = rows.view(rows.shape[0], kp // GROUP, GROUP)                            # [R, G, 32]
+        best_a, bmin = _group_steps(wg)
+        c63, e63 = _q4_rows(wg, best_a, bmin, 63)      # Q4_K's grid: exact on weights that came from Q4_K
+        c255, e255 = _q4_rows(wg, best_a, bmin, 255)   # finer sub-scales: better on anything else
         take = (e255 < e63)                                                          # [R, KB]
         tg = take.repeat_interleave(8, dim=1)                                        # [R, G]
         parts.append(Q4Codes(
