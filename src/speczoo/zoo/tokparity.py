@@ -48,7 +48,7 @@ def reference_tokenizer(gguf_path: Path):
 
 
 def _show(ours: Tokenizer, text: str, a: list[int], b: list[int]) -> str:
-    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     pos = len(ours.decode(a[:k]))
     return (f"at id {k} (char {pos}), text {text[max(0, pos - 40):pos + 40]!r}: "
             f"ours {a[k:k + 6]} vs reference {b[k:k + 6]}")
