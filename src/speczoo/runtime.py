@@ -14,6 +14,7 @@ from pathlib import Path
 
 from torch import nn
 
+from speczoo.bench.cv import runtime_costs
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
@@ -45,7 +46,8 @@ def load(name: str, backend: str | None = None) -> LoadedModel:
 
 
 class Runtime:
-    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096):
+    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096,
+                 remeasure_costs: bool = False):
         if max_seq < 2:
             raise ValueError(f"--max-seq must be at least 2, got {max_seq}")
         self.target = target
@@ -62,7 +64,7 @@ class Runtime:
         self.spec_modes = ["off", *drafters, "auto"]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
         self.engine = Engine(target.model, cache, self.tokenizer, drafters,
-                             eos_ids=self.tokenizer.eos_ids, max_seq=max_seq)
+                             eos_ids=self.tokenizer.eos_ids, max_seq=max_seq, costs=runtime_costs(target, draft, remeasure=remeasure_costs))
 
     def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
         return self.engine.generate(request)
@@ -73,7 +75,9 @@ class Runtime:
 
 
 def load_runtime(target: str, draft: str | None = None, backend: str | None = None,
-                 max_seq: int = 4096) -> Runtime:
+                 max_seq: int = 4096, remeasure_costs: bool = False) -> Runtime:
+    """remeasure_costs: time c_v and the draft cost now (benches do, so that the controller sees this
+    machine's present speed) instead of reading the profile cached in the bundle."""
     t = load(target, backend)
     d = load(draft, backend) if draft else None
-    return Runtime(t, d, max_seq=max_seq)
+    return Runtime(t, d, max_seq=max_seq, remeasure_costs=remeasure_costs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -51,3 +52,43 @@ def measure_cv(model, args, sizes: list[int], context: int = 64, repeats: int = 
                 if rep >= warmup:
                     times[s].append(dt * 1000)
     return CvResult({s: statistics.median(v) for s, v in times.items()})
+
+
+PROFILE_SIZES = [1, 2, 3, 5, 9, 17]
+
+
+def profile_path(loaded) -> Path:
+    return loaded.path / f"cost-{loaded.backend}.json"
+
+
+def load_or_measure(loaded, remeasure: bool = False) -> dict:
+    """The model's cost profile {"ms": {S: ms}, "cv": {S: c_v}} on its backend, cached in the bundle.
+
+    Measured once (a few seconds) the first time a runtime needs it, then read back; `speczoo cv MODEL
+    --save` re-measures it (do that on a quiet machine: a busy one inflates every figure).
+    """
+    import json
+
+    path = profile_path(loaded)
+    if path.is_file() and not remeasure:
+        return json.loads(path.read_text())
+    res = measure_cv(loaded.model, loaded.args, PROFILE_SIZES, context=64, repeats=3, warmup=1)
+    data = res.to_json(loaded.name, loaded.backend)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+    return data
+
+
+def runtime_costs(target, draft=None, round_overhead: float = 0.02, remeasure: bool = False):
+    """Costs for the controller: the target's measured c_v curve and the draft's relative step cost."""
+    from speczoo.spec.controller import Costs
+    from speczoo.spec.cost import CvCurve
+
+    t = load_or_measure(target, remeasure)
+    draft_cost = {"ngram": 0.0}
+    if draft is not None:
+        d = load_or_measure(draft, remeasure)
+        draft_cost["draft"] = d["ms"]["1"] / t["ms"]["1"]
+    return Costs(cv=CvCurve.measured(t["cv"], source=str(profile_path(target))), draft_cost=draft_cost,
+                 round_overhead=round_overhead)

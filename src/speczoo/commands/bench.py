@@ -53,7 +53,8 @@ def prompt_ids_from_args(args, runtime) -> list[int]:
 
 def run(args) -> int:
     from speczoo.runtime import load_runtime
-    rt = load_runtime(args.target, draft=args.draft, backend=args.backend, max_seq=args.max_seq)
+    rt = load_runtime(args.target, draft=args.draft, backend=args.backend, max_seq=args.max_seq,
+                      remeasure_costs=True)
     ids = prompt_ids_from_args(args, rt)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
     res = run_ab(rt, ids, args.spec, k=args.k, ngram=args.ngram, gen=args.gen, runs=args.runs,

@@ -13,6 +13,8 @@ def register(sub) -> None:
     p.add_argument("--context", type=int, default=64, help="tokens already in the cache")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--backend", default=None, help="linear backend (default: the fast one)")
+    p.add_argument("--save", action="store_true",
+                   help="store the result as the model's cost profile (what the controller uses)")
     p.add_argument("--json", action="store_true", help='print {"cv": {"1": 1.0, ...}, ...} for scripts')
     p.set_defaults(func=run)
 
@@ -27,6 +29,9 @@ def run(args) -> int:
              else sorted({1, 2, 3, 5, 9, args.max_s} & set(range(1, args.max_s + 1))))
     m = load(args.model, args.backend)
     res = measure_cv(m.model, m.args, sizes, context=args.context, repeats=args.repeats)
+    if args.save:
+        from speczoo.bench.cv import profile_path
+        profile_path(m).write_text(json.dumps(res.to_json(args.model, m.backend), indent=1))
     if args.json:
         print(json.dumps(res.to_json(args.model, m.backend)))
         return 0

@@ -29,7 +29,8 @@ def run(args) -> int:
     from speczoo.runtime import load_runtime
 
     console = Console()
-    rt = load_runtime(args.target, draft=args.draft, backend=args.backend, max_seq=args.max_seq)
+    rt = load_runtime(args.target, draft=args.draft, backend=args.backend, max_seq=args.max_seq,
+                      remeasure_costs=True)
     table = Table(title=f"{args.target}: --spec {args.spec} vs plain greedy "
                         f"({args.gen} new tokens, backend {rt.target.backend}, median of {args.runs})")
     for col in ("prompt", "greedy tok/s", "spec tok/s", "speedup", "accepted/round", "lossless"):
