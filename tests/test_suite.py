@@ -38,6 +38,7 @@ class FakeRuntime:
     """
 
     name = "fake-target"
+    target = types.SimpleNamespace(backend="fake-backend")
 
     def __init__(self, interrupt_after=None):
         self.tokenizer = FakeTokenizer()
@@ -157,6 +158,9 @@ def test_resume_refuses_other_settings_and_bad_rows(tmp_path):
     other = SuiteSettings(methods=SETTINGS.methods, max_new_tokens=GEN - 1, k=4, ngram=3)
     with pytest.raises(SpeczooError, match="max_new_tokens"):
         run_suite(FakeRuntime(), QUESTIONS[:1], other, tmp_path, progress=False, plot=False)
+    other = SuiteSettings(methods=SETTINGS.methods, max_new_tokens=GEN, k=4, ngram=3, backend="q8")
+    with pytest.raises(SpeczooError, match="backend"):
+        run_suite(FakeRuntime(), QUESTIONS[:1], other, tmp_path, progress=False, plot=False)
     changed = [Question(1, "rag", ["a different prompt"])]
     with pytest.raises(SpeczooError, match="different turns"):
         run_suite(FakeRuntime(), changed, SETTINGS, tmp_path, progress=False, plot=False)
@@ -243,6 +247,7 @@ def test_cli_suite(tmp_path, monkeypatch, capsys):
     rows = read_rows(out)
     assert [(r["question_id"], r["method"]) for r in rows] == [
         (1, "off"), (1, "draft:tiny"), (3, "off"), (3, "draft:tiny")]
+    assert {r["backend"] for r in rows} == {"fake-backend"}
     assert "Speedup vs off" in capsys.readouterr().out
     assert main(argv[:4] + ["--methods", "ngram", "--out", str(out)]) == 2
     assert "must include off" in capsys.readouterr().err

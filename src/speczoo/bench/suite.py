@@ -29,7 +29,7 @@ RESULTS = "results.jsonl"
 SUMMARY = "summary.md"
 PLOT = "speedup.png"
 OFF = report.OFF
-SETTINGS = ("target", "max_new_tokens", "k", "ngram")   # must match between runs into one DIR
+SETTINGS = ("target", "backend", "max_new_tokens", "k", "ngram")   # must match between runs into one DIR
 
 
 class SuiteRuntime(Protocol):
@@ -47,6 +47,7 @@ class SuiteSettings:
     max_new_tokens: int = 256
     k: int = 8
     ngram: int = 3
+    backend: str | None = None       # label of the runtime's linear backend, recorded in every row
 
 
 @dataclass
@@ -160,7 +161,7 @@ def make_row(question: Question, method: str, conv: Conversation, settings: Suit
         "lossless": mismatch is None, "first_mismatch": mismatch, "finish": conv.finish,
         "ids_sha256": sha256_json(conv.ids), "text_sha256": sha256_json(conv.texts),
         "prompt_sha256": sha256_json(question.turns),
-        "target": target, "max_new_tokens": settings.max_new_tokens, "k": settings.k,
+        "target": target, "backend": settings.backend, "max_new_tokens": settings.max_new_tokens, "k": settings.k,
         "ngram": settings.ngram, "ids": conv.ids, "texts": conv.texts,
     }
 
@@ -216,8 +217,8 @@ def run_suite(runtime: SuiteRuntime, questions: list[Question], settings: SuiteS
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / RESULTS
-    expected = {"target": runtime.name, "max_new_tokens": settings.max_new_tokens, "k": settings.k,
-                "ngram": settings.ngram}
+    expected = {"target": runtime.name, "backend": settings.backend,
+                "max_new_tokens": settings.max_new_tokens, "k": settings.k, "ngram": settings.ngram}
     existing = load_results(results)
     check_settings(existing, expected, results)
     done: dict[tuple[int, str], dict] = {}
@@ -248,7 +249,8 @@ def run_suite(runtime: SuiteRuntime, questions: list[Question], settings: SuiteS
 
     rows = [done[(q.question_id, m)] for q, m in wanted]
     summary = report.summarize(rows, categories_of(questions))
-    notes = [f"target: {runtime.name}", f"methods: {', '.join(methods)}",
+    notes = [f"target: {runtime.name}" + (f" (backend {settings.backend})" if settings.backend else ""),
+             f"methods: {', '.join(methods)}",
              f"questions: {len(questions)}, max new tokens per turn: {settings.max_new_tokens}, "
              f"K: {settings.k}, n-gram order: {settings.ngram}", f"rows: {len(rows)}"]
     (out_dir / SUMMARY).write_text(report.render_markdown(summary, "speczoo suite", notes),

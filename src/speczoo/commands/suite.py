@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from speczoo.runtime import load_runtime
 
     runtime = load_runtime(args.target, draft=draft, backend=args.backend, max_seq=args.max_seq)
-    settings = SuiteSettings(methods=methods, max_new_tokens=args.gen, k=args.k, ngram=args.ngram)
+    settings = SuiteSettings(methods=methods, max_new_tokens=args.gen, k=args.k, ngram=args.ngram,
+                             backend=runtime.target.backend)
     outcome = run_suite(runtime, questions, settings, args.out, progress=not args.no_progress,
                         plot=not args.no_plot)
     print((outcome.out_dir / SUMMARY).read_text(encoding="utf-8"))
