@@ -39,6 +39,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:  # x: [..., D]
+        # written out: F.rms_norm is a slower composite on CPU in torch 2.13
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
@@ -47,34 +48,51 @@ class Rope:
 
     Angles are computed in fp32 as transformers and llama.cpp do (position * inv_freq), so our logits
     track the references to round-off. The table is indexed by explicit positions, never by slot.
+    Stored as cos [P, Dh] = (c, c) and a signed sin [P, Dh] = (-s, s), so that rotating is
+    x * cos + swap_halves(x) * sin: the same products and sums as transformers' rotate_half form.
     """
 
     def __init__(self, head_dim: int, theta: float, initial: int = 4096):
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
-        self.half = head_dim // 2
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        self.cos = torch.empty(0, self.half)
-        self.sin = torch.empty(0, self.half)
+        self.cos = torch.empty(0, head_dim)
+        self.sin = torch.empty(0, head_dim)
         self._grow(initial)
 
     def _grow(self, n: int) -> None:
         pos = torch.arange(n, dtype=torch.float32)
         ang = pos[:, None] * self.inv_freq[None, :]    # [P, Dh/2] fp32
-        self.cos, self.sin = ang.cos(), ang.sin()
+        c, s = ang.cos(), ang.sin()
+        self.cos = torch.cat((c, c), dim=-1)           # [P, Dh]
+        self.sin = torch.cat((-s, s), dim=-1)          # [P, Dh]
 
     def lookup(self, positions: Tensor, max_pos: int) -> tuple[Tensor, Tensor]:
-        """cos, sin [S, 1, Dh/2] for positions [S]; max_pos is the largest position (a Python int)."""
+        """cos, sin [S, 1, Dh] for positions [S]; max_pos is the largest position (a Python int)."""
         if max_pos >= self.cos.shape[0]:
             self._grow(max(2 * self.cos.shape[0], max_pos + 1))
         return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
 
 
+@dataclass
+class Rotation:
+    """One forward's RoPE factors: for keys (cos, sin) and for queries, with the query scale folded in."""
+    cos: Tensor     # [S, 1, Dh]
+    sin: Tensor
+    q_cos: Tensor   # cos * query scale
+    q_sin: Tensor
+
+    @classmethod
+    def at(cls, rope: Rope, positions: Tensor, max_pos: int, q_scale: float) -> Rotation:
+        cos, sin = rope.lookup(positions, max_pos)
+        return cls(cos, sin, cos * q_scale, sin * q_scale)
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x: [S, H, Dh]; cos/sin: [S, 1, Dh/2]. Same arithmetic as transformers' rotate_half form."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    """x: [S, H, Dh]; cos/sin: [S, 1, Dh] from Rope.lookup. Returns x rotated, [S, H, Dh]."""
+    s, h, d = x.shape
+    swapped = x.view(s, h, 2, d // 2).flip(2).view(s, h, d)     # (x2, x1)
+    return torch.addcmul(x * cos, swapped, sin)
 
 
 @dataclass
@@ -108,6 +126,8 @@ def plan_attention(l0: int, positions: list[int], pos_t: Tensor, tree_mask: Tens
             idx = torch.cat((torch.arange(min(lo, l0), l0), l0 + new.nonzero().flatten()))
             rows.append(idx)
         return AttnPlan(n_keys=n, rows=rows)
+    if s == 1:   # one row: the row-by-row scheme is the cheapest and needs no mask
+        return plan_attention(l0, positions, pos_t, tree_mask, window, invariant=True)
     key_pos = torch.cat((torch.arange(l0), pos_t))                 # [N] position of every visible slot
     if tree_mask is None:
         new = torch.ones(s, s, dtype=torch.bool).tril()

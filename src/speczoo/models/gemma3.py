@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
-from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, apply_rope, attend,
+from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, Rotation, apply_rope, attend,
                                  default_query_scale, make_linear, plan_attention)
 
 
@@ -40,17 +40,16 @@ class Gemma3Block(nn.Module):
                        make_linear(p + "ffn_down.weight", tensors, backend, packed), args.act)
         self.shape_q = (args.n_heads, args.head_dim)
         self.shape_kv = (args.n_kv_heads, args.head_dim)
-        self.scale = default_query_scale(args)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor, l0: int,
+    def forward(self, x: Tensor, rot: Rotation, k_cache: Tensor, v_cache: Tensor, l0: int,
                 plan: AttnPlan) -> Tensor:  # x: [S, D] -> [S, D]
         s = x.shape[0]
         h = self.attn_norm(x)
         q = self.q_norm(self.wq(h).view(s, *self.shape_q))          # [S, H, Dh]
         k = self.k_norm(self.wk(h).view(s, *self.shape_kv))         # [S, Hkv, Dh]
         v = self.wv(h).view(s, *self.shape_kv)
-        q = apply_rope(q, cos, sin) * self.scale
-        k_cache[:, l0:l0 + s] = apply_rope(k, cos, sin).transpose(0, 1)
+        q = apply_rope(q, rot.q_cos, rot.q_sin)                    # rotated and scaled
+        k_cache[:, l0:l0 + s] = apply_rope(k, rot.cos, rot.sin).transpose(0, 1)
         v_cache[:, l0:l0 + s] = v.transpose(0, 1)
         x = x + self.post_attn_norm(self.wo(attend(q, k_cache, v_cache, plan)))
         return x + self.post_ffn_norm(self.mlp(self.ffn_norm(x)))
@@ -71,20 +70,21 @@ class Gemma3(DecoderBase):
         self.lm_head = make_linear("output.weight", tensors, backend, packed, source=head_src)
         self.rope_global = Rope(args.head_dim, args.rope_theta)
         self.rope_local = Rope(args.head_dim, args.rope_local_theta)
+        self.q_scale = default_query_scale(args)
 
     def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden) -> Tensor:
         pos = positions.tolist()
         top = max(pos)
-        cos_g, sin_g = self.rope_global.lookup(positions, top)
-        cos_l, sin_l = self.rope_local.lookup(positions, top)
+        rot_g = Rotation.at(self.rope_global, positions, top, self.q_scale)
+        rot_l = Rotation.at(self.rope_local, positions, top, self.q_scale)
         plan_g = plan_attention(l0, pos, positions, tree_mask, 0, self.invariant)
         plan_l = plan_attention(l0, pos, positions, tree_mask, self.args.sliding_window, self.invariant)
         x = self.embed[tokens].float() * self.embed_scale             # [S, D]
         for li, layer in enumerate(self.layers):
             if layer.sliding:
-                x = layer(x, cos_l, sin_l, cache.k[li], cache.v[li], l0, plan_l)
+                x = layer(x, rot_l, cache.k[li], cache.v[li], l0, plan_l)
             else:
-                x = layer(x, cos_g, sin_g, cache.k[li], cache.v[li], l0, plan_g)
+                x = layer(x, rot_g, cache.k[li], cache.v[li], l0, plan_g)
             for k in slots.get(li, ()):
                 hidden[k] = x
         return x

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
-from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, apply_rope, attend,
+from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, Rotation, apply_rope, attend,
                                  default_query_scale, make_linear, plan_attention)
 
 
@@ -35,17 +35,16 @@ class Qwen2Block(nn.Module):
                        make_linear(p + "ffn_down.weight", tensors, backend, packed), args.act)
         self.shape_q = (args.n_heads, args.head_dim)
         self.shape_kv = (args.n_kv_heads, args.head_dim)
-        self.scale = default_query_scale(args)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor, l0: int,
+    def forward(self, x: Tensor, rot: Rotation, k_cache: Tensor, v_cache: Tensor, l0: int,
                 plan: AttnPlan) -> Tensor:  # x: [S, D] -> [S, D]
         s = x.shape[0]
         h = self.attn_norm(x)
         q = self.wq(h).view(s, *self.shape_q)                      # [S, H, Dh]
         k = self.wk(h).view(s, *self.shape_kv)                     # [S, Hkv, Dh]
         v = self.wv(h).view(s, *self.shape_kv)
-        q = apply_rope(q, cos, sin) * self.scale
-        k_cache[:, l0:l0 + s] = apply_rope(k, cos, sin).transpose(0, 1)
+        q = apply_rope(q, rot.q_cos, rot.q_sin)                    # rotated and scaled
+        k_cache[:, l0:l0 + s] = apply_rope(k, rot.cos, rot.sin).transpose(0, 1)
         v_cache[:, l0:l0 + s] = v.transpose(0, 1)
         x = x + self.wo(attend(q, k_cache, v_cache, plan))
         return x + self.mlp(self.ffn_norm(x))
@@ -64,14 +63,15 @@ class Qwen2(DecoderBase):
         head_src = "output.weight" if "output.weight" in tensors else "token_embd.weight"
         self.lm_head = make_linear("output.weight", tensors, backend, packed, source=head_src)
         self.rope = Rope(args.head_dim, args.rope_theta)
+        self.q_scale = default_query_scale(args)
 
     def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden) -> Tensor:
         pos = positions.tolist()
-        cos, sin = self.rope.lookup(positions, max(pos))
+        rot = Rotation.at(self.rope, positions, max(pos), self.q_scale)
         plan = plan_attention(l0, pos, positions, tree_mask, 0, self.invariant)
         x = self.embed[tokens].float()                                  # [S, D]
         for li, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache.k[li], cache.v[li], l0, plan)
+            x = layer(x, rot, cache.k[li], cache.v[li], l0, plan)
             for k in slots.get(li, ()):
                 hidden[k] = x
         return x
