@@ -247,3 +247,16 @@ def test_missing_compiler_is_a_clear_error(monkeypatch):
 def test_default_fast_backend_is_batch_invariant():
     assert DEFAULT_FAST_BACKEND in BACKENDS
     assert get_backend(DEFAULT_FAST_BACKEND).batch_invariant
+
+
+def test_q4mix_keeps_4bit_grids_and_falls_back_to_q8_elsewhere():
+    mix = get_backend("q4mix")
+    assert mix.batch_invariant and mix.stored
+    on_grid = mix.pack(_q4k_like(24, 512))
+    off_grid, _ = _weights(24, 512)
+    assert "qs" in on_grid and "w8" in mix.pack(off_grid)
+    x = _acts(9, 512)
+    for packed in (on_grid, mix.pack(off_grid)):
+        m = mix.build(packed, None)
+        y = m(x)
+        assert all(torch.equal(m(x[i : i + 1])[0], y[i]) for i in range(9))

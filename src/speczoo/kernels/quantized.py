@@ -1,4 +1,4 @@
-"""Batch-invariant integer linear backends: "q8", "q4" (compiled kernels) and "q8_torch", "q4_torch".
+"""Batch-invariant integer linear backends: "q8", "q4", "q4mix" (compiled kernels), "q8_torch", "q4_torch".
 
 All four quantize activations per row (sa = amax|x[s]| / 127, round half to even), accumulate integer
 products exactly and apply fp32 scales in one fixed order, so row i of an S-row forward is bit-identical
@@ -216,5 +216,33 @@ class Q4TorchBackend(LinearBackend):
         return Q4Torch(packed, bias)
 
 
-for _backend in (Q8Backend(), Q4Backend(), Q8TorchBackend(), Q4TorchBackend()):
+class Q4MixBackend(LinearBackend):
+    """q4 for weights that sit on a 4-bit grid (a Q4_K GGUF's tensors repack almost exactly), q8 for the rest.
+
+    pack() quantizes to q4 and keeps it when its relative weight error is under `max_q4_error`, else packs
+    q8 (a Q4_K_M file's Q6_K tensors: ~7.5% error at 4 bits, ~1.2% at 8). build() reads which one from the
+    parts, so the choice is made once, at pull time, and stored.
+    """
+
+    name = "q4mix"
+    stored = True
+    batch_invariant = True
+
+    def __init__(self, max_q4_error: float = 0.01, arch: tuple[str, ...] = native.ARCH_NATIVE):
+        self.max_q4_error = max_q4_error
+        self.arch = arch
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        packed = pack_q4(weight)
+        w = weight.detach().float()
+        deq = unpack_q4(packed).dequantize()[:, : w.shape[1]]
+        err = ((deq - w).norm() / w.norm().clamp_min(1e-30)).item()
+        return packed if err <= self.max_q4_error else pack_q8(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        lib = native.kernels(self.arch)
+        return Q4Native(packed, bias, lib) if "qs" in packed else Q8Native(packed, bias, lib)
+
+
+for _backend in (Q8Backend(), Q4Backend(), Q8TorchBackend(), Q4TorchBackend(), Q4MixBackend()):
     register(_backend)
