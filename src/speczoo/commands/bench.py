@@ -16,10 +16,31 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq", type=int, default=4096, help="KV cache capacity in tokens")
 
 
+def draft_for(args) -> str | None:
+    """The draft model a command needs: --draft, the NAME of --spec draft:NAME, or — for --spec draft
+    or auto — the zoo's default draft of the target (None when there is none)."""
+    from speczoo.zoo.registry import default_draft
+
+    spec = getattr(args, "spec", "off")
+    if spec.startswith("draft:"):
+        name = spec.split(":", 1)[1]
+        if args.draft and args.draft != name:
+            raise ValueError(f"--spec {spec} and --draft {args.draft} name different drafts; give one")
+        return name
+    if args.draft:
+        return args.draft
+    if spec in ("draft", "auto"):
+        name = default_draft(args.target if hasattr(args, "target") else args.model)
+        if name is None and spec == "draft":
+            raise ValueError("--spec draft needs a draft model: give --draft NAME or --spec draft:NAME")
+        return name
+    return None
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="A/B: plain greedy vs speculative on one prompt (lossless check + speed)")
     p.add_argument("target", help="target model: zoo name or path")
-    p.add_argument("--spec", default="ngram", help="ngram | draft | auto (default ngram)")
+    p.add_argument("--spec", default="ngram", help="ngram | draft | draft:NAME | auto (default ngram)")
     p.add_argument("--k", type=int, default=8, help="max draft tokens per round")
     p.add_argument("--ngram", type=int, default=3, help="max n-gram order of prompt lookup")
     p.add_argument("--gen", type=int, default=96, help="new tokens per run")
@@ -53,7 +74,7 @@ def prompt_ids_from_args(args, runtime) -> list[int]:
 
 def run(args) -> int:
     from speczoo.runtime import load_runtime
-    rt = load_runtime(args.target, draft=args.draft, backend=args.backend, max_seq=args.max_seq,
+    rt = load_runtime(args.target, draft=draft_for(args), backend=args.backend, max_seq=args.max_seq,
                       remeasure_costs=True)
     ids = prompt_ids_from_args(args, rt)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
