@@ -194,9 +194,9 @@ def make_test_runtime(**fake_kwargs):
 
     Default: a fresh `FakeRuntime(**fake_kwargs)`. With SPECZOO_TEST_RUNTIME=real: the real runtime,
     `speczoo.runtime.load_runtime(SPECZOO_TEST_TARGET or "qwen2.5-coder-0.5b",
-    draft=SPECZOO_TEST_DRAFT, backend=SPECZOO_TEST_BACKEND, max_seq=SPECZOO_TEST_MAX_SEQ or 1024)`, loaded once per test session and
-    shared (the fake-only knobs in `fake_kwargs`, max_seq included, are then ignored; tests read
-    `runtime.max_seq`). Tests that need the fake's log or delay check `is_fake(runtime)`.
+    draft=SPECZOO_TEST_DRAFT, backend=SPECZOO_TEST_BACKEND, max_seq=SPECZOO_TEST_MAX_SEQ or 1024)`,
+    loaded once per test session and shared (the fake-only knobs in `fake_kwargs`, max_seq included,
+    are then ignored; tests read `runtime.max_seq`). Tests that need the fake's log or delay check `is_fake(runtime)`.
     """
     if os.environ.get("SPECZOO_TEST_RUNTIME", "fake") != "real":
         return FakeRuntime(**fake_kwargs)

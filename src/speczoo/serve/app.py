@@ -326,7 +326,8 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
         return card()
 
     @app.post("/v1/chat/completions", response_model=ChatCompletion, dependencies=auth,
-              responses={**ERROR_RESPONSES, **stream_doc(ChatCompletionChunk)}, summary="Chat completion (stream or not)")
+              responses={**ERROR_RESPONSES, **stream_doc(ChatCompletionChunk)},
+              summary="Chat completion (stream or not)")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         check_model(body.model)
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
@@ -349,7 +350,8 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
                               usage=usage_of(done.stats, len(prompt_ids), len(done.ids)))
 
     @app.post("/v1/completions", response_model=Completion, dependencies=auth,
-              responses={**ERROR_RESPONSES, **stream_doc(CompletionChunk)}, summary="Text completion (stream or not)")
+              responses={**ERROR_RESPONSES, **stream_doc(CompletionChunk)},
+              summary="Text completion (stream or not)")
     async def completions(body: CompletionRequest, request: Request):
         check_model(body.model)
         if isinstance(body.prompt, str):

@@ -38,6 +38,8 @@ Int = Annotated[int, NUM]
 Float = Annotated[float, BeforeValidator(_json_number)]
 Bool = Annotated[bool, Strict()]
 StopText = Annotated[str, Field(min_length=1)]
+PromptText = Annotated[str, Field(min_length=1)]
+PromptIds = Annotated[list[Annotated[int, Field(ge=0), NUM]], Field(min_length=1)]
 
 
 class _Request(BaseModel):
@@ -68,12 +70,13 @@ class StreamOptions(_Request):
 
 class _SamplingFields(_Request):
     model: str = Field(description="Model id, as listed by GET /v1/models.")
-    max_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(None, description="Tokens to generate at most; default: the "
-                                   "room left in the context.")
+    max_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(
+        None, description="Tokens to generate at most; default: the room left in the context.")
     temperature: Float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy (the default).")
     top_p: Float = Field(1.0, gt=0.0, le=1.0)
     top_k: Int = Field(0, ge=0, description="speczoo extension; 0 = off.")
-    seed: Annotated[int, Field(ge=0, le=2**53 - 1), NUM] | None = Field(None, description="Up to 2**53-1 (exact in JSON).")
+    seed: Annotated[int, Field(ge=0, le=2**53 - 1), NUM] | None = Field(
+        None, description="Up to 2**53-1 (exact in JSON).")
     stop: StopText | Annotated[list[StopText], Field(max_length=MAX_STOP)] | None = Field(
         None, description=f"A stop string or up to {MAX_STOP}; the answer ends before the first one.")
     stream: Bool = False
@@ -93,13 +96,15 @@ class _SamplingFields(_Request):
 
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(None, description="Alias of max_tokens.")
+    max_completion_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(
+        None, description="Alias of max_tokens.")
 
 
 class CompletionRequest(_SamplingFields):
-    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[int, Field(ge=0), NUM]], Field(min_length=1)] = Field(
+    prompt: PromptText | PromptIds = Field(
         description="A non-empty string, or a non-empty list of token ids.")
-    echo: Annotated[Literal[False], BeforeValidator(_json_bool)] = Field(False, description="Not supported: must be false.")
+    echo: Annotated[Literal[False], BeforeValidator(_json_bool)] = Field(
+        False, description="Not supported: must be false.")
 
 
 # -- responses -------------------------------------------------------------------------------------
