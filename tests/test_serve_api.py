@@ -231,6 +231,8 @@ def test_spec_mode_not_offered_is_400(runtime):
     with TestClient(create_app(rt)) as c:
         err = error_of(c.post("/v1/chat/completions", json=chat_body(rt, speculative="draft")), 400)
         assert "draft" in err["message"]
+        props = c.get("/openapi.json").json()["components"]["schemas"]["ChatCompletionRequest"]["properties"]
+        assert props["speculative"]["anyOf"][0]["enum"] == ["off", "ngram", "auto"]
 
 
 def test_api_key(runtime):

@@ -76,7 +76,9 @@ def test_greedy_and_spec_give_the_same_answer_and_a_different_readout(page, serv
     expect(page.locator("#model")).to_have_text(runtime.name)
     spec = page.get_by_role("switch")
     expect(spec).to_be_checked()
-    prompt = "Write a function that adds two numbers."
+    # A copying task, so that prompt lookup (n-gram drafting) also hits on a real model.
+    prompt = ("Repeat this code exactly, twice:\ndef add(a, b):\n    return a + b\n"
+              "def sub(a, b):\n    return a - b")
 
     spec.uncheck()
     expect(page.locator("#spec-label")).to_have_text("Greedy")

@@ -371,12 +371,13 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
                           choices=[{"index": 0, "text": text, "finish_reason": done.finish_reason}],
                           usage=usage_of(done.stats, len(prompt_ids), len(done.ids)))
 
-    _publish_400_not_422(app)
+    _publish_accurate_schema(app, list(runtime.spec_modes))
     return app
 
 
-def _publish_400_not_422(app: FastAPI) -> None:
-    """FastAPI documents validation errors as 422; this server answers them as 400 (OpenAI's way)."""
+def _publish_accurate_schema(app: FastAPI, spec_modes: list[str]) -> None:
+    """Fix what FastAPI cannot know: validation errors are 400 here (OpenAI's way), not 422, and
+    `speculative` takes only the modes this runtime offers (e.g. no "draft" without --draft)."""
     build = app.openapi
 
     def openapi() -> dict:
@@ -393,6 +394,10 @@ def _publish_400_not_422(app: FastAPI) -> None:
                         "content": {"application/json": {
                             "schema": {"$ref": "#/components/schemas/ErrorResponse"}}}})
         components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name in ("ChatCompletionRequest", "CompletionRequest"):
+            for option in components[name]["properties"]["speculative"]["anyOf"]:
+                if "enum" in option:
+                    option["enum"] = [m for m in option["enum"] if m in spec_modes]
         for name in ("HTTPValidationError", "ValidationError"):
             components.pop(name, None)
         for model in (ChatCompletionChunk, CompletionChunk):   # referenced by the event-stream docs
