@@ -286,3 +286,44 @@ def test_unknown_arch_and_backend_are_errors():
         build_model(args, {}, "fp32")
     with pytest.raises(ValueError, match="unknown linear backend"):
         tiny_model("qwen2", backend="nope")
+
+
+GGUFS = {"qwen2": "/tmp/gguf/qwen2.5-coder-0.5b.gguf", "gemma3": "/tmp/gguf/gemma-3-270m.gguf"}
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("arch", ARCHS)
+def test_real_model_is_batch_invariant_with_the_fast_backend(arch):
+    """The real model with kernels' DEFAULT_FAST_BACKEND: a prefill, chunked verifies and single decode
+    steps give bit-identical logits, and a token tree's rows equal sequential decode of their paths."""
+    from pathlib import Path
+
+    from speczoo.kernels.linear import DEFAULT_FAST_BACKEND, get_backend
+    from speczoo.zoo.gguf import gguf_model_args, iter_gguf_tensors, open_gguf
+
+    path = Path(GGUFS[arch])
+    if not path.is_file():
+        pytest.skip(f"{path} is absent: assemble the GGUF there to run")
+    if not get_backend(DEFAULT_FAST_BACKEND).batch_invariant:
+        pytest.skip(f"DEFAULT_FAST_BACKEND {DEFAULT_FAST_BACKEND!r} does not claim batch invariance")
+    r = open_gguf(path)
+    args = gguf_model_args(r)
+    model = build_model(args, dict(iter_gguf_tensors(r)), DEFAULT_FAST_BACKEND)
+    assert model.invariant
+    t = torch.tensor([(i * 7919) % 5000 + 100 for i in range(24)])
+    with torch.inference_mode():
+        whole = model(t, torch.arange(24), KVCache(args, 64)).logits
+        c = KVCache(args, 64)
+        parts, at = [], 0
+        for s in (1, 1, 5, 9, 2, 1, 5):
+            parts.append(model(t[at:at + s], torch.arange(at, at + s), c).logits)
+            at += s
+        assert torch.equal(torch.cat(parts), whole)
+        tokens, positions, mask = tree_inputs(24)
+        c.truncate(24)
+        tree = model(tokens, positions, c, tree_mask=mask).logits
+        for i, path_nodes in enumerate(tree_paths()):
+            c.truncate(24)
+            for j, node in enumerate(path_nodes):
+                last = model(tokens[node:node + 1], torch.tensor([24 + j]), c).logits[0]
+            assert torch.equal(tree[i], last), f"tree row {i}"

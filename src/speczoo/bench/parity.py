@@ -182,7 +182,7 @@ def _build(gguf_path: Path, bundle: Path | None, backend: str, cache: dict):
 
 def run_parity(model: str | Path, *, n_tokens: int = 640, chunk: int = 128, tie_gap: float = 1e-3,
                fast_backend: str | None = None, reference: bool = True, text: str | None = None,
-               min_agreement: float = 0.97, max_ppl_ratio: float = 1.03, log=print) -> ParityReport:
+               min_agreement: float = 0.90, max_ppl_ratio: float = 1.08, log=print) -> ParityReport:
     """Run the whole gate on a .gguf path, a bundle directory or a pulled zoo name (whose bundle is what
     our side loads, while the reference loads the bundle's source GGUF). `log` receives progress lines."""
     from speczoo.kernels.linear import DEFAULT_FAST_BACKEND

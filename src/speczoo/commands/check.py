@@ -17,10 +17,11 @@ def register(sub) -> None:
                    help="skip the transformers model (tokenizer still comes from transformers)")
     p.add_argument("--tie-gap", type=float, default=1e-3,
                    help="reference top-2 gaps at or below this count as near-ties (default 1e-3)")
-    p.add_argument("--min-agreement", type=float, default=0.97,
-                   help="fast-vs-fp32 top-1 agreement needed to pass (default 0.97)")
-    p.add_argument("--max-ppl-ratio", type=float, default=1.03,
-                   help="largest fast/fp32 perplexity ratio that passes (default 1.03)")
+    p.add_argument("--min-agreement", type=float, default=0.90,
+                   help="fast-vs-fp32 top-1 agreement needed to pass (default 0.90: a quantized backend "
+                        "loses some; a broken kernel falls far below)")
+    p.add_argument("--max-ppl-ratio", type=float, default=1.08,
+                   help="largest fast/fp32 perplexity ratio that passes (default 1.08)")
     p.set_defaults(func=run)
 
 
