@@ -41,7 +41,7 @@
 #define SZ_KBLOCK 64  // q8: quads (4 inputs) per k-block; one k-block of a strip stays in L1 across row tiles
 
 extern "C" int sz_has_vnni(void) { return SZ_VNNI; }
-extern "C" int sz_abi_version(void) { return 3; }
+extern "C" int sz_abi_version(void) { return 4; }
 
 // ---------------------------------------------------------------- activation quantization (per row)
 static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64_t s, int32_t* xw, int32_t* xg,
@@ -409,6 +409,186 @@ extern "C" int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, c
                      S, s.sa, bias ? bias + nb * 16 : nullptr, ws, y + nb * 16, N, ncols);
         }
         free(ws);
+    }
+    return failed ? -1 : 0;
+}
+
+// ================================================================ attention (batch-invariant, fp32)
+// out[i, h] = softmax(q[i, h] . K[keys_i]^T) @ V[keys_i] for each query row i and q-head h, where kv-head
+// g = h / (H / Hkv) and keys_i is row i's ordered key list: the slot range [lo[i], hi[i]) followed by the
+// extra slots idx[off[i] .. off[i+1]) (a token tree's own new slots). q arrives scaled and rotated.
+// The arithmetic of one (row, head) depends only on q[i, h] and the sequence of its key/value vectors:
+//   score_j = lane tree of (fma chain over the Dh/16 chunks, in order) -- the same tree for every key;
+//   m = max_j score_j (exact); p_j = exp(score_j - m) (own polynomial);
+//   l = fixed tree over 16 lane sums, lane t summing p_j for j = t mod 16 in key order;
+//   out[d] = (sum_j p_j * v_j[d], one fma chain in key order) / l.
+// One thread computes one (kv-head, row) pair for all q-heads of the group, so neither S, the other rows
+// nor the thread count can change a result. K/V: [Hkv, C, Dh] per layer (cache.py), fp32.
+#if defined(__AVX512F__)
+static inline __m512 exp_neg_ps(__m512 x) {  // e^x for x <= 0 (x = -inf gives 0)
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+    const __m512 ln2_hi = _mm512_set1_ps(0.693359375f), ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  // below: exp underflows to 0 through scalef
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
+    r = _mm512_fnmadd_ps(n, ln2_lo, r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+// 16 lane vectors -> one vector whose lane k is the lane sum of a[k], by the same tree for every k.
+static inline __m512 lane_sums16(__m512* a) {
+    __m512 r1[8], r2[4], r3[2];
+    for (int p = 0; p < 8; ++p)  // s1[m] = x[m] + x[m+8]
+        r1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                              _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
+    for (int p = 0; p < 4; ++p)  // s2[m] = s1[m] + s1[m+4]
+        r2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0x88),
+                              _mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0xDD));
+    for (int p = 0; p < 2; ++p)  // s3[m] = s2[m] + s2[m+2]
+        r3[p] = _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(r2[2 * p]), _mm512_castps_pd(r2[2 * p + 1]))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(r2[2 * p]), _mm512_castps_pd(r2[2 * p + 1]))));
+    // s4 = s3[0] + s3[1]; lane 4L + t holds key 4t + L
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(r3[0], r3[1], 0x88), _mm512_shuffle_ps(r3[0], r3[1], 0xDD));
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(perm, r);
+}
+#endif
+
+// One (kv-head, row): G q-heads qh[G][Dh] -> oh[G][Dh]. slots[n]; scores: scratch [G][n16] then lsum [G].
+static void attend_task(const float* qh, const float* kh, const float* vh, int64_t Dh, int64_t G,
+                        const int32_t* slots, int64_t n, float* scores, int64_t n16, float* oh) {
+#if defined(__AVX512F__)
+    if (Dh % 16 == 0) {
+        const int64_t nc = Dh / 16;
+        for (int64_t j0 = 0; j0 < n; j0 += 16) {
+            const float* kp[16];
+            for (int t = 0; t < 16; ++t) kp[t] = kh + (int64_t)slots[j0 + t < n ? j0 + t : j0] * Dh;
+            for (int64_t h = 0; h < G; ++h) {
+                __m512 acc[16];
+                for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+                const float* q = qh + h * Dh;
+                for (int64_t c = 0; c < nc; ++c) {
+                    const __m512 qv = _mm512_loadu_ps(q + 16 * c);
+#pragma GCC unroll 16
+                    for (int t = 0; t < 16; ++t) acc[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kp[t] + 16 * c), acc[t]);
+                }
+                _mm512_storeu_ps(scores + h * n16 + j0, lane_sums16(acc));
+            }
+        }
+        const __mmask16 tail = (n % 16) ? (__mmask16)((1u << (n % 16)) - 1) : (__mmask16)0xFFFF;
+        float* lsum = scores + G * n16;
+        for (int64_t h = 0; h < G; ++h) {
+            float* sh = scores + h * n16;
+            __m512 vm = _mm512_set1_ps(-INFINITY);
+            for (int64_t j0 = 0; j0 < n; j0 += 16)
+                vm = _mm512_mask_max_ps(vm, j0 + 16 <= n ? (__mmask16)0xFFFF : tail, vm, _mm512_loadu_ps(sh + j0));
+            const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
+            __m512 ls = _mm512_setzero_ps();
+            for (int64_t j0 = 0; j0 < n; j0 += 16) {
+                const __mmask16 k = j0 + 16 <= n ? (__mmask16)0xFFFF : tail;
+                const __m512 p = _mm512_maskz_mov_ps(k, exp_neg_ps(_mm512_sub_ps(_mm512_loadu_ps(sh + j0), m)));
+                _mm512_storeu_ps(sh + j0, p);
+                ls = _mm512_add_ps(ls, p);
+            }
+            alignas(64) float lanes[16];
+            _mm512_store_ps(lanes, ls);
+            float l8[8], l4[4], l2[2];
+            for (int t = 0; t < 8; ++t) l8[t] = lanes[t] + lanes[t + 8];
+            for (int t = 0; t < 4; ++t) l4[t] = l8[t] + l8[t + 4];
+            for (int t = 0; t < 2; ++t) l2[t] = l4[t] + l4[t + 2];
+            lsum[h] = l2[0] + l2[1];
+        }
+        for (int64_t h0 = 0; h0 < G; h0 += 8) {  // up to 8 heads share each loaded value vector
+            const int64_t gh = G - h0 < 8 ? G - h0 : 8;
+            for (int64_t c = 0; c < nc; ++c) {
+                __m512 acc[8];
+                for (int h = 0; h < 8; ++h) acc[h] = _mm512_setzero_ps();
+                for (int64_t j = 0; j < n; ++j) {
+                    const __m512 v = _mm512_loadu_ps(vh + (int64_t)slots[j] * Dh + 16 * c);
+                    for (int h = 0; h < gh; ++h)
+                        acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(h0 + h) * n16 + j]), v, acc[h]);
+                }
+                for (int h = 0; h < gh; ++h)
+                    _mm512_storeu_ps(oh + (h0 + h) * Dh + 16 * c,
+                                     _mm512_div_ps(acc[h], _mm512_set1_ps(lsum[h0 + h])));
+            }
+        }
+        return;
+    }
+#endif
+    for (int64_t h = 0; h < G; ++h) {  // portable path: plain sequential sums
+        const float* q = qh + h * Dh;
+        float* sh = scores + h * n16;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+            const float* k = kh + (int64_t)slots[j] * Dh;
+            float s = 0.0f;
+            for (int64_t d = 0; d < Dh; ++d) s += q[d] * k[d];
+            sh[j] = s;
+            m = s > m ? s : m;
+        }
+        float l = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+            sh[j] = expf(sh[j] - m);
+            l += sh[j];
+        }
+        float* o = oh + h * Dh;
+        for (int64_t d = 0; d < Dh; ++d) o[d] = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+            const float* v = vh + (int64_t)slots[j] * Dh;
+            for (int64_t d = 0; d < Dh; ++d) o[d] += sh[j] * v[d];
+        }
+        for (int64_t d = 0; d < Dh; ++d) o[d] /= l;
+    }
+}
+
+// q, out: [S, H, Dh]; kc, vc: [Hkv, C, Dh]; lo, hi: [S]; off: [S + 1]; idx: [off[S]] (all int64).
+// Returns 0, -1 when scratch could not be allocated, -2 on an invalid slot or an empty row.
+extern "C" int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc,
+                         int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off,
+                         const int64_t* idx, float* out, int nthreads) {
+    if (S <= 0) return 0;
+    if (Hkv <= 0 || H % Hkv != 0) return -2;
+    const int64_t G = H / Hkv;
+    int64_t nmax = 0;
+    for (int64_t i = 0; i < S; ++i) {
+        if (lo[i] < 0 || hi[i] < lo[i] || hi[i] > C || off[i + 1] < off[i]) return -2;
+        for (int64_t t = off[i]; t < off[i + 1]; ++t)
+            if (idx[t] < 0 || idx[t] >= C) return -2;
+        const int64_t n = (hi[i] - lo[i]) + (off[i + 1] - off[i]);
+        if (n == 0) return -2;
+        nmax = n > nmax ? n : nmax;
+    }
+    const int64_t n16 = ((nmax + 15) / 16) * 16;
+    int failed = 0;
+#pragma omp parallel num_threads(nthreads)
+    {
+        int32_t* slots = (int32_t*)aligned_alloc(64, sizeof(int32_t) * n16);  // n16: a multiple of 16
+        float* scores = (float*)aligned_alloc(64, (((n16 + 1) * G * (int64_t)sizeof(float) + 63) / 64) * 64);
+        if (!slots || !scores) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t task = 0; task < Hkv * S; ++task) {  // kv-head outermost: its K/V stay in cache
+            if (!slots || !scores) continue;
+            const int64_t g = task / S, i = task % S;
+            int64_t n = 0;
+            for (int64_t s = lo[i]; s < hi[i]; ++s) slots[n++] = (int32_t)s;
+            for (int64_t t = off[i]; t < off[i + 1]; ++t) slots[n++] = (int32_t)idx[t];
+            attend_task(q + (i * H + g * G) * Dh, kc + g * C * Dh, vc + g * C * Dh, Dh, G, slots, n, scores, n16,
+                        out + (i * H + g * G) * Dh);
+        }
+        free(slots);
+        free(scores);
     }
     return failed ? -1 : 0;
 }

@@ -28,7 +28,7 @@ SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
 BASE_FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC")
 ARCH_NATIVE = ("-march=native",)
 ARCH_PORTABLE = ("-march=x86-64-v2",)  # no AVX-512: exercises the scalar path of the same source
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
@@ -89,7 +89,8 @@ def _build(arch: tuple[str, ...]) -> Path:
 
 
 class NativeKernels:
-    """The loaded library: q8_linear / q4_linear write y[S, N] for x[S, K] (fp32, unit column stride)."""
+    """The loaded library: q8_linear / q4_linear write y[S, N] for x[S, K] (fp32, unit column stride);
+    attend writes out[S, H, Dh] from q[S, H, Dh] and a layer's K/V cache (see kernels/attention.py)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -103,6 +104,9 @@ class NativeKernels:
         self._q4 = lib.sz_q4_linear
         self._q4.argtypes = [_P, _I, _I, _I, _P, _P, _P, _P, _I, _P, _P, ctypes.c_int]
         self._q4.restype = ctypes.c_int
+        self._attend = lib.sz_attend
+        self._attend.argtypes = [_P, _I, _I, _I, _P, _P, _I, _I, _P, _P, _P, _P, _P, ctypes.c_int]
+        self._attend.restype = ctypes.c_int
 
     @property
     def q8_fn(self):  # (x, S, K, ldx, w8, sw, N, bias, y, nthreads) -> 0, or -1 when scratch allocation failed
@@ -111,6 +115,11 @@ class NativeKernels:
     @property
     def q4_fn(self):  # (x, S, K, ldx, qs, sc, mn, dd, N, bias, y, nthreads) -> 0, or -1 as above
         return self._q4
+
+
+    @property
+    def attend_fn(self):  # (q, S, H, Dh, k, v, Hkv, C, lo, hi, off, idx, out, nthreads) -> 0, -1 (memory), -2 (bad plan)
+        return self._attend
 
 
 _LOADED: dict[tuple[str, ...], NativeKernels] = {}

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speczoo.kernels import attention
 from speczoo.kernels.linear import LinearBackend
 
 
@@ -99,12 +100,14 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class AttnPlan:
     """Which cache slots each query row of one forward sees (built once per forward, shared by layers).
 
-    invariant: rows[i] is (lo, hi) for a contiguous slot range or a LongTensor of slots (tree rows).
+    invariant: rows[i] is (lo, hi) for a contiguous slot range or a LongTensor of slots (tree rows);
+               keys holds the same rows as the compiled attention kernel takes them.
     batched:   mask [S, N] bool over slots [0, N), N = L0 + S.
     """
     n_keys: int
     rows: list[tuple[int, int] | Tensor] | None = None
     mask: Tensor | None = None
+    keys: attention.Plan | None = None
 
 
 def plan_attention(l0: int, positions: list[int], pos_t: Tensor, tree_mask: Tensor | None, window: int,
@@ -125,7 +128,7 @@ def plan_attention(l0: int, positions: list[int], pos_t: Tensor, tree_mask: Tens
                 new = new & (p - pos_t < window)
             idx = torch.cat((torch.arange(min(lo, l0), l0), l0 + new.nonzero().flatten()))
             rows.append(idx)
-        return AttnPlan(n_keys=n, rows=rows)
+        return AttnPlan(n_keys=n, rows=rows, keys=attention.Plan(attention.KeyRows.from_rows(rows)))
     if s == 1:   # one row: the row-by-row scheme is the cheapest and needs no mask
         return plan_attention(l0, positions, pos_t, tree_mask, window, invariant=True)
     key_pos = torch.cat((torch.arange(l0), pos_t))                 # [N] position of every visible slot
@@ -154,20 +157,9 @@ def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: AttnPlan) -> Tenso
             q.transpose(0, 1)[None], k[None], v[None], attn_mask=plan.mask, scale=1.0,
             enable_gqa=hkv != h)                                   # [1, H, S, Dh]
         return out[0].transpose(0, 1).reshape(s, h * dh)
-    qg = q.view(s, hkv, h // hkv, dh)                             # [S, Hkv, G, Dh]
-    out = torch.empty(s, hkv, h // hkv, dh, dtype=q.dtype)
-    for i, row in enumerate(plan.rows):
-        if isinstance(row, tuple):
-            k = k_cache[:, row[0]:row[1]]                          # [Hkv, n_i, Dh] view
-            v = v_cache[:, row[0]:row[1]]
-        else:
-            k = k_cache.index_select(1, row)                       # [Hkv, n_i, Dh] gathered in slot order
-            v = v_cache.index_select(1, row)
-        if k.dtype != q.dtype:
-            k, v = k.to(q.dtype), v.to(q.dtype)
-        scores = torch.matmul(qg[i], k.transpose(1, 2))           # [Hkv, G, n_i]
-        torch.matmul(torch.softmax(scores, dim=-1), v, out=out[i])  # [Hkv, G, Dh]
-    return out.view(s, h * dh)
+    # row by row in the compiled kernel (kernels/attention.py; its torch twin for a non-fp32 cache)
+    keys = plan.keys if plan.keys is not None else attention.KeyRows.from_rows(plan.rows)
+    return attention.attend(q, k_cache, v_cache, keys).view(s, h * dh)
 
 
 def make_linear(name: str, tensors: Mapping[str, Tensor], backend: LinearBackend,

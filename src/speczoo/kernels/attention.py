@@ -1,0 +1,145 @@
+"""Batch-invariant attention over a layer's KV cache: a compiled kernel and its pure-PyTorch twin.
+
+Each query row i attends to its own ordered key list (`KeyRows`): a contiguous slot range, then extra
+slots (a token tree's new slots). The result of row i depends only on q[i] and the sequence of key/value
+vectors it sees, never on S, on the other rows or on the thread count, so a verify forward of K + 1 rows
+gives the same bits as K + 1 single-row decode steps (and a tree row the same bits as the decode of its
+path after `KVCache.compact`). GQA: q-head h reads kv-head h // (H / Hkv).
+
+`attend` runs the compiled kernel (speczoo/kernels/cpu_kernels.cpp, `sz_attend`) for an fp32 cache;
+`attend_torch` is the reference twin (same math, torch's own reduction order: equal to round-off, not
+bitwise). `attend` takes the twin only for a non-fp32 cache, or when the kernels cannot be built, and
+then says so once with a warning. This module must never write to the cache or look at the linear backend.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from speczoo.kernels import native
+
+
+@dataclass
+class KeyRows:
+    """Which cache slots each query row sees, in order: [lo[i], hi[i]) then idx[off[i]:off[i + 1]]."""
+
+    lo: Tensor    # [S] int64
+    hi: Tensor    # [S] int64
+    off: Tensor   # [S + 1] int64
+    idx: Tensor   # [T] int64, extra slots of all rows, concatenated
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[tuple[int, int] | Tensor]) -> KeyRows:
+        """rows[i]: (lo, hi) for a slot range, or a 1-D LongTensor of slots (taken as the extra list)."""
+        lo, hi, off, extra = [], [], [0], []
+        for row in rows:
+            if isinstance(row, tuple):
+                lo.append(int(row[0]))
+                hi.append(int(row[1]))
+            else:
+                lo.append(0)
+                hi.append(0)
+                extra.append(row.reshape(-1).to(torch.int64))
+            off.append(off[-1] + (0 if isinstance(row, tuple) else extra[-1].numel()))
+        idx = torch.cat(extra) if extra else torch.zeros(0, dtype=torch.int64)
+        return cls(torch.tensor(lo, dtype=torch.int64), torch.tensor(hi, dtype=torch.int64),
+                   torch.tensor(off, dtype=torch.int64), idx.contiguous())
+
+    @property
+    def n_rows(self) -> int:
+        return self.lo.shape[0]
+
+    def slots(self, i: int) -> Tensor:
+        """Row i's key slots in order, [n_i] int64."""
+        rng = torch.arange(int(self.lo[i]), int(self.hi[i]), dtype=torch.int64)
+        return torch.cat((rng, self.idx[int(self.off[i]):int(self.off[i + 1])]))
+
+
+def _check(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows) -> tuple[int, int, int, int]:
+    if q.dim() != 3 or k_cache.dim() != 3 or k_cache.shape != v_cache.shape:
+        raise ValueError(f"attend expects q[S, H, Dh] and k/v caches [Hkv, C, Dh]; got q {tuple(q.shape)}, "
+                         f"k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}")
+    s, h, dh = q.shape
+    hkv = k_cache.shape[0]
+    if k_cache.shape[2] != dh or h % hkv:
+        raise ValueError(f"q has {h} heads of {dh}; the cache has {hkv} kv-heads of {k_cache.shape[2]} "
+                         "(the head sizes must match and H must be a multiple of Hkv)")
+    if keys.n_rows != s:
+        raise ValueError(f"the key plan has {keys.n_rows} rows, q has {s}")
+    return s, h, dh, hkv
+
+
+def attend_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows) -> Tensor:
+    """Reference twin: q [S, H, Dh] fp32 (scaled, rotated); k/v caches [Hkv, C, Dh]. Returns [S, H, Dh]."""
+    s, h, dh, hkv = _check(q, k_cache, v_cache, keys)
+    qg = q.view(s, hkv, h // hkv, dh)                              # [S, Hkv, G, Dh]
+    out = torch.empty(s, hkv, h // hkv, dh, dtype=q.dtype)
+    for i in range(s):
+        lo, hi = int(keys.lo[i]), int(keys.hi[i])
+        a, b = int(keys.off[i]), int(keys.off[i + 1])
+        if a == b:
+            k, v = k_cache[:, lo:hi], v_cache[:, lo:hi]            # [Hkv, n_i, Dh] views
+        else:
+            sl = keys.slots(i)
+            k, v = k_cache.index_select(1, sl), v_cache.index_select(1, sl)   # [Hkv, n_i, Dh]
+        if k.dtype != q.dtype:
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        scores = torch.matmul(qg[i], k.transpose(1, 2))           # [Hkv, G, n_i]
+        torch.matmul(torch.softmax(scores, dim=-1), v, out=out[i])  # [Hkv, G, Dh]
+    return out.view(s, h, dh)
+
+
+class Plan:
+    """KeyRows plus the ctypes arguments the kernel needs; build once per forward, use in every layer."""
+
+    def __init__(self, keys: KeyRows):
+        self.keys = keys
+        self.lo, self.hi = keys.lo.contiguous(), keys.hi.contiguous()
+        self.off, self.idx = keys.off.contiguous(), keys.idx.contiguous()
+        self.args = (self.lo.data_ptr(), self.hi.data_ptr(), self.off.data_ptr(), self.idx.data_ptr())
+
+
+_NATIVE: list = []   # [NativeKernels] once built, [None] when building failed (warned once)
+
+
+def _lib() -> native.NativeKernels | None:
+    if not _NATIVE:
+        try:
+            _NATIVE.append(native.kernels(native.ARCH_NATIVE))
+        except native.KernelBuildError as err:
+            warnings.warn(f"batch-invariant attention runs in PyTorch (slower): {err}", RuntimeWarning, stacklevel=3)
+            _NATIVE.append(None)
+    return _NATIVE[0]
+
+
+def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows | Plan,
+           lib: native.NativeKernels | None = None) -> Tensor:
+    """q [S, H, Dh] fp32 (scaled, rotated); k/v caches [Hkv, C, Dh] of one layer. Returns [S, H, Dh] fp32.
+
+    `lib` picks a build of the kernels (tests pass the portable one); default: the native build.
+    """
+    plan = keys if isinstance(keys, Plan) else Plan(keys)
+    s, h, dh, hkv = _check(q, k_cache, v_cache, plan.keys)
+    if q.dtype != torch.float32 or k_cache.dtype != torch.float32 or v_cache.dtype != torch.float32:
+        return attend_torch(q, k_cache, v_cache, plan.keys)       # the kernel reads fp32 only
+    lib = lib if lib is not None else _lib()
+    if lib is None:
+        return attend_torch(q, k_cache, v_cache, plan.keys)
+    if not q.is_contiguous():
+        q = q.contiguous()
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("attend needs contiguous per-layer caches [Hkv, C, Dh] (KVCache.k[layer] is one)")
+    out = torch.empty(s, h, dh)                                    # [S, H, Dh]
+    rc = lib.attend_fn(q.data_ptr(), s, h, dh, k_cache.data_ptr(), v_cache.data_ptr(), hkv, k_cache.shape[1],
+                       *plan.args, out.data_ptr(), torch.get_num_threads())
+    if rc == -1:
+        raise MemoryError(f"attention kernel could not allocate its scratch (S={s}, H={h}, Dh={dh})")
+    if rc != 0:
+        raise ValueError(f"attention key plan is invalid for a cache of {k_cache.shape[1]} slots: every row needs "
+                         "at least one key and every slot must lie inside the cache")
+    return out
