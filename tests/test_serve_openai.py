@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import logging
 import socket
 import time
 
@@ -126,6 +127,15 @@ def test_faults(client, server, runtime):
     assert chat(client, runtime, "still alive?", max_tokens=5).choices[0].message.content is not None
 
 
+class _Errors(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
 def _open_stream_and_drop(server, runtime, max_tokens: int) -> None:
     """Start a streaming chat over a raw socket, read the first chunks, then close the connection."""
     body = json.dumps({"model": runtime.name, "stream": True, "max_tokens": max_tokens,
@@ -149,8 +159,15 @@ def test_client_dropped_mid_stream_is_cancelled_and_next_request_is_served(clien
         alone = chat(client, runtime, "after the drop", max_tokens=20).choices[0].message.content
         before = wait_idle(server)
         n_log = len(runtime.log) if is_fake(runtime) else 0
-        _open_stream_and_drop(server, runtime, max_tokens=400)
-        after = wait_idle(server)
+        errors = _Errors()
+        logging.getLogger("uvicorn.error").addHandler(errors)
+        try:
+            _open_stream_and_drop(server, runtime, max_tokens=400)
+            after = wait_idle(server)
+            time.sleep(0.2)
+        finally:
+            logging.getLogger("uvicorn.error").removeHandler(errors)
+        assert not errors.records, f"the server failed handling the drop: {errors.records[0].getMessage()}"
         assert after["cancelled"] == before["cancelled"] + 1, "the dropped stream was not cancelled"
         assert after["served"] == before["served"], "the dropped stream ran to completion"
         if is_fake(runtime):
@@ -167,6 +184,8 @@ def test_client_dropped_mid_stream_is_cancelled_and_next_request_is_served(clien
 def test_non_streaming_client_that_times_out_is_cancelled(server, runtime):
     if is_fake(runtime):
         runtime.delay = 0.02
+    errors = _Errors()
+    logging.getLogger("uvicorn.error").addHandler(errors)
     try:
         before = wait_idle(server)
         with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=0.3) as c:
@@ -174,7 +193,10 @@ def test_non_streaming_client_that_times_out_is_cancelled(server, runtime):
                 chat(c, runtime, "slow", max_tokens=400)
         after = wait_idle(server)
         assert after["cancelled"] == before["cancelled"] + 1
+        time.sleep(0.2)
+        assert not errors.records, f"the server failed handling the disconnect: {errors.records[0].getMessage()}"
     finally:
+        logging.getLogger("uvicorn.error").removeHandler(errors)
         if is_fake(runtime):
             runtime.delay = 0.001
 

@@ -14,7 +14,7 @@ import json
 import secrets
 import time
 import uuid
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager, suppress
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -238,9 +238,10 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
     async def collect(request: Request, job: Job) -> tuple[str, DoneEvent]:
         """Wait for a non-streamed job to finish; cancel it if the client leaves meanwhile."""
         async def run() -> DoneEvent:
-            async for event in worker.events(job):
-                if isinstance(event, DoneEvent):
-                    return event
+            async with aclosing(worker.events(job)) as events:
+                async for event in events:
+                    if isinstance(event, DoneEvent):
+                        return event
             raise APIError(500, "the generation ended without a result", "server_error")
 
         async def gone() -> None:
@@ -252,9 +253,11 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
             await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             watch.cancel()
-            if not task.done():
+            if not task.done():          # the client left (or this handler was cancelled)
                 job.cancel()
                 task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
         if task.cancelled():
             raise APIError(499, "the client closed the connection", code="client_closed")
         exc = task.exception()
