@@ -38,6 +38,15 @@
 #endif
 
 #define SZ_TILE 12  // most activation rows per register tile
+#ifndef SZ_PF
+#define SZ_PF 12  // q4: software prefetch distance in super-blocks (2 KiB of codes each), into L2
+#endif
+#ifndef SZ_PFHINT
+#define SZ_PFHINT _MM_HINT_T1
+#endif
+#ifndef SZ_PF8
+#define SZ_PF8 0  // q8: software prefetch distance in k-blocks (4 KiB each); 0: none (measured: it only hurt)
+#endif
 #define SZ_KBLOCK 64  // q8: quads (4 inputs) per k-block; one k-block of a strip stays in L1 across row tiles
 
 extern "C" int sz_has_vnni(void) { return SZ_VNNI; }
@@ -169,6 +178,16 @@ static inline int64_t row_tile(int64_t S) {
 }
 
 #if SZ_VNNI
+// acc += dpbusd(w, broadcast of the 32-bit word at x): the broadcast is folded into the instruction
+// ({1to16} memory operand), which the compiler does not do for the intrinsic on its own.
+static inline __m512i dpbusd_bcst(__m512i acc, __m512i w, const int32_t* x) {
+    __asm__("vpdpbusd %[x]%{1to16%}, %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [x] "m"(*x));
+    return acc;
+}
+static inline __m512i dpwssd_bcst(__m512i acc, __m512i w, const int32_t* x) {
+    __asm__("vpdpwssd %[x]%{1to16%}, %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [x] "m"(*x));
+    return acc;
+}
 // q8: R rows x nq quads of one strip; acc[R][16] int32 in memory between k-blocks.
 // w: strip weights at the block's first quad; xk: activation words at (first quad, first row).
 template <int R>
@@ -187,7 +206,7 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
             const __m512i wv = _mm512_loadu_si512((const void*)(w + (q + c) * 64));
             const int32_t* xr = xk + (q + c) * S;
 #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) a[c][r] = _mm512_dpbusd_epi32(a[c][r], wv, _mm512_set1_epi32(xr[r]));
+            for (int r = 0; r < R; ++r) a[c][r] = dpbusd_bcst(a[c][r], wv, xr + r);
         }
     }
 #pragma GCC unroll 16
@@ -223,9 +242,9 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
             const int32_t* xl = xk + (g * 8 + j) * S;
             const int32_t* xh = xl + 4 * S;
 #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) t[0][r] = _mm512_dpbusd_epi32(t[0][r], lo, _mm512_set1_epi32(xl[r]));
+            for (int r = 0; r < R; ++r) t[0][r] = dpbusd_bcst(t[0][r], lo, xl + r);
 #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) t[C - 1][r] = _mm512_dpbusd_epi32(t[C - 1][r], hi, _mm512_set1_epi32(xh[r]));
+            for (int r = 0; r < R; ++r) t[C - 1][r] = dpbusd_bcst(t[C - 1][r], hi, xh + r);
         }
         const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(scb + g * 16)));
 #pragma GCC unroll 16
@@ -248,7 +267,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
         const __m512i mv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(mnb + p * 32)));
         const int32_t* xr = xp + p * S;
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) isb[r] = _mm512_dpwssd_epi32(isb[r], mv, _mm512_set1_epi32(xr[r]));
+        for (int r = 0; r < R; ++r) isb[r] = dpwssd_bcst(isb[r], mv, xr + r);
     }
     const __m512 dmv = _mm512_loadu_ps(ddb + 16);
 #pragma GCC unroll 16
@@ -279,6 +298,10 @@ static void q8_strip(const uint8_t* w, int64_t KP, const int32_t* xw, int64_t S,
 #if SZ_VNNI
     const int64_t tile = row_tile(S), KQ = KP / 4;
     for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {
+#if SZ_PF8 > 0
+        for (int64_t l = 0; l < SZ_KBLOCK * 64; l += 64)  // SZ_PF8 k-blocks ahead (or into the next strip)
+            _mm_prefetch((const char*)(w + (q0 + SZ_KBLOCK * SZ_PF8) * 64 + l), SZ_PFHINT);
+#endif
         const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK;
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
@@ -315,6 +338,15 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
 #if SZ_VNNI
     const int64_t tile = row_tile(S);
     for (int64_t b = 0; b < KB; ++b) {
+        // prefetch SZ_PF super-blocks ahead (past the strip's end this runs into the next strip, which is
+        // stored right after it; a prefetch past the array is harmless)
+        const int64_t bp = b + SZ_PF;
+        for (int l = 0; l < 2048; l += 64) _mm_prefetch((const char*)(qs + bp * 2048 + l), SZ_PFHINT);
+        for (int l = 0; l < 128; l += 64) {
+            _mm_prefetch((const char*)(sc + bp * 128 + l), SZ_PFHINT);
+            _mm_prefetch((const char*)(mn + bp * 128 + l), SZ_PFHINT);
+            _mm_prefetch((const char*)(dd + bp * 32 + l / 4), SZ_PFHINT);
+        }
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
             TL::q4[R - 1](qs + b * 2048, sc + b * 128, mn + b * 128, dd + b * 32, xw + b * 64 * S + r0,
