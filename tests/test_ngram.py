@@ -42,11 +42,15 @@ def test_incremental_updates_equal_batch_build():
     assert d.index._maps == a._maps
 
 
-def test_proposal_is_capped_at_k_and_history_end():
+def test_proposal_is_capped_at_k_and_continues_a_repeating_pattern():
     idx = NgramIndex(1)
     idx.extend([1, 2, 3, 4, 1])
     assert idx.lookup(2) == [2, 3]
-    assert idx.lookup(10) == [2, 3, 4, 1]
+    # the copy of "2 3 4 1" runs into the present and continues through its own draft
+    assert idx.lookup(10) == [2, 3, 4, 1, 2, 3, 4, 1, 2, 3]
+    idx2 = NgramIndex(2)
+    idx2.extend([7, 8, 7, 8])
+    assert idx2.lookup(5) == [7, 8, 7, 8, 7]
 
 
 @pytest.mark.parametrize("lo,hi", [(0, 3), (2, 1)])

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from speczoo.spec.drafters.ngram import NgramIndex
+
 _PIECE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")
 
 
@@ -105,37 +107,6 @@ class AlphaResult:
         return d
 
 
-class PromptLookupIndex:
-    """Most recent continuation start of every m-gram (m = 1..n) seen so far, grown token by token."""
-
-    def __init__(self, n: int):
-        self.n = n
-        self.ids: list[int] = []
-        self._next: list[dict[tuple[int, ...], int]] = [dict() for _ in range(n + 1)]  # by m
-
-    def extend(self, new_ids: list[int]) -> None:
-        for t in new_ids:
-            self.ids.append(t)
-            end = len(self.ids) - 1        # the m-gram ending just before `end` now has a continuation
-            for m in range(1, self.n + 1):
-                if end - m < 0:
-                    break
-                self._next[m][tuple(self.ids[end - m:end])] = end
-
-    def propose(self, k: int) -> list[int]:
-        ids, i = self.ids, len(self.ids)
-        for m in range(min(self.n, i), 0, -1):
-            start = self._next[m].get(tuple(ids[i - m:]))
-            if start is None:
-                continue
-            draft: list[int] = []
-            for x in range(k):
-                p = start + x
-                draft.append(ids[p] if p < i else draft[p - i])
-            return draft
-        return []
-
-
 def simulate(ids: list[int], ngram: int, k: int, name: str = "", prompt: list[int] | None = None
              ) -> AlphaResult:
     """Replay prompt lookup (max order `ngram`, up to `k` draft tokens) over `ids` as the output.
@@ -144,13 +115,13 @@ def simulate(ids: list[int], ngram: int, k: int, name: str = "", prompt: list[in
     """
     if ngram < 1 or k < 1:
         raise ValueError(f"ngram and k must be >= 1, got ngram={ngram}, k={k}")
-    index = PromptLookupIndex(ngram)
+    index = NgramIndex(ngram)
     index.extend(list(prompt or []))
     res = AlphaResult(name=name, ngram=ngram, k=k, tokens=len(ids), rounds=0, drafted=0, accepted=0,
                       rounds_with_draft=0, pos_drafted=[0] * k, pos_accepted=[0] * k)
     i, n_out = 0, len(ids)
     while i < n_out:
-        draft = index.propose(k)[: n_out - i]
+        draft = index.lookup(k)[: n_out - i]
         accepted = 0
         while accepted < len(draft) and draft[accepted] == ids[i + accepted]:
             accepted += 1

@@ -35,14 +35,22 @@ class NgramIndex:
             toks.append(t)
 
     def lookup(self, k: int) -> list[int]:
-        """Up to k tokens that followed the latest earlier occurrence of the longest matching suffix."""
+        """k tokens that followed the latest earlier occurrence of the longest matching suffix.
+
+        A copy that runs into the present continues through its own draft (a repeating pattern such
+        as "ab ab ab" is drafted in full rather than cut at the end of the history).
+        """
         toks = self.tokens
+        end = len(toks)
         for n in range(self.max_order, self.min_order - 1, -1):
-            if len(toks) < n:
+            if end < n:
                 continue
             start = self._maps[n].get(tuple(toks[-n:]))
             if start is not None:
-                return toks[start:start + k]
+                draft: list[int] = []
+                for p in range(start, start + k):
+                    draft.append(toks[p] if p < end else draft[p - end])
+                return draft
         return []
 
 
