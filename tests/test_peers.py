@@ -23,7 +23,7 @@ EOS = 256
 def settings(**kw):
     base = dict(target="fake-target", target_gguf=Path("/models/target.gguf"), eos_ids=[EOS],
                 draft="fake-draft", draft_gguf=Path("/models/draft.gguf"), max_new_tokens=12, threads=2, k=4,
-                n_ctx=256)
+                n_ctx=256, warmup=0)
     base.update(kw)
     return PeerSettings(**base)
 
@@ -282,6 +282,17 @@ def test_llama_family_greedy_and_lookup_against_a_fake(tmp_path, fake_llama_cpp)
     assert out.summary.system("llama:lookup").judged == 3
 
 
+def test_warm_up_answers_are_untimed_and_not_recorded(tmp_path, fake_llama_cpp):
+    s = settings(warmup=3)
+    out = run_peers(PROMPTS[1:], s, tmp_path, systems={"llama": None}, families={"llama": LlamaCppFamily(s)},
+                    quiet=True)
+    greedy, lookup = FakeLlama.made
+    assert len(greedy.calls) == 1 + 2 and len(lookup.calls) == 1 + 2     # warm-up + the two questions
+    assert greedy.calls[0][0] == PROMPTS[1].ids
+    assert len(out.rows) == 4 and all(r["new_tokens"] == 12 for r in out.rows)
+    assert "3 tokens of warm-up" in out.markdown
+
+
 def test_llama_family_says_how_to_install_when_llama_cpp_is_absent(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)      # import raises ImportError
     with pytest.raises(PeerError, match=r"pip install -e '\.\[peers\]'"):
@@ -325,7 +336,7 @@ def test_llama_cli_family_with_a_fake_tool(tmp_path):
     fam = LlamaCliFamily(s, runner=runner)
     assert fam.methods() == ["draft", "ngram-simple", "ngram-mod"]
     greedy_ref = make_row(PROMPTS[0], "llama", "greedy", "g", _gen([1] * 7, "ABCDEFG", "length"), s, None, None)
-    rows = {m: make_row(PROMPTS[0], "llama-cli", m, fam.describe(m), fam.generate(m, PROMPTS[0]), s,
+    rows = {m: make_row(PROMPTS[0], "llama-cli", m, fam.describe(m), fam.generate(m, PROMPTS[0], 7), s,
                         fam.reference(m), greedy_ref) for m in fam.methods()}
     assert rows["draft"]["lossless"] is True and rows["draft"]["compare"] == "text"
     assert rows["ngram-simple"]["lossless"] is True            # ran past the limit after greedy's text
@@ -345,7 +356,7 @@ def test_llama_cli_failure_and_absence_are_clear(tmp_path, monkeypatch):
     fam = LlamaCliFamily(settings(llama_cli=str(tool)), runner=lambda cmd, **kw: types.SimpleNamespace(
         returncode=1, stdout="", stderr="error: invalid argument: --spec-type"))
     with pytest.raises(PeerError, match="(?s)exited with status 1.*invalid argument"):
-        fam.generate("ngram-simple", PROMPTS[0])
+        fam.generate("ngram-simple", PROMPTS[0], 7)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(PeerError, match="not on PATH"):
         LlamaCliFamily(settings())

@@ -74,6 +74,7 @@ class PeerSettings:
     threads: int = 2
     k: int = 8                # draft length / prompt-lookup tokens for every system that takes one
     n_ctx: int = 512          # context for every system: longest prompt + max_new_tokens + margin
+    warmup: int = 4           # new tokens of an untimed answer per method before timing (0: none)
     backend: str | None = None          # speczoo's linear backend (None: the runtime's default)
     llama_cli: str | None = None        # path of llama-speculative-simple (None: search PATH)
     tokenizer: object | None = None     # speczoo's Tokenizer of the target: text of id-only systems
@@ -119,6 +120,7 @@ class PeerFamily(Protocol):
     """A group of systems that share one loaded model; `methods()[0]` is the family's greedy."""
 
     name: str
+    warm_up: bool             # run each method once untimed first (False: every call is a fresh process)
 
     def methods(self) -> list[str]: ...
 
@@ -129,7 +131,7 @@ class PeerFamily(Protocol):
 
     def open(self) -> None: ...
 
-    def generate(self, method: str, prompt: PeerPrompt) -> Generation: ...
+    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> Generation: ...
 
     def close(self) -> None: ...
 
@@ -194,6 +196,7 @@ class SpeczooFamily:
     """speczoo's runtime on the target bundle: off (its greedy), ngram, draft (with a draft), auto."""
 
     name = "speczoo"
+    warm_up = True
 
     def __init__(self, settings: PeerSettings, runtime=None):
         self.settings = settings
@@ -216,10 +219,10 @@ class SpeczooFamily:
             s = self.settings
             self.runtime = load_runtime(s.target, draft=s.draft, backend=s.backend, max_seq=s.n_ctx)
 
-    def generate(self, method: str, prompt: PeerPrompt) -> Generation:
+    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> Generation:
         from speczoo.events import DoneEvent, GenerationRequest
 
-        req = GenerationRequest(prompt_ids=list(prompt.ids), max_new_tokens=self.settings.max_new_tokens,
+        req = GenerationRequest(prompt_ids=list(prompt.ids), max_new_tokens=max_new_tokens,
                                 spec=method, k=self.settings.k)
         done = None
         for event in self.runtime.generate(req):
@@ -455,10 +458,13 @@ def run_peers(prompts: list[PeerPrompt], settings: PeerSettings, out_dir: str | 
         try:
             _log(f"{name}: loading", quiet)
             family.open()
+            if settings.warmup and family.warm_up:
+                for m in methods:      # first-call costs (page faults, packing, JIT) are not timed
+                    family.generate(m, prompts[0], settings.warmup)
             for p in prompts:
                 for m in methods:
                     ref = family.reference(m)
-                    gen = family.generate(m, p)
+                    gen = family.generate(m, p, settings.max_new_tokens)
                     ref_row = by_key.get((p.question_id, ref[0])) if ref else None
                     row = make_row(p, name, m, family.describe(m), gen, settings, ref, ref_row)
                     rows.append(row)
@@ -497,6 +503,7 @@ def run_notes(settings: PeerSettings, prompts: list[PeerPrompt]) -> list[str]:
         f"{len(prompts)} questions; first turn only, rendered through the target's chat template and "
         "encoded once by speczoo's tokenizer (the same ids go to every system)",
         f"greedy; at most {settings.max_new_tokens} new tokens, stop at EOS {settings.eos_ids}; "
-        f"K = {settings.k}; {settings.threads} threads everywhere; context {settings.n_ctx}",
+        f"K = {settings.k}; {settings.threads} threads everywhere; context {settings.n_ctx}; each method "
+        f"first answers the first question untimed ({settings.warmup} tokens of warm-up)",
         f"machine: {os.cpu_count()} logical CPUs; run at {time.strftime('%Y-%m-%d %H:%M')}",
     ]

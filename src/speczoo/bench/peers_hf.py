@@ -50,6 +50,7 @@ def _transformers():
 
 class HFFamily:
     name = "hf"
+    warm_up = True
 
     def __init__(self, settings: PeerSettings):
         self.settings = settings
@@ -87,7 +88,7 @@ class HFFamily:
         torch.set_num_threads(self.settings.threads)
         self.model = self._load(self.settings.target_gguf)
 
-    def generate(self, method: str, prompt: PeerPrompt) -> Generation:
+    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> Generation:
         import torch
 
         s = self.settings
@@ -103,7 +104,7 @@ class HFFamily:
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = self.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                                      max_new_tokens=s.max_new_tokens, do_sample=False, temperature=None,
+                                      max_new_tokens=max_new_tokens, do_sample=False, temperature=None,
                                       top_p=None, top_k=None, eos_token_id=list(s.eos_ids),
                                       pad_token_id=s.eos_ids[0], streamer=timer, **extra)   # [1, S + n]
         t_end = time.perf_counter()

@@ -43,6 +43,7 @@ def _import_llama_cpp():
 
 class LlamaCppFamily:
     name = "llama"
+    warm_up = True
 
     def __init__(self, settings: PeerSettings):
         self.settings = settings
@@ -74,9 +75,9 @@ class LlamaCppFamily:
                 draft_model=lookup_cls(num_pred_tokens=s.k) if lookup else None)
         return self._llms[method]
 
-    def generate(self, method: str, prompt: PeerPrompt) -> Generation:
+    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> Generation:
         llm = self._llm(method)
-        n = self.settings.max_new_tokens
+        n = max_new_tokens
         eos = set(self.settings.eos_ids)
         llm.reset()
         ids: list[int] = []
@@ -146,6 +147,7 @@ def parse_tool_output(stdout: str, stderr: str, prompt_text: str) -> tuple[str, 
 
 class LlamaCliFamily:
     name = "llama-cli"
+    warm_up = False           # each answer is a fresh process, and the tool warms itself up
 
     def __init__(self, settings: PeerSettings, runner=subprocess.run):
         self.settings = settings
@@ -169,9 +171,9 @@ class LlamaCliFamily:
     def open(self) -> None:
         pass
 
-    def command(self, method: str, prompt: PeerPrompt) -> list[str]:
+    def command(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> list[str]:
         s = self.settings
-        cmd = [self.tool, "-m", str(s.target_gguf), "-p", prompt.text, "-n", str(s.max_new_tokens),
+        cmd = [self.tool, "-m", str(s.target_gguf), "-p", prompt.text, "-n", str(max_new_tokens),
                "-c", str(s.n_ctx), "-t", str(s.threads), "-tb", str(s.threads), "--temp", "0",
                "--top-k", "1", "--seed", "0"]
         if method == "draft":
@@ -181,8 +183,8 @@ class LlamaCliFamily:
             cmd += ["--spec-type", method]
         return cmd
 
-    def generate(self, method: str, prompt: PeerPrompt) -> Generation:
-        cmd = self.command(method, prompt)
+    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> Generation:
+        cmd = self.command(method, prompt, max_new_tokens)
         t0 = time.perf_counter()
         try:
             done = self.runner(cmd, capture_output=True, text=True, errors="replace", timeout=900)
@@ -193,7 +195,7 @@ class LlamaCliFamily:
             tail = "\n".join(done.stderr.strip().splitlines()[-8:])
             raise PeerError(f"{TOOL} ({method}) exited with status {done.returncode}; its last lines:\n{tail}")
         text, n, seconds, drafted, accepted = parse_tool_output(done.stdout, done.stderr, prompt.text)
-        finish = "length" if n >= self.settings.max_new_tokens else "stop"
+        finish = "length" if n >= max_new_tokens else "stop"
         return Generation(ids=[], text=text, finish=finish, seconds=seconds, tokens=n, new_tokens=n,
                           total_seconds=total, timing="reported", drafted=drafted, accepted=accepted)
 

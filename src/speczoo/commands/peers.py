@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--categories", help="comma-separated categories to run (default: all)")
     p.add_argument("--threads", type=int, default=2, help="threads for every system (default 2)")
     p.add_argument("--k", type=int, default=8, help="draft / prompt-lookup tokens per round (default 8)")
+    p.add_argument("--warmup", type=int, default=4,
+                   help="new tokens of one untimed answer per method before timing (default 4; 0: none)")
     p.add_argument("--systems",
                    help="comma-separated families or FAMILY:METHOD (llama, llama-cli, hf, speczoo; e.g. "
                         "llama,hf:greedy,hf:lookup,speczoo); default: all that are installed")
@@ -45,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from speczoo.zoo.bundle import find_bundle, source_gguf
     from speczoo.zoo.registry import default_draft
 
-    if args.gen < 1 or args.k < 1 or args.threads < 1:
-        raise ValueError("--gen, --k and --threads must be >= 1")
+    if args.gen < 1 or args.k < 1 or args.threads < 1 or args.warmup < 0:
+        raise ValueError("--gen, --k and --threads must be >= 1, --warmup >= 0")
     systems = parse_systems(args.systems)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     questions = select(load_questions(args.questions), categories, args.limit)
@@ -57,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     prompts = build_prompts(questions, tokenizer)
     settings = PeerSettings(target=args.target, target_gguf=source_gguf(bundle), eos_ids=tokenizer.eos_ids,
                             draft=draft, draft_gguf=draft_gguf, max_new_tokens=args.gen,
-                            threads=args.threads, k=args.k, n_ctx=context_for(prompts, args.gen, args.k),
-                            backend=args.backend, llama_cli=args.llama_cli, tokenizer=tokenizer)
+                            threads=args.threads, k=args.k, warmup=args.warmup,
+                            n_ctx=context_for(prompts, args.gen, args.k), backend=args.backend, llama_cli=args.llama_cli, tokenizer=tokenizer)
     import torch
 
     torch.set_num_threads(args.threads)
