@@ -369,11 +369,12 @@ def test_llama_cli_failure_and_absence_are_clear(tmp_path, monkeypatch):
 # -- real: one tiny run through each available peer ---------------------------------------------------
 
 def _pulled(name):
-    from speczoo.zoo.bundle import find_bundle
+    from speczoo.errors import SpeczooError
+    from speczoo.zoo.bundle import find_bundle, source_gguf
 
     try:
-        find_bundle(name)
-    except Exception as exc:      # noqa: BLE001 - any reason the bundle is unusable skips the test
+        source_gguf(find_bundle(name))
+    except (SpeczooError, FileNotFoundError) as exc:
         return str(exc)
     return None
 

@@ -483,8 +483,7 @@ def run_peers(prompts: list[PeerPrompt], settings: PeerSettings, out_dir: str | 
             gc.collect()
     if not rows:
         raise PeerError("no system ran: " + "; ".join(notes))
-    summary = summarize(rows, categories_of([Question(p.question_id, p.category, ["-"]) for p in prompts]),
-                        baseline)
+    summary = summarize(rows, categories_of(prompts), baseline)   # categories_of reads only .category
     if not any(r["system"] == baseline for r in rows):
         notes.append(f"the baseline {baseline} did not run, so the ratio columns are empty; pass "
                      "--baseline SYSTEM to compare against another system")

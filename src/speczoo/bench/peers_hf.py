@@ -58,6 +58,7 @@ class HFFamily:
         self.draft = None
         self._prefill: dict[int, float] = {}      # question id -> greedy's prefill seconds
         self._streamer_cls = None
+        self._tr = None                            # (transformers, BaseStreamer) once open()
 
     def methods(self) -> list[str]:
         return ["greedy", "lookup", *(["assistant"] if self.settings.draft_gguf else [])]

@@ -137,9 +137,7 @@ def parse_tool_output(stdout: str, stderr: str, prompt_text: str) -> tuple[str, 
     if at < 0:
         raise PeerError(f"{TOOL} did not echo the prompt on stdout, so its answer cannot be cut out; "
                         f"stdout starts {stdout[:200]!r}")
-    text = stdout[at + len(prompt_text):]
-    if text.endswith(TRAILER):
-        text = text[:-len(TRAILER)]
+    text = stdout[at + len(prompt_text):].removesuffix(TRAILER)
     drafted, accepted = DRAFTED.search(stderr), ACCEPTED.search(stderr)
     return (text, int(m.group(1)), float(m.group(2)),
             int(drafted.group(1)) if drafted else 0, int(accepted.group(1)) if accepted else 0)
