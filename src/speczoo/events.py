@@ -49,6 +49,7 @@ class TokenEvent:
     text: str
     drafted: int = 0                # draft tokens proposed this round
     accepted: int = 0               # of which accepted
+    drafter: str = ""               # the drafter the controller chose this round ("" or "none": plain)
 
 
 @dataclass

@@ -165,7 +165,8 @@ class Engine:
                 if stream.stopped:
                     finish = "stop"
                 if new or text:
-                    yield TokenEvent(ids=new, text=text, drafted=draft.k, accepted=accepted)
+                    yield TokenEvent(ids=new, text=text, drafted=draft.k, accepted=accepted,
+                                     drafter=choice.drafter if drafting else "none")
                 if finish == "stop" or len(out) >= req.max_new_tokens:
                     break
         finally:

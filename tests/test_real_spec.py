@@ -1,0 +1,51 @@
+"""End to end on a real small model (qwen2.5-coder-0.5b, pulled by .ci/run): speculative == greedy.
+
+These use the default fast backend, whose forward is batch-invariant, so the speculative output must
+equal plain greedy token for token — not merely up to near-ties.
+"""
+
+import pytest
+
+from speczoo.bench.ab import run_ab
+from speczoo.bench.prompts import builtin_prompt
+from speczoo.errors import CacheFullError
+from speczoo.events import DoneEvent, GenerationRequest
+from speczoo.runtime import Runtime, load
+
+pytestmark = pytest.mark.real
+MODEL = "qwen2.5-coder-0.5b"
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load(MODEL)      # NotPulledError names the pull command when the bundle is missing
+
+
+@pytest.fixture(scope="module")
+def runtime(loaded):
+    return Runtime(loaded, max_seq=2048)
+
+
+@pytest.mark.parametrize("name", ["code_edit", "verbatim", "free_form"])
+def test_ngram_spec_equals_greedy(runtime, name):
+    ids = runtime.chat_ids([{"role": "user", "content": builtin_prompt(name).message}])
+    res = run_ab(runtime, ids, "ngram", k=8, gen=40, runs=1, warmup=False)
+    assert res.lossless, "\n".join(res.lines())
+    if name != "free_form":
+        assert res.accepted_per_round > 1.0, "prompt lookup should hit on an echoing prompt"
+
+
+def test_self_draft_accepts_everything_and_stays_lossless(loaded):
+    rt = Runtime(loaded, draft=loaded, max_seq=1024)      # the model drafting for itself
+    ids = rt.chat_ids([{"role": "user", "content": "Write a Python function that reverses a string."}])
+    res = run_ab(rt, ids, "draft", k=4, gen=24, runs=1, warmup=False)
+    assert res.lossless, "\n".join(res.lines())
+    *_, done = rt.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=24, spec="draft", k=4))
+    assert isinstance(done, DoneEvent)
+    assert done.stats.accepted == done.stats.drafted > 0
+
+
+def test_prompt_longer_than_the_cache_is_refused(loaded):
+    rt = Runtime(loaded, max_seq=64)
+    with pytest.raises(CacheFullError, match="exceeds the context"):
+        rt.generate(GenerationRequest(prompt_ids=[1] * 60, max_new_tokens=10))
