@@ -260,3 +260,40 @@ def test_q4mix_keeps_4bit_grids_and_falls_back_to_q8_elsewhere():
         m = mix.build(packed, None)
         y = m(x)
         assert all(torch.equal(m(x[i : i + 1])[0], y[i]) for i in range(9))
+
+
+@pytest.mark.parametrize("fam", ("q4", "q8"))
+def test_fused_linears_are_bit_identical_to_separate_calls(fam):
+    from speczoo.kernels.fused import FusedLinears
+
+    k = 600
+    shapes = ((48, 7), (16, 8), (32, 9))   # N multiples of the 16-column strip
+    for with_bias in (True, False):
+        mods = []
+        for n, seed in shapes:
+            w, b = _weights(n, k, seed)
+            mods.append(get_backend(fam).build(get_backend(fam).pack(w), b if with_bias else None))
+        fused = FusedLinears(mods)
+        assert fused.fused is not None and len(fused.parts) == 0
+        x = _acts(9, k)
+        outs = fused(x)
+        for m, y in zip(mods, outs):
+            assert torch.equal(y, m(x))
+        assert all(torch.equal(fused(x[i:i + 1])[0][0], outs[0][i]) for i in range(9))
+
+
+def test_fused_linears_call_each_module_when_they_cannot_share_a_call():
+    from speczoo.kernels.fused import FusedLinears
+
+    w1, b1 = _weights(20, 300, 1)           # N not a multiple of 16
+    w2, b2 = _weights(32, 300, 2)
+    q4 = get_backend("q4")
+    for mods in ([q4.build(q4.pack(w1), b1), q4.build(q4.pack(w2), b2)],            # odd N
+                 [q4.build(q4.pack(w2), b2), q4.build(q4.pack(w2), None)],          # bias on one only
+                 [q4.build(q4.pack(w2), b2), get_backend("q8").build(get_backend("q8").pack(w2), b2)],
+                 [get_backend("q4_torch").build(q4.pack(w2), b2)] * 2):
+        fused = FusedLinears(mods)
+        assert fused.fused is None
+        x = _acts(3, 300)
+        for m, y in zip(mods, fused(x)):
+            assert torch.equal(y, m(x))

@@ -150,15 +150,20 @@ static bool grow(T** p, int64_t* cap, int64_t need) {
     return *p != nullptr;
 }
 
-// KP must be a multiple of 64 here (callers round up; the padding is zeros).
-static int quantize_all(const float* x, int64_t S, int64_t K, int64_t ldx, int64_t KP, int nthreads) {
+// Grow the scratch for S rows of KP inputs (KP a multiple of 64; the padding quantizes to zeros).
+static int reserve_scratch(int64_t S, int64_t KP) {
     Scratch& sc = g_scratch;
     if (!grow(&sc.xw, &sc.cap_w, S * (KP / 4)) || !grow(&sc.xg, &sc.cap_g, S * (KP / 64)) ||
         !grow(&sc.sa, &sc.cap_sa, S) || !grow(&sc.xsum, &sc.cap_xsum, S))
         return -1;
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (int64_t s = 0; s < S; ++s) quantize_row(x + s * ldx, K, KP, S, s, sc.xw, sc.xg, sc.sa, sc.xsum);
     return 0;
+}
+
+// Inside a parallel region: quantize all rows (work-shared; the loop's implicit barrier ends it).
+static void quantize_rows_omp(const float* x, int64_t S, int64_t K, int64_t ldx, int64_t KP) {
+    Scratch& sc = g_scratch;
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < S; ++s) quantize_row(x + s * ldx, K, KP, S, s, sc.xw, sc.xg, sc.sa, sc.xsum);
 }
 
 static inline void store_cols(float* y, const float* v, int64_t ncols) {
@@ -394,11 +399,12 @@ extern "C" int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, c
     const int64_t NB = (N + 15) / 16;
     if (S <= 0 || N <= 0) return 0;
     std::lock_guard<std::mutex> guard(g_lock);
-    if (quantize_all(x, S, K, ldx, ((KP + 63) / 64) * 64, nthreads) != 0) return -1;
+    if (reserve_scratch(S, ((KP + 63) / 64) * 64) != 0) return -1;
     const Scratch& s = g_scratch;
     int failed = 0;
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads)  // one fork/join per call: quantize, barrier, strips
     {
+        quantize_rows_omp(x, S, K, ldx, ((KP + 63) / 64) * 64);
         int32_t* ws = (int32_t*)aligned_alloc(64, sizeof(int32_t) * 48 * S);
         if (!ws) {
 #pragma omp atomic write
@@ -423,11 +429,12 @@ extern "C" int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, c
     const int64_t NB = (N + 15) / 16;
     if (S <= 0 || N <= 0) return 0;
     std::lock_guard<std::mutex> guard(g_lock);
-    if (quantize_all(x, S, K, ldx, KB * 256, nthreads) != 0) return -1;
+    if (reserve_scratch(S, KB * 256) != 0) return -1;
     const Scratch& s = g_scratch;
     int failed = 0;
-#pragma omp parallel num_threads(nthreads)
+#pragma omp parallel num_threads(nthreads)  // one fork/join per call: quantize, barrier, strips
     {
+        quantize_rows_omp(x, S, K, ldx, KB * 256);
         int32_t* ws = (int32_t*)aligned_alloc(64, sizeof(int32_t) * 48 * S);
         if (!ws) {
 #pragma omp atomic write

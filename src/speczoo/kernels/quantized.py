@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from speczoo.kernels import native
 from speczoo.kernels.linear import LinearBackend, register
-from speczoo.kernels.pack import GROUP, SUPER, check_packed, pack_q4, pack_q8, unpack_q4, unpack_q8
+from speczoo.kernels.pack import GROUP, STRIP, SUPER, check_packed, pack_q4, pack_q8, unpack_q4, unpack_q8
 
 Q8_PARTS = ("w8", "sw", "meta")
 Q4_PARTS = ("qs", "sc", "mn", "dd", "meta")
@@ -65,6 +65,7 @@ class Q8Native(nn.Module):
         self.w8 = packed["w8"].contiguous()        # [NB, KP/4, 16, 4] u8
         self.sw = packed["sw"].float().contiguous()  # [NB*16]
         self.bias = _check_bias(bias, self.n)
+        self.lib = lib
         self._fn = lib.q8_fn
         self._args = (self.w8.data_ptr(), self.sw.data_ptr(), self.n,
                       None if self.bias is None else self.bias.data_ptr())
@@ -89,6 +90,7 @@ class Q4Native(nn.Module):
         self.mn = packed["mn"].contiguous()        # [NB, KB, 4, 16, 2] u8
         self.dd = packed["dd"].float().contiguous()  # [NB, KB, 2, 16] f32
         self.bias = _check_bias(bias, self.n)
+        self.lib = lib
         self._fn = lib.q4_fn
         self._args = (self.qs.data_ptr(), self.sc.data_ptr(), self.mn.data_ptr(), self.dd.data_ptr(), self.n,
                       None if self.bias is None else self.bias.data_ptr())
@@ -100,6 +102,26 @@ class Q4Native(nn.Module):
         if s and self._fn(x2.data_ptr(), s, self.k, x2.stride(0), *self._args, y.data_ptr(), torch.get_num_threads()):
             raise MemoryError(f"q4 kernel could not allocate its scratch for S={s}, K={self.k}")
         return y if x2 is x else y.view(*x.shape[:-1], self.n)
+
+
+def concat_native(mods: list[nn.Module]) -> nn.Module | None:
+    """One compiled module computing the outputs of `mods` side by side ([S, sum N]), or None when they
+    cannot share one call: not all Q4Native or all Q8Native, different K, an N that is not a multiple of
+    the 16-column strip, or bias on some but not all. Each output column is computed exactly as before
+    (per-row activation quantization does not depend on N), so the fused result is bit-identical."""
+    if len(mods) < 2 or not all(type(m) is type(mods[0]) for m in mods) or type(mods[0]) not in (Q4Native, Q8Native):
+        return None
+    if any(m.k != mods[0].k or m.n % STRIP for m in mods):
+        return None
+    if len({m.bias is None for m in mods}) != 1:
+        return None
+    n = sum(m.n for m in mods)
+    bias = None if mods[0].bias is None else torch.cat([m.bias for m in mods])
+    meta = torch.tensor([n, mods[0].k], dtype=torch.int64)
+    names = ("qs", "sc", "mn", "dd") if isinstance(mods[0], Q4Native) else ("w8", "sw")
+    packed = {name: torch.cat([getattr(m, name) for m in mods]) for name in names}   # strips are the first dim
+    packed["meta"] = meta
+    return type(mods[0])(packed, bias, mods[0].lib)
 
 
 # ---------------------------------------------------------------------------------- pure torch

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speczoo.kernels import attention
+from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.linear import LinearBackend
 
 
@@ -180,11 +181,11 @@ def make_linear(name: str, tensors: Mapping[str, Tensor], backend: LinearBackend
 
 
 class Mlp(nn.Module):
-    """Gated MLP: down(act(gate(x)) * up(x))."""
+    """Gated MLP: down(act(gate(x)) * up(x)); gate and up run as one kernel call when the backend fuses."""
 
     def __init__(self, gate: nn.Module, up: nn.Module, down: nn.Module, act: str):
         super().__init__()
-        self.gate, self.up, self.down = gate, up, down
+        self.gate_up, self.down = FusedLinears([gate, up]), down
         if act == "silu":
             self.act = F.silu
         elif act == "gelu_tanh":
@@ -193,7 +194,8 @@ class Mlp(nn.Module):
             raise ValueError(f"unknown activation {act!r}; expected 'silu' or 'gelu_tanh'")
 
     def forward(self, x: Tensor) -> Tensor:  # x: [S, D] -> [S, D]
-        return self.down(self.act(self.gate(x)) * self.up(x))
+        gate, up = self.gate_up(x)                                 # [S, F] each
+        return self.down(self.act(gate) * up)
 
 
 class DecoderBase(nn.Module):

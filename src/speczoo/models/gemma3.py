@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, Rotation, apply_rope, attend,
@@ -26,9 +27,9 @@ class Gemma3Block(nn.Module):
         eps = args.norm_eps
         self.sliding = args.layer_is_sliding(i)
         self.attn_norm = RMSNorm(tensors[p + "attn_norm.weight"], eps)
-        self.wq = make_linear(p + "attn_q.weight", tensors, backend, packed)
-        self.wk = make_linear(p + "attn_k.weight", tensors, backend, packed)
-        self.wv = make_linear(p + "attn_v.weight", tensors, backend, packed)
+        self.qkv = FusedLinears([make_linear(p + "attn_q.weight", tensors, backend, packed),
+                                 make_linear(p + "attn_k.weight", tensors, backend, packed),
+                                 make_linear(p + "attn_v.weight", tensors, backend, packed)])
         self.wo = make_linear(p + "attn_output.weight", tensors, backend, packed)
         self.q_norm = RMSNorm(tensors[p + "attn_q_norm.weight"], eps)
         self.k_norm = RMSNorm(tensors[p + "attn_k_norm.weight"], eps)
@@ -45,9 +46,10 @@ class Gemma3Block(nn.Module):
                 plan: AttnPlan) -> Tensor:  # x: [S, D] -> [S, D]
         s = x.shape[0]
         h = self.attn_norm(x)
-        q = self.q_norm(self.wq(h).view(s, *self.shape_q))          # [S, H, Dh]
-        k = self.k_norm(self.wk(h).view(s, *self.shape_kv))         # [S, Hkv, Dh]
-        v = self.wv(h).view(s, *self.shape_kv)
+        q, k, v = self.qkv(h)                                       # one kernel call when the backend fuses
+        q = self.q_norm(q.view(s, *self.shape_q))                   # [S, H, Dh]
+        k = self.k_norm(k.view(s, *self.shape_kv))                  # [S, Hkv, Dh]
+        v = v.view(s, *self.shape_kv)
         q = apply_rope(q, rot.q_cos, rot.q_sin)                    # rotated and scaled
         k_cache[:, l0:l0 + s] = apply_rope(k, rot.cos, rot.sin).transpose(0, 1)
         v_cache[:, l0:l0 + s] = v.transpose(0, 1)

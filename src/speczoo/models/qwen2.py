@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, Rotation, apply_rope, attend,
@@ -25,9 +26,9 @@ class Qwen2Block(nn.Module):
         p = f"blk.{i}."
         bias = (lambda n: p + n) if args.qkv_bias else (lambda n: None)
         self.attn_norm = RMSNorm(tensors[p + "attn_norm.weight"], args.norm_eps)
-        self.wq = make_linear(p + "attn_q.weight", tensors, backend, packed, bias("attn_q.bias"))
-        self.wk = make_linear(p + "attn_k.weight", tensors, backend, packed, bias("attn_k.bias"))
-        self.wv = make_linear(p + "attn_v.weight", tensors, backend, packed, bias("attn_v.bias"))
+        self.qkv = FusedLinears([make_linear(p + "attn_q.weight", tensors, backend, packed, bias("attn_q.bias")),
+                                 make_linear(p + "attn_k.weight", tensors, backend, packed, bias("attn_k.bias")),
+                                 make_linear(p + "attn_v.weight", tensors, backend, packed, bias("attn_v.bias"))])
         self.wo = make_linear(p + "attn_output.weight", tensors, backend, packed)
         self.ffn_norm = RMSNorm(tensors[p + "ffn_norm.weight"], args.norm_eps)
         self.mlp = Mlp(make_linear(p + "ffn_gate.weight", tensors, backend, packed),
@@ -40,9 +41,10 @@ class Qwen2Block(nn.Module):
                 plan: AttnPlan) -> Tensor:  # x: [S, D] -> [S, D]
         s = x.shape[0]
         h = self.attn_norm(x)
-        q = self.wq(h).view(s, *self.shape_q)                      # [S, H, Dh]
-        k = self.wk(h).view(s, *self.shape_kv)                     # [S, Hkv, Dh]
-        v = self.wv(h).view(s, *self.shape_kv)
+        q, k, v = self.qkv(h)                                      # one kernel call when the backend fuses
+        q = q.view(s, *self.shape_q)                               # [S, H, Dh]
+        k = k.view(s, *self.shape_kv)                              # [S, Hkv, Dh]
+        v = v.view(s, *self.shape_kv)
         q = apply_rope(q, rot.q_cos, rot.q_sin)                    # rotated and scaled
         k_cache[:, l0:l0 + s] = apply_rope(k, rot.cos, rot.sin).transpose(0, 1)
         v_cache[:, l0:l0 + s] = v.transpose(0, 1)
