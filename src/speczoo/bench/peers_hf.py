@@ -7,7 +7,8 @@ Methods, all `generate(do_sample=False)` on speczoo's prompt ids, stopping at th
   default assistant schedule (it starts at 20 candidates and adapts).
 Plain greedy is timed from the first new token (a streamer notes when it arrives). The assisted modes
 run the prefill inside their first round, so they are timed as the whole call minus the prefill time
-greedy took on the same prompt (greedy always runs first for a prompt).
+greedy took on the same prompt (greedy always runs first for a prompt); the assistant's own prefill
+therefore counts as decode time, which is what a user of assisted generation pays.
 
 This module imports transformers lazily and never falls back silently: a missing package is a
 PeerError that says how to install it.
