@@ -11,10 +11,9 @@ from speczoo.cache import KVCache
 from speczoo.models.loader import build_model
 from speczoo.zoo.gguf import (LINEAR_WEIGHT_PATTERN, gguf_model_args, gguf_quant_summary, iter_gguf_tensors,
                               open_gguf)
+from real_models import GEMMA_NAME, QWEN_NAME, gguf_of
 from tiny import tiny_args, tiny_tensors
 
-QWEN = Path("/tmp/gguf/qwen2.5-coder-0.5b.gguf")
-GEMMA = Path("/tmp/gguf/gemma-3-270m.gguf")
 Q8 = gguf.GGMLQuantizationType.Q8_0
 
 
@@ -128,9 +127,8 @@ def test_linear_weight_pattern():
 
 
 @pytest.mark.real
-@pytest.mark.skipif(not QWEN.is_file(), reason=f"{QWEN} is absent (assemble qwen2.5-coder-0.5b there)")
 def test_real_qwen_metadata():
-    r = open_gguf(QWEN)
+    r = open_gguf(gguf_of(QWEN_NAME))
     a = gguf_model_args(r)
     assert (a.arch, a.n_layers, a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.ffn_dim, a.vocab_size) == \
         ("qwen2", 24, 896, 14, 2, 64, 4864, 151936)
@@ -139,9 +137,8 @@ def test_real_qwen_metadata():
 
 
 @pytest.mark.real
-@pytest.mark.skipif(not GEMMA.is_file(), reason=f"{GEMMA} is absent (assemble gemma-3-270m there)")
 def test_real_gemma_metadata_and_orientation():
-    r = open_gguf(GEMMA)
+    r = open_gguf(gguf_of(GEMMA_NAME))
     a = gguf_model_args(r)
     assert (a.arch, a.n_layers, a.dim, a.n_heads, a.n_kv_heads, a.head_dim, a.vocab_size) == \
         ("gemma3", 18, 640, 4, 1, 256, 262144)

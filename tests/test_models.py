@@ -288,27 +288,22 @@ def test_unknown_arch_and_backend_are_errors():
         tiny_model("qwen2", backend="nope")
 
 
-GGUFS = {"qwen2": "/tmp/gguf/qwen2.5-coder-0.5b.gguf", "gemma3": "/tmp/gguf/gemma-3-270m.gguf"}
 
 
 @pytest.mark.real
 @pytest.mark.parametrize("arch", ARCHS)
 def test_real_model_is_batch_invariant_with_the_fast_backend(arch):
-    """The real model with kernels' DEFAULT_FAST_BACKEND: a prefill, chunked verifies and single decode
+    """The real model with its fast backend: a prefill, chunked verifies and single decode
     steps give bit-identical logits, and a token tree's rows equal sequential decode of their paths."""
-    from pathlib import Path
+    from real_models import BY_ARCH
 
-    from speczoo.kernels.linear import DEFAULT_FAST_BACKEND, get_backend
-    from speczoo.zoo.gguf import gguf_model_args, iter_gguf_tensors, open_gguf
+    from speczoo.kernels.linear import get_backend
+    from speczoo.runtime import load
 
-    path = Path(GGUFS[arch])
-    if not path.is_file():
-        pytest.skip(f"{path} is absent: assemble the GGUF there to run")
-    if not get_backend(DEFAULT_FAST_BACKEND).batch_invariant:
-        pytest.skip(f"DEFAULT_FAST_BACKEND {DEFAULT_FAST_BACKEND!r} does not claim batch invariance")
-    r = open_gguf(path)
-    args = gguf_model_args(r)
-    model = build_model(args, dict(iter_gguf_tensors(r)), DEFAULT_FAST_BACKEND)
+    loaded = load(BY_ARCH[arch])      # the pulled bundle with the fast backend it was packed for
+    assert get_backend(loaded.backend).batch_invariant, \
+        f"the fast backend {loaded.backend!r} must be batch-invariant: exactness depends on it"
+    args, model = loaded.args, loaded.model
     assert model.invariant
     t = torch.tensor([(i * 7919) % 5000 + 100 for i in range(24)])
     with torch.inference_mode():

@@ -1,8 +1,6 @@
 """The parity gate: its statistics on hand-made logits, and (real) the gate itself and the real models'
 exactness properties (tree rows == sequential decode, bit for bit, with a batch-invariant backend)."""
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -11,10 +9,9 @@ from speczoo.bench.parity import (ParityReport, ReferenceParity, compare_to_refe
 from speczoo.cache import KVCache
 from speczoo.models.loader import build_model
 from speczoo.zoo.gguf import gguf_model_args, iter_gguf_tensors, open_gguf
+from real_models import GEMMA_NAME, QWEN_NAME, gguf_of
 from tiny import tiny_model
 
-QWEN = Path("/tmp/gguf/qwen2.5-coder-0.5b.gguf")
-GEMMA = Path("/tmp/gguf/gemma-3-270m.gguf")
 
 
 def test_compare_separates_decisive_positions_from_near_ties():
@@ -57,17 +54,12 @@ def test_report_says_pass_or_fail():
     assert not r.passed and "FAIL" in format_report(r)
 
 
-def _real(path: Path):
-    return pytest.mark.skipif(not path.is_file(), reason=f"{path} is absent: assemble the GGUF there to run")
-
-
 @pytest.mark.real
-@_real(QWEN)
 def test_real_tree_rows_are_bit_identical_to_sequential_decode():
     """On the real 0.5B (sizes where BLAS picks real kernels) with the invariant test backend."""
     import tiny  # noqa: F401  registers fp32-rows
 
-    r = open_gguf(QWEN)
+    r = open_gguf(gguf_of(QWEN_NAME))
     args = gguf_model_args(r)
     tensors = dict(iter_gguf_tensors(r))
     model = build_model(args, tensors, "fp32-rows")
@@ -102,15 +94,13 @@ def test_real_tree_rows_are_bit_identical_to_sequential_decode():
 
 @pytest.mark.real
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [QWEN, GEMMA], ids=["qwen2.5-coder-0.5b", "gemma-3-270m"])
-def test_real_parity_gate(path):
+@pytest.mark.parametrize("name", [QWEN_NAME, GEMMA_NAME])
+def test_real_parity_gate(name):
     pytest.importorskip("transformers", reason="the parity reference needs transformers (speczoo[check])")
     pytest.importorskip("accelerate", reason="transformers loads a GGUF only with accelerate installed")
-    if not path.is_file():
-        pytest.skip(f"{path} is absent: assemble the GGUF there to run")
     from speczoo.bench.parity import run_parity
 
-    report = run_parity(path, n_tokens=600, log=lambda line: None)
+    report = run_parity(name, n_tokens=600, log=lambda line: None)
     assert report.reference is not None and report.reference.decisive >= 500
     assert report.passed, format_report(report)
     assert report.reference.max_abs_diff < 1e-3

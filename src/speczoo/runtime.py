@@ -23,7 +23,7 @@ from speczoo.models.loader import load_model
 from speczoo.spec.drafters.ngram import NgramDrafter
 from speczoo.spec.engine import MAX_K, Engine
 from speczoo.tokenizer import Tokenizer
-from speczoo.zoo.bundle import find_bundle
+from speczoo.zoo.bundle import find_bundle, read_manifest
 
 
 @dataclass
@@ -36,10 +36,16 @@ class LoadedModel:
     backend: str
 
 
+def default_backend(bundle: Path) -> str:
+    """The fast backend the bundle was packed for at pull time (else the kernels' default)."""
+    packed = read_manifest(bundle).packed_backends
+    return packed[0] if packed else DEFAULT_FAST_BACKEND
+
+
 def load(name: str, backend: str | None = None) -> LoadedModel:
-    """Load one pulled model (zoo name or local path) with `backend` (default: the fast one)."""
+    """Load one pulled model (zoo name or local path) with `backend` (default: the one it was packed for)."""
     path = find_bundle(name)
-    backend = backend or DEFAULT_FAST_BACKEND
+    backend = backend or default_backend(path)
     args = ModelArgs.from_json(path / "config.json")
     return LoadedModel(name=name, path=path, args=args, model=load_model(path, backend),
                        tokenizer=Tokenizer.from_bundle(path), backend=backend)

@@ -188,6 +188,9 @@ def run_parity(model: str | Path, *, n_tokens: int = 640, chunk: int = 128, tie_
     from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
 
     gguf_path, bundle = resolve_model(model)
+    if fast_backend is None and bundle is not None:
+        from speczoo.runtime import default_backend
+        fast_backend = default_backend(bundle)
     fast_backend = fast_backend or DEFAULT_FAST_BACKEND
     text = text if text is not None else default_text()
     report = ParityReport(model=str(model), n_tokens=0)

@@ -265,7 +265,7 @@ def pull(name_or_path: str, backend: str | None = None, force: bool = False, pro
     """Make sure `name_or_path` has a verified bundle; see the module docstring."""
     t0 = time.perf_counter()
     src = resolve(name_or_path)
-    impl = _stored_backend(backend, log)
+    impl = _stored_backend(backend or (src.model.backend if src.model is not None else None), log)
     final = B.bundle_dir_for(src.name)
     if final.exists() and not force:
         check = B.check_bundle(final)
