@@ -87,6 +87,11 @@ Accessibility. There is step-free access through the east entrance on Mill Stree
 installed at the main desk, and large-print and audio books are kept on the ground floor."""
 
 
+def _unwrap(text: str) -> str:
+    """Join the hard-wrapped lines of each paragraph (the wraps above are only for this file's width)."""
+    return "\n\n".join(" ".join(p.split("\n")) for p in text.split("\n\n"))
+
+
 @dataclass(frozen=True)
 class BuiltinPrompt:
     name: str
@@ -97,17 +102,18 @@ class BuiltinPrompt:
 BUILTIN_PROMPTS: list[BuiltinPrompt] = [
     BuiltinPrompt("verbatim", "verbatim reproduction",
                   "Repeat the following text exactly as it is written, with no changes and no comments:\n\n"
-                  + _STORY),
+                  + _unwrap(_STORY)),
     BuiltinPrompt("code_edit", "code edit",
                   "Rename the variable `subtotal` to `net_amount` everywhere in this code and return the "
                   "whole updated code in one Python block, with no explanation.\n\n```python\n" + _CODE
                   + "```"),
     BuiltinPrompt("extractive_qa", "extractive QA over a document",
-                  "Answer using only the document below. Quote the exact sentences that answer each "
-                  "question.\nQuestions: When is the main building open on Saturday? How long are books "
+                  "Answer using only the document below. For each question, write the question on its "
+                  "own line, then quote in full the exact sentences of the document that answer it.\n"
+                  "Questions: When is the main building open on Saturday? How long are books "
                   "lent for, and how many times can they be renewed? What does membership cost for "
                   "people who do not live in Cedar Valley? How many people does the large meeting room "
-                  "hold?\n\nDocument:\n" + _DOC),
+                  "hold?\n\nDocument:\n" + _unwrap(_DOC)),
     BuiltinPrompt("free_form", "free-form writing",
                   "Write a short, original story (about 300 words) about a beekeeper in the mountains "
                   "who discovers that her bees have started building honeycomb in the shape of letters."),
