@@ -18,7 +18,9 @@ from speczoo.errors import SpeczooError
 SAMPLE_TEXT = ("def fibonacci(n: int) -> int:\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
                "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n"
                "Les élèves ont répondu: « très bien » — 你好，世界! 🙂 <|im_start|> 3.14159")
-PROBE_MESSAGES = [{"role": "user", "content": "Write a Python function that returns the square of a number."}]
+# A prompt whose next token any working model of the family predicts the same way (a different model
+# size may open a free answer differently, so the probe must be this unambiguous).
+PROBE_TEXT = "Counting: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"
 
 
 class PairError(SpeczooError):
@@ -29,7 +31,7 @@ class PairError(SpeczooError):
 class PairReport:
     ok: bool
     problems: list[str] = field(default_factory=list)
-    draft_first: str = ""
+    draft_first: str = ""     # the probe's greedy continuation, as text
     target_first: str = ""
 
     def raise_if_bad(self, draft: str, target: str) -> None:
@@ -38,11 +40,20 @@ class PairReport:
                             + "\nUse a draft of the same tokenizer family (see `speczoo models`).")
 
 
-def _first_token(loaded, ids: list[int]) -> int:
-    cache = KVCache(loaded.args, len(ids) + 1)
+PROBE_TOKENS = 4
+
+
+def _greedy_tokens(loaded, ids: list[int], n: int = PROBE_TOKENS) -> list[int]:
+    """The model's first n greedy tokens after `ids` (a short prefill, then single steps)."""
+    cache = KVCache(loaded.args, len(ids) + n + 1)
+    out: list[int] = []
     with torch.inference_mode():
         logits = loaded.model(torch.tensor(ids), torch.arange(len(ids)), cache).logits
-    return int(logits[-1].argmax())
+        for i in range(n):
+            out.append(int(logits[-1].argmax()))
+            if i + 1 < n:
+                logits = loaded.model(torch.tensor(out[-1:]), torch.tensor([len(ids) + i]), cache).logits
+    return out
 
 
 def check_pair(draft, target) -> PairReport:
@@ -63,11 +74,12 @@ def check_pair(draft, target) -> PairReport:
     report = PairReport(ok=not problems, problems=problems)
     if problems:
         return report
-    ids = tt.encode(tt.apply_chat_template(PROBE_MESSAGES, add_generation_prompt=True))
-    d_first, t_first = _first_token(draft, ids), _first_token(target, ids)
-    report.draft_first, report.target_first = dt.decode([d_first]), tt.decode([t_first])
+    ids = tt.encode(PROBE_TEXT, add_special=True)
+    d_first, t_first = _greedy_tokens(draft, ids), _greedy_tokens(target, ids)
+    report.draft_first, report.target_first = dt.decode(d_first), tt.decode(t_first)
     if d_first != t_first:
         report.ok = False
-        report.problems.append(f"first-token gate: on a fixed prompt the draft's argmax is {d_first} "
-                               f"({report.draft_first!r}) but the target's is {t_first} ({report.target_first!r})")
+        report.problems.append(f"first-token gate: after {PROBE_TEXT!r} the draft continues {d_first} "
+                               f"({report.draft_first!r}) but the target continues {t_first} "
+                               f"({report.target_first!r})")
     return report
