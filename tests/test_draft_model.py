@@ -74,3 +74,18 @@ def test_draft_feeds_only_new_tokens_after_full_accept():
     # one forward over the 2 unseen ids (last draft token + bonus), then 1 for the second draft step
     assert model.forwards - before == 2
     assert cache.slots[:len(ctx2)] == ctx2
+
+
+def test_prefill_fills_the_draft_cache_so_the_first_proposal_is_cheap():
+    base = HashOracle(50, seed=5)
+    model = OracleModel(base)
+    cache = TokenCache(100)
+    d = DraftModelDrafter(model, cache)
+    prompt = [3, 4, 5, 6, 7, 8]
+    d.prefill(prompt)
+    assert cache.slots == prompt[:-1]
+    before = model.forwards
+    draft = d.propose(prompt + [9], 3)
+    # the last prompt id and a0 in one forward, then K-1 single steps
+    assert model.forwards - before == 3 and cache.slots[:7] == prompt + [9]
+    assert draft.tokens == DraftModelDrafter(OracleModel(base), TokenCache(100)).propose(prompt + [9], 3).tokens

@@ -114,6 +114,8 @@ class Engine:
         t0 = time.perf_counter()
         logits = self._forward(req.prompt_ids)[-1:]                      # [1, V]
         pending = self._pick(logits, req, gen)[0]
+        for d in drafters.values():
+            d.prefill(req.prompt_ids)
         t1 = time.perf_counter()
         stats.prefill_seconds = t1 - t0
         context = list(req.prompt_ids)

@@ -19,6 +19,10 @@ class Drafter(ABC):
     def reset(self) -> None:
         """Forget everything: a new sequence starts."""
 
+    def prefill(self, prompt: list[int]) -> None:
+        """Ingest the prompt while the target runs its own prefill (a draft model's cache fills here,
+        so its first proposal does not pay for the whole prompt). Default: nothing to do."""
+
     @abstractmethod
     def propose(self, context: list[int], k: int) -> Draft:
         """Propose up to k tokens to follow `context`.

@@ -53,6 +53,12 @@ class DraftModelDrafter(Drafter):
         del self.fed[n:]
         return context[n:]
 
+    def prefill(self, prompt: list[int]) -> None:
+        """Fill the draft cache with the prompt (the next proposal re-feeds only its last id)."""
+        rest = self._sync(prompt)          # ids not in the cache yet; always ends with the last prompt id
+        if len(rest) > 1:
+            self._forward(rest[:-1])
+
     def propose(self, context: list[int], k: int) -> Draft:
         if not context:
             raise ValueError("the draft model needs at least one context token")
