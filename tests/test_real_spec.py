@@ -49,3 +49,18 @@ def test_prompt_longer_than_the_cache_is_refused(loaded):
     rt = Runtime(loaded, max_seq=64)
     with pytest.raises(CacheFullError, match="exceeds the context"):
         rt.generate(GenerationRequest(prompt_ids=[1] * 60, max_new_tokens=10))
+
+
+@pytest.mark.parametrize("name,prompt,expected", [
+    ("qwen2.5-coder-0.5b", "def fibonacci(n):\n",
+     [262, 421, 308, 2651, 220, 15, 510, 286, 470, 330, 7928, 1946, 698, 262, 4409, 308]),
+    ("gemma-3-270m", "The capital of France is",
+     [506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488, 3207, 528, 7001, 532]),
+])
+def test_known_greedy_continuation_on_the_fp32_reference(name, prompt, expected):
+    """Pinned on the fp32 path (which `speczoo check` ties to transformers): a change in loading, the
+    model code or the tokenizer that alters what the model says shows up here."""
+    rt = Runtime(load(name, "fp32"), max_seq=128)
+    ids = rt.tokenizer.encode(prompt, add_special=True)
+    *_, done = rt.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=16))
+    assert done.ids == expected, rt.tokenizer.decode(done.ids)
