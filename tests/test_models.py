@@ -240,7 +240,7 @@ def test_untied_head_uses_output_weight(arch):
 
 class _StoredScaled(linear.LinearBackend):
     """A stored backend for tests: weight / 2 and a scale of 2, kept in the bundle."""
-    name = "test-stored"
+    name = "test-stored-models"
     stored = True
 
     def pack(self, weight):
@@ -268,16 +268,16 @@ def test_load_model_from_bundle_with_and_without_stored_packing(arch, tmp_path):
     loaded = load_model(tmp_path, "fp32")
     assert isinstance(loaded, nn.Module) and loaded.args == args
     assert torch.equal(full(loaded, args, t), ref)
-    with pytest.raises(FileNotFoundError, match="weights-test-stored"):
-        load_model(tmp_path, "test-stored")
-    backend = linear.get_backend("test-stored")
+    with pytest.raises(FileNotFoundError, match="weights-test-stored-models"):
+        load_model(tmp_path, "test-stored-models")
+    backend = linear.get_backend("test-stored-models")
     packed = {}
     for packed_name, source in linear_weight_sources(tensors).items():
         for part, x in backend.pack(tensors[source]).items():
             packed[f"{packed_name}.{part}"] = x
     assert "output.weight.half" in packed            # tied head packed under output.weight
-    save_file(packed, tmp_path / "weights-test-stored.safetensors")
-    torch.testing.assert_close(full(load_model(tmp_path, "test-stored"), args, t), ref)
+    save_file(packed, tmp_path / "weights-test-stored-models.safetensors")
+    torch.testing.assert_close(full(load_model(tmp_path, "test-stored-models"), args, t), ref)
 
 
 def test_unknown_arch_and_backend_are_errors():
