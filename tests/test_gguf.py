@@ -1,6 +1,5 @@
 """GGUF -> ModelArgs and tensors: tiny GGUF files written with the gguf package, and the real ones."""
 
-from pathlib import Path
 
 import gguf
 import numpy as np

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from speczoo.kernels.linear import get_backend
-from speczoo.kernels.pack import GROUP, STRIP, SUPER, Q8_KALIGN
+from speczoo.kernels.pack import STRIP, SUPER, Q8_KALIGN
 
 LAYERS = 28
 SHAPES: dict[str, tuple[int, int]] = {   # name -> (N, K) of W[N, K]

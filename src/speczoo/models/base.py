@@ -197,6 +197,13 @@ class Mlp(nn.Module):
         gate, up = self.gate_up(x)                                 # [S, F] each
         return self.down(self.act(gate) * up)
 
+    @classmethod
+    def from_tensors(cls, prefix: str, tensors: Mapping[str, Tensor], backend: LinearBackend,
+                     packed: Mapping[str, Tensor] | None, act: str) -> Mlp:
+        """The layer's MLP from its GGUF-named weights (prefix "blk.N.")."""
+        return cls(*(make_linear(prefix + f"ffn_{n}.weight", tensors, backend, packed)
+                     for n in ("gate", "up", "down")), act)
+
 
 class DecoderBase(nn.Module):
     """Shared forward scaffolding: input checks, hidden-layer bookkeeping, the LM head.

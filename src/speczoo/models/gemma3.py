@@ -36,9 +36,7 @@ class Gemma3Block(nn.Module):
         self.post_attn_norm = RMSNorm(tensors[p + "post_attention_norm.weight"], eps)
         self.ffn_norm = RMSNorm(tensors[p + "ffn_norm.weight"], eps)
         self.post_ffn_norm = RMSNorm(tensors[p + "post_ffw_norm.weight"], eps)
-        self.mlp = Mlp(make_linear(p + "ffn_gate.weight", tensors, backend, packed),
-                       make_linear(p + "ffn_up.weight", tensors, backend, packed),
-                       make_linear(p + "ffn_down.weight", tensors, backend, packed), args.act)
+        self.mlp = Mlp.from_tensors(p, tensors, backend, packed, args.act)
         self.shape_q = (args.n_heads, args.head_dim)
         self.shape_kv = (args.n_kv_heads, args.head_dim)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import torch
 from torch import Tensor, nn
 
 from speczoo.kernels.fused import FusedLinears
@@ -31,9 +30,7 @@ class Qwen2Block(nn.Module):
                                  make_linear(p + "attn_v.weight", tensors, backend, packed, bias("attn_v.bias"))])
         self.wo = make_linear(p + "attn_output.weight", tensors, backend, packed)
         self.ffn_norm = RMSNorm(tensors[p + "ffn_norm.weight"], args.norm_eps)
-        self.mlp = Mlp(make_linear(p + "ffn_gate.weight", tensors, backend, packed),
-                       make_linear(p + "ffn_up.weight", tensors, backend, packed),
-                       make_linear(p + "ffn_down.weight", tensors, backend, packed), args.act)
+        self.mlp = Mlp.from_tensors(p, tensors, backend, packed, args.act)
         self.shape_q = (args.n_heads, args.head_dim)
         self.shape_kv = (args.n_kv_heads, args.head_dim)
 
