@@ -10,6 +10,8 @@ import argparse
 import sys
 from typing import Iterator
 
+from speczoo.commands.bench import add_model_args
+
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
 
@@ -18,10 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Multi-turn chat through the model's chat template. Commands: "
                        "/spec on|off|ngram|draft|auto, /stats, /reset, /save FILE, /help, /quit.")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"zoo name (default {DEFAULT_MODEL})")
-    p.add_argument("--draft", default=None, help="zoo name of a draft model (enables --spec draft)")
-    p.add_argument("--backend", default=None, help="linear backend (fp32, bf16, int8, ...)")
+    add_model_args(p)
     p.add_argument("--spec", default="auto", help="on, off, ngram, draft or auto (default auto)")
-    p.add_argument("--max-seq", type=int, default=4096, help="KV capacity for the whole conversation")
     p.add_argument("--max-tokens", type=int, default=512, help="tokens per answer at most")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=None)

@@ -10,6 +10,8 @@ import argparse
 import ipaddress
 import sys
 
+from speczoo.commands.bench import add_model_args
+
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
 
@@ -18,13 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Serve MODEL over /v1/chat/completions, /v1/completions and "
                        "/v1/models (streaming as server-sent events), with a chat page at /.")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"zoo name (default {DEFAULT_MODEL})")
-    p.add_argument("--draft", default=None, help="zoo name of a draft model (enables speculative=draft)")
-    p.add_argument("--backend", default=None, help="linear backend (fp32, bf16, int8, ...)")
+    add_model_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this "
                    "machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
-    p.add_argument("--max-seq", type=int, default=4096, help="KV capacity: prompt + max_tokens")
     p.add_argument("--spec", default="auto", help="speculative mode when a request names none "
                    "(off, ngram, draft, auto; default auto)")
     p.add_argument("--max-queue", type=int, default=64, help="requests allowed to wait (then 503)")
