@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import torch
 
@@ -27,15 +26,6 @@ from speczoo.spec.verify import verify_greedy
 from speczoo.spec.verify_sampling import verify_sampling
 
 MAX_K = 64
-
-
-@dataclass
-class RoundTrace:
-    """What one round did; kept for benches that report acceptance per draft position."""
-
-    drafter: str
-    drafted: int
-    accepted: int
 
 
 class Engine:
@@ -56,7 +46,6 @@ class Engine:
         self.eos = set(eos_ids)
         self.max_seq = max_seq
         self.costs = costs            # measured c_v curve and draft costs for the controller
-        self.trace: list[RoundTrace] = []
 
     # -- validation -------------------------------------------------------------------------
     def _check(self, req: GenerationRequest) -> None:
@@ -108,7 +97,6 @@ class Engine:
         policy = make_policy(req, names, self.costs)
         stream = TextStream(self.tokenizer, req.stop)
         stats = Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec)
-        self.trace = []
 
         self.cache.reset()
         t0 = time.perf_counter()
@@ -153,7 +141,6 @@ class Engine:
                     stats.rounds += 1
                     stats.drafted += draft.k
                     stats.accepted += accepted
-                    self.trace.append(RoundTrace(draft.drafter or "none", draft.k, accepted))
                     pending = verdict.next_token
                 # EOS inside the accepted run ends generation there.
                 for i, t in enumerate(new):
