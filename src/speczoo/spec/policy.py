@@ -12,13 +12,10 @@ from __future__ import annotations
 from speczoo.events import GenerationRequest
 from speczoo.spec.controller import Controller, Costs
 
-# Costs used when none were measured (tests on oracles): verify as cheap as a step, free drafts.
-DEFAULT_COSTS = Costs(cv=1.0, draft_cost={}, round_overhead=0.0)
-
 
 def make_policy(req: GenerationRequest, drafters: list[str], costs: Costs | None) -> Controller:
-    costs = costs or DEFAULT_COSTS
-    missing = {d: 0.0 for d in drafters if d not in costs.draft_cost}
-    if missing:
-        costs = Costs(cv=costs.cv, draft_cost={**costs.draft_cost, **missing}, round_overhead=costs.round_overhead)
+    """costs None (engines on oracle models, in tests): verify as cheap as a step, drafts free.
+    Measured costs must name every drafter; the controller says which one is missing."""
+    if costs is None:
+        costs = Costs(cv=1.0, draft_cost={d: 0.0 for d in drafters}, round_overhead=0.0)
     return Controller(costs, drafters, k_max=req.k)
