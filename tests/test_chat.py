@@ -210,3 +210,49 @@ def test_serve_command_builds_the_app_and_binds_loopback(monkeypatch, capsys):
     assert "without an API key" in capsys.readouterr().err
     assert main(["serve", "--spec", "warp"]) == 2      # a clear error, not a traceback
     assert "warp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, draft, spec", [
+    (["qwen2.5-coder-1.5b"], "qwen2.5-coder-0.5b", "auto"),                  # default --spec auto
+    (["qwen2.5-coder-1.5b", "--spec", "draft"], "qwen2.5-coder-0.5b", "draft"),
+    (["qwen2.5-coder-1.5b", "--spec", "off"], None, "off"),
+    (["qwen2.5-coder-1.5b", "--spec", "ngram"], None, "ngram"),
+    (["qwen2.5-coder-1.5b", "--draft", "my-draft"], "my-draft", "auto"),
+    (["qwen2.5-coder-1.5b", "--spec", "draft:my-draft"], "my-draft", "draft"),
+    (["qwen2.5-coder-0.5b"], None, "auto"),              # a draft model itself: no default draft
+])
+@pytest.mark.parametrize("command", ["chat", "serve"])
+def test_chat_and_serve_load_the_zoos_default_draft(monkeypatch, command, argv, draft, spec):
+    import builtins
+
+    import uvicorn
+
+    import speczoo.runtime
+    from speczoo.cli import main
+
+    rt = FakeRuntime()
+    loaded, served = {}, {}
+    monkeypatch.setattr(speczoo.runtime, "load_runtime",
+                        lambda target, draft=None, backend=None, max_seq=4096:
+                        loaded.update(target=target, draft=draft) or rt)
+    monkeypatch.setattr(builtins, "input", lambda prompt="": "/quit")
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: served.update(app=app))
+    assert main([command, *argv]) == 0
+    assert loaded == {"target": argv[0], "draft": draft}
+    if command == "serve":
+        body = {"model": rt.name, "prompt": "x", "max_tokens": 2}
+        from fastapi.testclient import TestClient
+        with TestClient(served["app"]) as c:
+            assert c.post("/v1/completions", json=body).status_code == 200
+        assert rt.log[-1].request.spec == spec          # the server's default mode, without ":NAME"
+
+
+def test_spec_draft_without_a_draft_is_a_clear_error(monkeypatch, capsys):
+    import speczoo.runtime
+    from speczoo.cli import main
+
+    monkeypatch.setattr(speczoo.runtime, "load_runtime", lambda *a, **kw: pytest.fail("loaded a model"))
+    assert main(["chat", "qwen2.5-coder-0.5b", "--spec", "draft"]) == 2
+    assert "--draft NAME" in capsys.readouterr().err
+    assert main(["serve", "qwen2.5-coder-1.5b", "--spec", "draft:a", "--draft", "b"]) == 2
+    assert "different drafts" in capsys.readouterr().err

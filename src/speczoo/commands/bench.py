@@ -2,39 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
 from speczoo.bench.ab import read_prompt_ids, run_ab
 from speczoo.bench.prompts import BUILTIN_PROMPTS, builtin_prompt
+from speczoo.commands._model_args import add_model_args, draft_for
 from speczoo.events import SamplingParams
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """Options every command that loads a runtime shares."""
-    p.add_argument("--draft", default=None, help="draft model (zoo name) for --spec draft")
-    p.add_argument("--backend", default=None, help="linear backend (default: the fast batch-invariant one)")
-    p.add_argument("--max-seq", type=int, default=4096, help="KV cache capacity in tokens")
-
-
-def draft_for(args) -> str | None:
-    """The draft model a command needs: --draft, the NAME of --spec draft:NAME, or — for --spec draft
-    or auto — the zoo's default draft of the target (None when there is none)."""
-    from speczoo.zoo.registry import default_draft
-
-    spec = getattr(args, "spec", "off")
-    if spec.startswith("draft:"):
-        name = spec.split(":", 1)[1]
-        if args.draft and args.draft != name:
-            raise ValueError(f"--spec {spec} and --draft {args.draft} name different drafts; give one")
-        return name
-    if args.draft:
-        return args.draft
-    if spec in ("draft", "auto"):
-        name = default_draft(args.target if hasattr(args, "target") else args.model)
-        if name is None and spec == "draft":
-            raise ValueError("--spec draft needs a draft model: give --draft NAME or --spec draft:NAME")
-        return name
-    return None
 
 
 def register(sub) -> None:
@@ -74,8 +45,8 @@ def prompt_ids_from_args(args, runtime) -> list[int]:
 
 def run(args) -> int:
     from speczoo.runtime import load_runtime
-    rt = load_runtime(args.target, draft=draft_for(args), backend=args.backend, max_seq=args.max_seq,
-                      remeasure_costs=True)
+    rt = load_runtime(args.target, draft=draft_for(args.target, args.spec, args.draft),
+                      backend=args.backend, max_seq=args.max_seq, remeasure_costs=True)
     ids = prompt_ids_from_args(args, rt)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
     res = run_ab(rt, ids, args.spec, k=args.k, ngram=args.ngram, gen=args.gen, runs=args.runs,

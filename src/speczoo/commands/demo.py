@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speczoo.commands.bench import add_model_args, draft_for
+from speczoo.commands._model_args import add_model_args, draft_for
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 
@@ -29,8 +29,8 @@ def run(args) -> int:
     from speczoo.runtime import load_runtime
 
     console = Console()
-    rt = load_runtime(args.target, draft=draft_for(args), backend=args.backend, max_seq=args.max_seq,
-                      remeasure_costs=True)
+    rt = load_runtime(args.target, draft=draft_for(args.target, args.spec, args.draft),
+                      backend=args.backend, max_seq=args.max_seq, remeasure_costs=True)
     table = Table(title=f"{args.target}: --spec {args.spec} vs plain greedy "
                         f"({args.gen} new tokens, backend {rt.target.backend}, median of {args.runs})")
     for col in ("prompt", "greedy tok/s", "spec tok/s", "speedup", "accepted/round", "lossless"):

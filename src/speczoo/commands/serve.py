@@ -10,7 +10,7 @@ import argparse
 import ipaddress
 import sys
 
-from speczoo.commands.bench import add_model_args
+from speczoo.commands._model_args import add_model_args, draft_for, spec_mode
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--spec", default="auto", help="speculative mode when a request names none "
-                   "(off, ngram, draft, auto; default auto)")
+                   "(off, ngram, draft, draft:NAME, auto; default auto); draft and auto load the zoo's "
+                   "draft for MODEL unless --draft names one")
     p.add_argument("--max-queue", type=int, default=64, help="requests allowed to wait (then 503)")
     p.set_defaults(func=run)
 
@@ -54,8 +55,10 @@ def run(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and not args.api_key:
         print(f"speczoo serve: warning: binding {args.host} exposes the model to the network without "
               f"an API key; add --api-key KEY", file=sys.stderr)
-    runtime = load_runtime(args.model, draft=args.draft, backend=args.backend, max_seq=args.max_seq)
-    app = create_app(runtime, api_key=args.api_key, default_spec=args.spec, max_queue=args.max_queue)
+    runtime = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
+                           backend=args.backend, max_seq=args.max_seq)
+    app = create_app(runtime, api_key=args.api_key, default_spec=spec_mode(args.spec),
+                     max_queue=args.max_queue)
     print(f"speczoo: serving {runtime.name} (spec modes {', '.join(runtime.spec_modes)}) on "
           f"http://{args.host}:{args.port}/  (chat page at /, API at /v1, schema at /openapi.json)",
           file=sys.stderr)

@@ -1,0 +1,48 @@
+"""Options shared by every command that loads a runtime, and which draft model such a command loads.
+
+Not a command itself (the CLI skips modules whose name starts with "_"). It only reads arguments and
+the zoo's registry; it never loads a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+# Modes that may use a draft model, so the zoo's default draft is loaded for them when none is named.
+# ("on" is the chat's word for "the best speculative mode there is".)
+DRAFT_USING_MODES = ("draft", "auto", "on")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """Options every command that loads a runtime shares."""
+    p.add_argument("--draft", default=None, help="draft model (zoo name) for --spec draft/auto "
+                   "(default: the zoo's draft for the target, if it has one)")
+    p.add_argument("--backend", default=None, help="linear backend (default: the fast batch-invariant one)")
+    p.add_argument("--max-seq", type=int, default=4096, help="KV cache capacity in tokens")
+
+
+def draft_for(target: str, spec: str, draft: str | None) -> str | None:
+    """The draft model to load for `target`: `draft` (--draft), the NAME of `--spec draft:NAME`, or,
+    for --spec draft, auto or on, the zoo's default draft of the target (None when it has none;
+    an error for --spec draft, which cannot run without one)."""
+    from speczoo.zoo.registry import default_draft
+
+    if spec.startswith("draft:"):
+        name = spec.split(":", 1)[1]
+        if draft and draft != name:
+            raise ValueError(f"--spec {spec} and --draft {draft} name different drafts; give one")
+        return name
+    if draft:
+        return draft
+    if spec in DRAFT_USING_MODES:
+        name = default_draft(target)
+        if name is None and spec == "draft":
+            raise ValueError(f"--spec draft needs a draft model and the zoo has none for {target!r}: "
+                             f"give --draft NAME or --spec draft:NAME")
+        return name
+    return None
+
+
+def spec_mode(spec: str) -> str:
+    """The speculative mode of a --spec value, without the draft's name (`draft:NAME` -> `draft`)."""
+    return spec.split(":", 1)[0]
