@@ -65,6 +65,7 @@ class FakeRuntime:
     name: str = "fake-model"
     max_seq: int = 512
     delay: float = 0.0                  # seconds slept per round (to make streams slow)
+    prefill_delay: float = 0.0          # seconds slept before the first round (a long prompt's prefill)
     answer_words: int = 40              # words in a full answer before EOS
     spec_modes: list[str] = field(default_factory=lambda: ["off", "ngram", "draft", "auto"])
     tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
@@ -135,6 +136,8 @@ class FakeRuntime:
         emitted = ""
         finish = "length"
         pos = 0
+        if self.prefill_delay:
+            time.sleep(self.prefill_delay)
         for emit, drafted, accepted in self._rounds(request, len(full)):
             if self.delay:
                 time.sleep(self.delay)

@@ -285,3 +285,38 @@ def test_openapi_constraints_are_json_schema_keywords(client):
     event = schema["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"]["text/event-stream"]
     assert "ChatCompletionChunk" in json.dumps(event)
     assert "ChatCompletionChunk" in schema["components"]["schemas"]
+
+
+def sse_blocks(text: str) -> list[str]:
+    """An SSE body's blocks, comments (': ...') included."""
+    assert text.endswith("\n\n"), "every event ends with a blank line"
+    return text.split("\n\n")[:-1]
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a long prompt"}]}),
+    ("/v1/completions", {"prompt": "a long prompt"}),
+])
+def test_stream_sends_keepalive_comments_while_the_prompt_is_prefilled(path, body):
+    slow = FakeRuntime(max_seq=512, prefill_delay=0.45)
+    request = {"model": slow.name, "max_tokens": 12, "stream": True, **body}
+    with TestClient(create_app(slow, keepalive=0.1)) as c:
+        r = c.post(path, json=request)
+        assert r.status_code == 200
+        blocks = sse_blocks(r.text)
+        slow.prefill_delay = 0.0
+        quick = sse_blocks(c.post(path, json=request).text)
+    first_token = next(i for i, b in enumerate(blocks) if '"speczoo"' in b)
+    alive = [i for i, b in enumerate(blocks) if b.startswith(":")]
+    assert all(b == ": keep-alive" for b in (blocks[i] for i in alive))
+    assert len(alive) >= 2, f"no keep-alive during a 0.45 s prefill at 0.1 s intervals: {blocks[:6]}"
+    assert max(alive) < first_token, "keep-alives came after the answer started (this fake is quick then)"
+    data = [b for b in blocks if not b.startswith(":")]
+    assert [json.loads(b[6:])["choices"] for b in data[:-1]] == \
+        [json.loads(b[6:])["choices"] for b in quick[:-1]], "the keep-alives changed the events"
+    assert not any(b.startswith(":") for b in quick), "a quick answer needs no keep-alive"
+
+
+def test_keepalive_must_be_positive(runtime):
+    with pytest.raises(ValueError, match="keepalive"):
+        create_app(runtime, keepalive=0)

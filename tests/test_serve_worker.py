@@ -1,5 +1,6 @@
 """The worker alone: FIFO order, one generation at a time, cancellation while queued or running,
-errors reported to the job (the worker survives), and stop() cancelling the running job."""
+errors reported to the job (the worker survives), stop() cancelling the running job, and the Idle
+markers of a quiet stream (queued or prefilling)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from fake_runtime import FakeRuntime
 from speczoo.errors import CacheFullError
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
-from speczoo.serve.worker import QueueFullError, Worker
+from speczoo.serve.worker import Idle, QueueFullError, Worker
 
 
 def req(rt, text, n=10, spec="off"):
@@ -99,3 +100,35 @@ def test_queue_limit_and_stop_cancels_the_running_job():
     worker.stop(timeout=5)
     assert rt.log[0].closed_early
     assert len(rt.log) == 1                 # the queued one was cancelled, never started
+
+
+def test_idle_markers_while_queued_and_prefilling_lose_no_event():
+    rt = FakeRuntime(prefill_delay=0.2)
+    worker = Worker(rt)
+    worker.start()
+
+    async def main():
+        first, second = worker.submit(req(rt, "one")), worker.submit(req(rt, "two"))
+        a, b = await asyncio.gather(*(_collect(worker.events(j, idle_after=0.05)) for j in (first, second)))
+        with pytest.raises(ValueError, match="idle_after"):
+            await _collect(worker.events(first, idle_after=0))
+        rt.prefill_delay = 0.0
+        return a, b, await drain(worker, worker.submit(req(rt, "two")))
+
+    try:
+        a, b, quiet = asyncio.run(main())
+    finally:
+        worker.stop()
+    for events in (a, b):
+        idle = [i for i, e in enumerate(events) if isinstance(e, Idle)]
+        first_token = next(i for i, e in enumerate(events) if isinstance(e, TokenEvent))
+        assert len(idle) >= 2 and max(idle) < first_token
+    assert sum(isinstance(e, Idle) for e in b) > sum(isinstance(e, Idle) for e in a), \
+        "the second job also waited in the queue"
+    tokens = [e for e in b if isinstance(e, TokenEvent)]
+    assert tokens == [e for e in quiet if isinstance(e, TokenEvent)] and b[-1].text == quiet[-1].text
+
+
+async def _collect(events):
+    return [e async for e in events]
+

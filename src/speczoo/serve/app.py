@@ -3,25 +3,26 @@
 `create_app(runtime, ...)` wraps one loaded runtime. Requests are validated here (400/401/404 in
 OpenAI's error shape, before anything is queued), mapped to a `GenerationRequest`, and queued on the
 single `Worker` thread that owns the runtime. Answers stream as server-sent events in OpenAI's chunk
-shape, ending with `data: [DONE]`. A client that disconnects cancels its job, which closes the
-runtime's generator. This module never runs a model itself and never holds KV state.
+shape, ending with `data: [DONE]`, with a `: keep-alive` comment after each quiet interval (queued, or
+a long prompt being prefilled). A client that disconnects cancels its job, which closes the runtime's
+generator. The two generation endpoints share one path; an `Endpoint` holds what differs (the shape of
+a choice and of the final answer). This module never runs a model itself and never holds KV state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 import uuid
 from contextlib import aclosing, asynccontextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator
 
-import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -33,7 +34,8 @@ from speczoo.serve.schemas import (
     MAX_STOP, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion,
     CompletionChunk, CompletionRequest, ErrorResponse, Health, ModelCard, ModelList, Usage,
 )
-from speczoo.serve.worker import Job, QueueFullError, Worker
+from speczoo.serve.sse import KEEPALIVE, EventStreamResponse, sse_data
+from speczoo.serve.worker import Idle, Job, QueueFullError, Worker
 
 STATIC = Path(__file__).parent / "static"
 
@@ -101,33 +103,41 @@ class ApiKeyMiddleware:
         await self.app(scope, receive, send)
 
 
-# -- streaming response that always watches for a disconnect ---------------------------------
-class EventStreamResponse(StreamingResponse):
-    """Streams the body while listening for the client leaving; then closes the body iterator,
-    whose `finally` cancels the job (whatever ASGI spec version the server speaks)."""
+@dataclass(frozen=True)
+class Endpoint:
+    """What differs between /v1/chat/completions and /v1/completions; the rest of the path is shared."""
 
-    media_type = "text/event-stream"
+    id_prefix: str       # of the response id: "chatcmpl" | "cmpl"
+    chunk_object: str    # the `object` of a stream chunk
+    chat: bool
 
-    async def __call__(self, scope, receive, send):
-        async def stream() -> None:
-            try:
-                await self.stream_response(send)
-            except OSError:          # the client went away while we were sending
-                pass
-            tg.cancel_scope.cancel()
+    def opening(self) -> list[dict]:
+        """Choices streamed before the first token (a chat stream announces the assistant's role)."""
+        if self.chat:
+            return [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                     "finish_reason": None}]
+        return []
 
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(stream)
-                await self.listen_for_disconnect(receive)
-                tg.cancel_scope.cancel()
-        finally:
-            await self.body_iterator.aclose()
+    def choice(self, text: str | None, finish_reason: str | None = None) -> dict:
+        """A streamed choice: a piece of text, or (text None) the closing one with its finish_reason."""
+        if self.chat:
+            delta = {} if text is None else {"content": text}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+
+    def answer(self, head: dict, done: DoneEvent, usage: Usage) -> ChatCompletion | Completion:
+        """The whole (non-streamed) answer."""
+        common = {"id": head["id"], "created": head["created"], "model": head["model"], "usage": usage}
+        if self.chat:
+            message = {"role": "assistant", "content": done.text}
+            return ChatCompletion(**common, choices=[{"index": 0, "message": message,
+                                                      "finish_reason": done.finish_reason}])
+        return Completion(**common, choices=[{"index": 0, "text": done.text,
+                                              "finish_reason": done.finish_reason}])
 
 
-def _sse(obj: dict | str) -> str:
-    data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {data}\n\n"
+CHAT = Endpoint("chatcmpl", "chat.completion.chunk", chat=True)
+TEXT = Endpoint("cmpl", "text_completion", chat=False)
 
 
 def usage_of(stats: Stats, prompt_tokens: int, completion_tokens: int) -> Usage:
@@ -138,8 +148,11 @@ def usage_of(stats: Stats, prompt_tokens: int, completion_tokens: int) -> Usage:
 
 
 def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto",
-               max_queue: int = 64, worker: Worker | None = None) -> FastAPI:
-    """The app serving `runtime` (a loaded `speczoo.runtime.Runtime` or anything with its contract)."""
+               max_queue: int = 64, worker: Worker | None = None, keepalive: float = 5.0) -> FastAPI:
+    """The app serving `runtime` (a loaded `speczoo.runtime.Runtime` or anything with its contract).
+    keepalive: seconds without an event after which a stream gets a `: keep-alive` comment."""
+    if keepalive <= 0:
+        raise ValueError(f"keepalive must be > 0 seconds, got {keepalive}")
     if default_spec not in runtime.spec_modes:
         raise ValueError(f"default spec mode {default_spec!r} is not offered by this runtime; "
                          f"use one of {runtime.spec_modes}")
@@ -235,7 +248,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
         except QueueFullError as exc:
             raise APIError(503, str(exc), "server_error", code="queue_full") from exc
 
-    async def collect(request: Request, job: Job) -> tuple[str, DoneEvent]:
+    async def collect(request: Request, job: Job) -> DoneEvent:
         """Wait for a non-streamed job to finish; cancel it if the client leaves meanwhile."""
         async def run() -> DoneEvent:
             async with aclosing(worker.events(job)) as events:
@@ -265,45 +278,46 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
             raise exc
         if exc is not None:
             raise _runtime_error(exc)
-        done = task.result()
-        return done.text, done
+        return task.result()
 
-    async def stream(job: Job, head: dict, chat: bool, include_usage: bool,
+    async def stream(job: Job, head: dict, endpoint: Endpoint, include_usage: bool,
                      prompt_tokens: int) -> AsyncIterator[str]:
-        def chunk(choice: dict, **extra) -> dict:
-            return {**head, "choices": [choice], **extra}
+        def chunk(choice: dict, **extra) -> str:
+            return sse_data({**head, "choices": [choice], **extra})
 
-        events = worker.events(job)
+        events = worker.events(job, idle_after=keepalive)
         try:
-            if chat:
-                yield _sse(chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
-                                  "logprobs": None, "finish_reason": None}))
+            for choice in endpoint.opening():
+                yield chunk(choice)
             async for event in events:
-                if isinstance(event, TokenEvent):
-                    rs = {"speczoo": {"tokens": len(event.ids), "drafted": event.drafted,
-                                      "accepted": event.accepted}}
-                    if chat:
-                        choice = {"index": 0, "delta": {"content": event.text}, "logprobs": None,
-                                  "finish_reason": None}
-                    else:
-                        choice = {"index": 0, "text": event.text, "logprobs": None, "finish_reason": None}
-                    yield _sse(chunk(choice, **rs))
+                if isinstance(event, Idle):
+                    yield KEEPALIVE
+                elif isinstance(event, TokenEvent):
+                    yield chunk(endpoint.choice(event.text), speczoo={
+                        "tokens": len(event.ids), "drafted": event.drafted, "accepted": event.accepted})
                 elif isinstance(event, DoneEvent):
-                    if chat:
-                        last = {"index": 0, "delta": {}, "logprobs": None,
-                                "finish_reason": event.finish_reason}
-                    else:
-                        last = {"index": 0, "text": "", "logprobs": None,
-                                "finish_reason": event.finish_reason}
-                    yield _sse(chunk(last))
+                    yield chunk(endpoint.choice(None, event.finish_reason))
                     if include_usage:
                         usage = usage_of(event.stats, prompt_tokens, len(event.ids))
-                        yield _sse({**head, "choices": [], "usage": usage.model_dump()})
+                        yield sse_data({**head, "choices": [], "usage": usage.model_dump()})
         except Exception as exc:  # noqa: BLE001 - headers are sent: report in-band, as OpenAI does
-            yield _sse(_runtime_error(exc).body())
+            yield sse_data(_runtime_error(exc).body())
         finally:
             await events.aclose()   # cancels the job if we stopped early (client gone)
-        yield _sse("[DONE]")
+        yield sse_data("[DONE]")
+
+    async def respond(endpoint: Endpoint, body, request: Request, prompt_ids: list[int],
+                      max_tokens: int | None):
+        """Queue the generation; answer it as a stream of events or, when it is done, as one JSON."""
+        req = generation_request(body, prompt_ids, max_tokens)
+        head = {"id": f"{endpoint.id_prefix}-{uuid.uuid4().hex[:24]}", "object": endpoint.chunk_object,
+                "created": int(time.time()), "model": runtime.name}
+        job = submit(req)
+        if body.stream:
+            include = bool(body.stream_options and body.stream_options.include_usage)
+            return EventStreamResponse(stream(job, head, endpoint, include, len(prompt_ids)))
+        done = await collect(request, job)
+        return endpoint.answer(head, done, usage_of(done.stats, len(prompt_ids), len(done.ids)))
 
     # -- routes ----------------------------------------------------------------------------
     @app.get("/", include_in_schema=False)
@@ -338,19 +352,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
             prompt_ids = runtime.tokenizer.encode(render_chat_prompt(runtime.tokenizer, messages))
         except (ValueError, SpeczooError) as exc:   # e.g. a template that rejects the role order
             raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from exc
-        req = generation_request(body, prompt_ids, body.max_completion_tokens or body.max_tokens)
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": runtime.name}
-        job = submit(req)
-        if body.stream:
-            include = bool(body.stream_options and body.stream_options.include_usage)
-            return EventStreamResponse(stream(job, head, True, include, len(prompt_ids)),
-                                       headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        text, done = await collect(request, job)
-        return ChatCompletion(id=head["id"], created=head["created"], model=runtime.name,
-                              choices=[{"index": 0, "message": {"role": "assistant", "content": text},
-                                        "finish_reason": done.finish_reason}],
-                              usage=usage_of(done.stats, len(prompt_ids), len(done.ids)))
+        return await respond(CHAT, body, request, prompt_ids, body.max_completion_tokens or body.max_tokens)
 
     @app.post("/v1/completions", response_model=Completion, dependencies=auth,
               responses={**ERROR_RESPONSES, **stream_doc(CompletionChunk)},
@@ -361,18 +363,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
             prompt_ids = runtime.tokenizer.encode(body.prompt)
         else:
             prompt_ids = list(body.prompt)
-        req = generation_request(body, prompt_ids, body.max_tokens)
-        head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion",
-                "created": int(time.time()), "model": runtime.name}
-        job = submit(req)
-        if body.stream:
-            include = bool(body.stream_options and body.stream_options.include_usage)
-            return EventStreamResponse(stream(job, head, False, include, len(prompt_ids)),
-                                       headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        text, done = await collect(request, job)
-        return Completion(id=head["id"], created=head["created"], model=runtime.name,
-                          choices=[{"index": 0, "text": text, "finish_reason": done.finish_reason}],
-                          usage=usage_of(done.stats, len(prompt_ids), len(done.ids)))
+        return await respond(TEXT, body, request, prompt_ids, body.max_tokens)
 
     _publish_accurate_schema(app, list(runtime.spec_modes))
     return app

@@ -33,6 +33,14 @@ class JobFailed:
     error: BaseException
 
 
+@dataclass(frozen=True)
+class Idle:
+    """Yielded by `Worker.events(job, idle_after=s)` after each `s` seconds without an event (the job
+    is queued, or its prompt is being prefilled): a chance for the consumer to keep its client busy."""
+
+    seconds: float
+
+
 _END = object()  # sentinel: the job produced its last item
 
 
@@ -110,11 +118,22 @@ class Worker:
         self._jobs.put(job)
         return job
 
-    async def events(self, job: Job) -> AsyncIterator[TokenEvent | DoneEvent]:
-        """Yield the job's events; raise what the runtime raised. Leaving early cancels the job."""
+    async def events(self, job: Job, idle_after: float | None = None
+                     ) -> AsyncIterator[TokenEvent | DoneEvent | Idle]:
+        """Yield the job's events; raise what the runtime raised. Leaving early cancels the job.
+        With `idle_after` (seconds), also yield an `Idle` after each such quiet interval."""
+        if idle_after is not None and idle_after <= 0:
+            raise ValueError(f"idle_after must be > 0 seconds (or None), got {idle_after}")
         try:
             while True:
-                item = await job.items.get()
+                if idle_after is None or not job.items.empty():
+                    item = await job.items.get()
+                else:
+                    try:   # Queue.get is cancellation-safe: a timeout loses no item
+                        item = await asyncio.wait_for(job.items.get(), idle_after)
+                    except asyncio.TimeoutError:
+                        yield Idle(idle_after)
+                        continue
                 if item is _END:
                     return
                 if isinstance(item, JobFailed):
