@@ -30,6 +30,7 @@
 #include <string.h>
 #include <omp.h>
 #include <mutex>
+#include "cpu_kernels.h"
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #include <immintrin.h>
 #define SZ_VNNI 1
@@ -50,7 +51,7 @@
 #define SZ_KBLOCK 64  // q8: quads (4 inputs) per k-block; one k-block of a strip stays in L1 across row tiles
 
 extern "C" int sz_has_vnni(void) { return SZ_VNNI; }
-extern "C" int sz_abi_version(void) { return 4; }
+extern "C" int sz_abi_version(void) { return 5; }
 
 // ---------------------------------------------------------------- activation quantization (per row)
 static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64_t s, int32_t* xw, int32_t* xg,
@@ -140,6 +141,7 @@ struct Scratch {
 };
 static Scratch g_scratch;
 static std::mutex g_lock;
+std::mutex& sz_lock() { return g_lock; }
 
 template <typename T>
 static bool grow(T** p, int64_t* cap, int64_t need) {
@@ -151,7 +153,7 @@ static bool grow(T** p, int64_t* cap, int64_t need) {
 }
 
 // Grow the scratch for S rows of KP inputs (KP a multiple of 64; the padding quantizes to zeros).
-static int reserve_scratch(int64_t S, int64_t KP) {
+int sz_reserve_scratch(int64_t S, int64_t KP) {
     Scratch& sc = g_scratch;
     if (!grow(&sc.xw, &sc.cap_w, S * (KP / 4)) || !grow(&sc.xg, &sc.cap_g, S * (KP / 64)) ||
         !grow(&sc.sa, &sc.cap_sa, S) || !grow(&sc.xsum, &sc.cap_xsum, S))
@@ -166,8 +168,11 @@ static void quantize_rows_omp(const float* x, int64_t S, int64_t K, int64_t ldx,
     for (int64_t s = 0; s < S; ++s) quantize_row(x + s * ldx, K, KP, S, s, sc.xw, sc.xg, sc.sa, sc.xsum);
 }
 
-static inline void store_cols(float* y, const float* v, int64_t ncols) {
-    for (int64_t c = 0; c < ncols; ++c) y[c] = v[c];
+static inline void store_cols(float* y, const float* v, int64_t ncols, bool accum) {  // accum: y += v (a residual)
+    if (accum)
+        for (int64_t c = 0; c < ncols; ++c) y[c] = y[c] + v[c];
+    else
+        for (int64_t c = 0; c < ncols; ++c) y[c] = v[c];
 }
 
 static inline int8_t act(const int32_t* xw, int64_t S, int64_t k, int r) {  // xq[r, k] from quad-major words
@@ -298,7 +303,7 @@ static_assert(SZ_TILE == 12, "Tiles must list 1..SZ_TILE");
 // ws: per-thread workspace of 48 * S 32-bit words. out: y + nb*16, row stride N, ncols valid columns.
 static void q8_strip(const uint8_t* w, int64_t KP, const int32_t* xw, int64_t S, const float* sa,
                      const int32_t* xsum, const float* sw, const float* bias, int32_t* ws, float* out, int64_t N,
-                     int64_t ncols) {
+                     int64_t ncols, bool accum) {
     int32_t* acc = ws;  // [S][16]
 #if SZ_VNNI
     const int64_t tile = row_tile(S), KQ = KP / 4;
@@ -330,13 +335,13 @@ static void q8_strip(const uint8_t* w, int64_t KP, const int32_t* xw, int64_t S,
             if (bias) v = v + bias[c];
             f[c] = v;
         }
-        store_cols(out + r * N, f, ncols);
+        store_cols(out + r * N, f, ncols, accum);
     }
 }
 
 static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t KB,
                      const int32_t* xw, const int32_t* xg, int64_t S, const float* sa, const float* bias,
-                     int32_t* ws, float* out, int64_t N, int64_t ncols) {
+                     int32_t* ws, float* out, int64_t N, int64_t ncols, bool accum) {
     float* facc = (float*)ws;            // [S][16]
     float* fmin = (float*)(ws + S * 16);  // [S][16]
     for (int64_t i = 0; i < S * 16; ++i) facc[i] = fmin[i] = 0.0f;
@@ -388,68 +393,71 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
             if (bias) v = v + bias[c];
             f[c] = v;
         }
-        store_cols(out + r * N, f, ncols);
+        store_cols(out + r * N, f, ncols, accum);
     }
 }
 
 // ---------------------------------------------------------------- entry points
-extern "C" int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8,
-                            const float* sw, int64_t N, const float* bias, float* y, int nthreads) {
-    const int64_t KP = ((K + 31) / 32) * 32;
-    const int64_t NB = (N + 15) / 16;
-    if (S <= 0 || N <= 0) return 0;
-    std::lock_guard<std::mutex> guard(g_lock);
-    if (reserve_scratch(S, ((KP + 63) / 64) * 64) != 0) return -1;
+int64_t sz_linear_kpad(const SzLinear& w) {  // inputs per row the activation scratch must hold
+    return w.fmt == SZ_FMT_Q4 ? ((w.K + 255) / 256) * 256 : ((((w.K + 31) / 32) * 32 + 63) / 64) * 64;
+}
+
+// Inside a parallel region (every thread calls it): quantize x's rows (barrier), then the strips (barrier).
+// ws: this thread's workspace of SZ_WS_WORDS * S words. y: row stride ldy; accum adds to what y holds.
+void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, float* y, int64_t ldy, bool accum,
+                   int32_t* ws) {
     const Scratch& s = g_scratch;
+    const int64_t NB = (w.N + 15) / 16;
+    quantize_rows_omp(x, S, w.K, ldx, sz_linear_kpad(w));
+    if (w.fmt == SZ_FMT_Q4) {
+        const int64_t KB = (w.K + 255) / 256;
+#pragma omp for schedule(static)
+        for (int64_t nb = 0; nb < NB; ++nb) {
+            const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
+            q4_strip(w.a + nb * KB * 2048, w.b + nb * KB * 128, w.c + nb * KB * 128, w.d + nb * KB * 32, KB, s.xw,
+                     s.xg, S, s.sa, w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
+        }
+    } else {
+        const int64_t KP = ((w.K + 31) / 32) * 32;
+#pragma omp for schedule(static)
+        for (int64_t nb = 0; nb < NB; ++nb) {
+            const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
+            q8_strip(w.a + nb * 16 * KP, KP, s.xw, S, s.sa, s.xsum, w.d + nb * 16, w.bias ? w.bias + nb * 16 : nullptr,
+                     ws, y + nb * 16, ldy, ncols, accum);
+        }
+    }
+}
+
+static int linear_call(const SzLinear& w, const float* x, int64_t S, int64_t ldx, float* y, int nthreads) {
+    if (S <= 0 || w.N <= 0) return 0;
+    std::lock_guard<std::mutex> guard(g_lock);
+    if (sz_reserve_scratch(S, sz_linear_kpad(w)) != 0) return -1;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads)  // one fork/join per call: quantize, barrier, strips
     {
-        quantize_rows_omp(x, S, K, ldx, ((KP + 63) / 64) * 64);
-        int32_t* ws = (int32_t*)aligned_alloc(64, sizeof(int32_t) * 48 * S);
+        int32_t* ws = (int32_t*)aligned_alloc(64, sizeof(int32_t) * SZ_WS_WORDS * S);
         if (!ws) {
 #pragma omp atomic write
             failed = 1;
         }
-#pragma omp for schedule(static)
-        for (int64_t nb = 0; nb < NB; ++nb) {
-            if (!ws) continue;
-            const int64_t ncols = (nb + 1) * 16 <= N ? 16 : N - nb * 16;
-            q8_strip(w8 + nb * 16 * KP, KP, s.xw, S, s.sa, s.xsum, sw + nb * 16, bias ? bias + nb * 16 : nullptr, ws,
-                     y + nb * 16, N, ncols);
-        }
+#pragma omp barrier
+        if (!failed) sz_linear_omp(w, x, S, ldx, y, w.N, false, ws);
         free(ws);
     }
     return failed ? -1 : 0;
+}
+
+extern "C" int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8,
+                            const float* sw, int64_t N, const float* bias, float* y, int nthreads) {
+    const SzLinear w{SZ_FMT_Q8, N, K, w8, nullptr, nullptr, sw, bias};
+    return linear_call(w, x, S, ldx, y, nthreads);
 }
 
 extern "C" int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs,
                             const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t N, const float* bias,
                             float* y, int nthreads) {
-    const int64_t KB = (K + 255) / 256;
-    const int64_t NB = (N + 15) / 16;
-    if (S <= 0 || N <= 0) return 0;
-    std::lock_guard<std::mutex> guard(g_lock);
-    if (reserve_scratch(S, KB * 256) != 0) return -1;
-    const Scratch& s = g_scratch;
-    int failed = 0;
-#pragma omp parallel num_threads(nthreads)  // one fork/join per call: quantize, barrier, strips
-    {
-        quantize_rows_omp(x, S, K, ldx, KB * 256);
-        int32_t* ws = (int32_t*)aligned_alloc(64, sizeof(int32_t) * 48 * S);
-        if (!ws) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t nb = 0; nb < NB; ++nb) {
-            if (!ws) continue;
-            const int64_t ncols = (nb + 1) * 16 <= N ? 16 : N - nb * 16;
-            q4_strip(qs + nb * KB * 2048, sc + nb * KB * 128, mn + nb * KB * 128, dd + nb * KB * 32, KB, s.xw, s.xg,
-                     S, s.sa, bias ? bias + nb * 16 : nullptr, ws, y + nb * 16, N, ncols);
-        }
-        free(ws);
-    }
-    return failed ? -1 : 0;
+    const SzLinear w{SZ_FMT_Q4, N, K, qs, sc, mn, dd, bias};
+    return linear_call(w, x, S, ldx, y, nthreads);
 }
 
 // ================================================================ attention (batch-invariant, fp32)
@@ -464,23 +472,6 @@ extern "C" int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, c
 // One thread computes one (kv-head, row) pair for all q-heads of the group, so neither S, the other rows
 // nor the thread count can change a result. K/V: [Hkv, C, Dh] per layer (cache.py), fp32.
 #if defined(__AVX512F__)
-static inline __m512 exp_neg_ps(__m512 x) {  // e^x for x <= 0 (x = -inf gives 0)
-    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-    const __m512 ln2_hi = _mm512_set1_ps(0.693359375f), ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  // below: exp underflows to 0 through scalef
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
-    r = _mm512_fnmadd_ps(n, ln2_lo, r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
-
 // 16 lane vectors -> one vector whose lane k is the lane sum of a[k], by the same tree for every k.
 static inline __m512 lane_sums16(__m512* a) {
     __m512 r1[8], r2[4], r3[2];
@@ -589,14 +580,10 @@ static void attend_task(const float* qh, const float* kh, const float* vh, int64
     }
 }
 
-// q, out: [S, H, Dh]; kc, vc: [Hkv, C, Dh]; lo, hi: [S]; off: [S + 1]; idx: [off[S]] (all int64).
-// Returns 0, -1 when scratch could not be allocated, -2 on an invalid slot or an empty row.
-extern "C" int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc,
-                         int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off,
-                         const int64_t* idx, float* out, int nthreads) {
-    if (S <= 0) return 0;
+// Checks a key plan; returns the longest row's key count (> 0), or -2 on an invalid slot or an empty row.
+int64_t sz_attend_plan(int64_t S, int64_t H, int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi,
+                       const int64_t* off, const int64_t* idx) {
     if (Hkv <= 0 || H % Hkv != 0) return -2;
-    const int64_t G = H / Hkv;
     int64_t nmax = 0;
     for (int64_t i = 0; i < S; ++i) {
         if (lo[i] < 0 || hi[i] < lo[i] || hi[i] > C || off[i + 1] < off[i]) return -2;
@@ -606,26 +593,50 @@ extern "C" int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const
         if (n == 0) return -2;
         nmax = n > nmax ? n : nmax;
     }
-    const int64_t n16 = ((nmax + 15) / 16) * 16;
+    return nmax;
+}
+
+int64_t sz_attend_slots_len(int64_t nmax) { return ((nmax + 15) / 16) * 16; }
+int64_t sz_attend_scores_len(int64_t nmax, int64_t G) {
+    return (((sz_attend_slots_len(nmax) + 1) * G * (int64_t)sizeof(float) + 63) / 64) * 64 / (int64_t)sizeof(float);
+}
+
+// Inside a parallel region: every (kv-head, row) task, work-shared; ends with the loop's barrier.
+// slots, scores: this thread's scratch of sz_attend_slots_len / sz_attend_scores_len(nmax, G) entries.
+void sz_attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc, int64_t Hkv,
+                   int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
+                   int64_t nmax, float* out, int32_t* slots, float* scores) {
+    const int64_t G = H / Hkv, n16 = sz_attend_slots_len(nmax);
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < Hkv * S; ++task) {  // kv-head outermost: its K/V stay in cache
+        const int64_t g = task / S, i = task % S;
+        int64_t n = 0;
+        for (int64_t s = lo[i]; s < hi[i]; ++s) slots[n++] = (int32_t)s;
+        for (int64_t t = off[i]; t < off[i + 1]; ++t) slots[n++] = (int32_t)idx[t];
+        attend_task(q + (i * H + g * G) * Dh, kc + g * C * Dh, vc + g * C * Dh, Dh, G, slots, n, scores, n16,
+                    out + (i * H + g * G) * Dh);
+    }
+}
+
+// q, out: [S, H, Dh]; kc, vc: [Hkv, C, Dh]; lo, hi: [S]; off: [S + 1]; idx: [off[S]] (all int64).
+// Returns 0, -1 when scratch could not be allocated, -2 on an invalid slot or an empty row.
+extern "C" int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc,
+                         int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off,
+                         const int64_t* idx, float* out, int nthreads) {
+    if (S <= 0) return 0;
+    const int64_t nmax = sz_attend_plan(S, H, Hkv, C, lo, hi, off, idx);
+    if (nmax < 0) return (int)nmax;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads)
     {
-        int32_t* slots = (int32_t*)aligned_alloc(64, sizeof(int32_t) * n16);  // n16: a multiple of 16
-        float* scores = (float*)aligned_alloc(64, (((n16 + 1) * G * (int64_t)sizeof(float) + 63) / 64) * 64);
+        int32_t* slots = (int32_t*)aligned_alloc(64, sizeof(int32_t) * sz_attend_slots_len(nmax));
+        float* scores = (float*)aligned_alloc(64, sizeof(float) * sz_attend_scores_len(nmax, H / Hkv));
         if (!slots || !scores) {
 #pragma omp atomic write
             failed = 1;
         }
-#pragma omp for schedule(static)
-        for (int64_t task = 0; task < Hkv * S; ++task) {  // kv-head outermost: its K/V stay in cache
-            if (!slots || !scores) continue;
-            const int64_t g = task / S, i = task % S;
-            int64_t n = 0;
-            for (int64_t s = lo[i]; s < hi[i]; ++s) slots[n++] = (int32_t)s;
-            for (int64_t t = off[i]; t < off[i + 1]; ++t) slots[n++] = (int32_t)idx[t];
-            attend_task(q + (i * H + g * G) * Dh, kc + g * C * Dh, vc + g * C * Dh, Dh, G, slots, n, scores, n16,
-                        out + (i * H + g * G) * Dh);
-        }
+#pragma omp barrier
+        if (!failed) sz_attend_omp(q, S, H, Dh, kc, vc, Hkv, C, lo, hi, off, idx, nmax, out, slots, scores);
         free(slots);
         free(scores);
     }

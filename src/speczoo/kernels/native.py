@@ -1,7 +1,7 @@
-"""Build, cache and call the compiled CPU kernels (cpu_kernels.cpp) through ctypes.
+"""Build, cache and call the compiled CPU kernels (cpu_kernels.cpp, cpu_block.cpp) through ctypes.
 
 The library is compiled on first use with the system C++ compiler (g++ -O3 -march=native -fopenmp)
-into speczoo.paths.home()/kernels, keyed by a hash of the source, the flags and the CPU's feature flags,
+into speczoo.paths.home()/kernels, keyed by a hash of the sources, the flags and the CPU's feature flags,
 so an edited source or another CPU never loads a stale or illegal binary. It links libgomp.so.1, which
 is the OpenMP runtime torch has already loaded, so the kernels share torch's thread pool instead of
 fighting it. This module must never fall back silently: a missing compiler or a failed build is a
@@ -24,11 +24,12 @@ import torch  # noqa: F401  (imported first so its libgomp is the one the kernel
 from speczoo import paths
 from speczoo.errors import SpeczooError
 
-SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
+SOURCES = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.cpp", "cpu_block.cpp"))
+HEADERS = (Path(__file__).with_name("cpu_kernels.h"),)
 BASE_FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC")
 ARCH_NATIVE = ("-march=native",)
 ARCH_PORTABLE = ("-march=x86-64-v2",)  # no AVX-512: exercises the scalar path of the same source
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
@@ -64,7 +65,8 @@ def _build(arch: tuple[str, ...]) -> Path:
     cxx = _compiler()
     flags = BASE_FLAGS + arch
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(flags).encode(), cxx.encode(), _cpu_flags().encode()):
+    for part in (*(f.read_bytes() for f in SOURCES + HEADERS), " ".join(flags).encode(), cxx.encode(),
+                 _cpu_flags().encode()):
         key.update(part)
     out_dir = paths.home() / "kernels"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -73,7 +75,7 @@ def _build(arch: tuple[str, ...]) -> Path:
         return target
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
-    cmd = [cxx, *flags, str(SOURCE), "-o", tmp]
+    cmd = [cxx, *flags, *(str(f) for f in SOURCES), "-o", tmp]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -107,6 +109,10 @@ class NativeKernels:
         self._attend = lib.sz_attend
         self._attend.argtypes = [_P, _I, _I, _I, _P, _P, _I, _I, _P, _P, _P, _P, _P, ctypes.c_int]
         self._attend.restype = ctypes.c_int
+        self._block = lib.sz_qwen_block
+        self._block.argtypes = [_P, _I, _I, _P, _P, ctypes.c_float, _P, _P, _P, _P, _P, _I, _I, _I, _P, _P, _I, _I,
+                                _P, _P, _P, _P, ctypes.c_int]
+        self._block.restype = ctypes.c_int
 
     @property
     def q8_fn(self):  # (x, S, K, ldx, w8, sw, N, bias, y, nthreads) -> 0, or -1 when scratch allocation failed
@@ -120,6 +126,11 @@ class NativeKernels:
     @property
     def attend_fn(self):  # (q, S, H, Dh, k, v, Hkv, C, lo, hi, off, idx, out, nthreads) -> 0, -1 (memory), -2 (bad plan)
         return self._attend
+
+    @property
+    def block_fn(self):  # (x, S, D, norm1, norm2, eps, lin, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, k, v, C, l0,
+        #                   lo, hi, off, idx, nthreads) -> 0, -1 (memory), -2 (bad plan), -3 (bad shapes)
+        return self._block
 
 
 _LOADED: dict[tuple[str, ...], NativeKernels] = {}

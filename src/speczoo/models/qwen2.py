@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from torch import Tensor, nn
 
+from speczoo.kernels.block import NativeBlock
 from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
@@ -33,9 +34,15 @@ class Qwen2Block(nn.Module):
         self.mlp = Mlp.from_tensors(p, tensors, backend, packed, args.act)
         self.shape_q = (args.n_heads, args.head_dim)
         self.shape_kv = (args.n_kv_heads, args.head_dim)
+        # the whole block as one compiled call when every linear is a compiled kernel (else None)
+        self.native = NativeBlock.build(self.qkv.fused, self.wo, self.mlp.gate_up.fused, self.mlp.down,
+                                        self.attn_norm.weight, self.ffn_norm.weight, args.norm_eps, args.n_heads,
+                                        args.n_kv_heads, args.head_dim, args.act)
 
     def forward(self, x: Tensor, rot: Rotation, k_cache: Tensor, v_cache: Tensor, l0: int,
                 plan: AttnPlan) -> Tensor:  # x: [S, D] -> [S, D]
+        if self.native is not None and NativeBlock.supports(x, k_cache, plan.keys):
+            return self.native(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, k_cache, v_cache, l0, plan.keys)
         s = x.shape[0]
         h = self.attn_norm(x)
         q, k, v = self.qkv(h)                                      # one kernel call when the backend fuses

@@ -1,0 +1,86 @@
+"""A Qwen2-shaped decoder block run as ONE compiled call (cpu_block.cpp, `sz_qwen_block`).
+
+The block's forward in PyTorch is ~40 small operations (norms, RoPE, cache writes, residual adds, SiLU)
+around four linear calls and the attention; on two cores their dispatch costs about a fifth of a decode
+step. When every linear of a block is a compiled q4/q8 kernel (with q/k/v and gate/up fused) the whole
+block runs in C++ instead: the same linear and attention routines, the elementwise steps written out
+row by row, so the forward stays batch-invariant (tests/test_block.py holds it to that and to the
+PyTorch composition within round-off). It must never be used for a non-fp32 cache or a batched
+(non-invariant) attention plan: the block asks `supports` first.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from speczoo.kernels import native
+from speczoo.kernels.quantized import Q4Native, Q8Native
+
+
+def _descriptor(mod: nn.Module) -> list[int] | None:
+    """[fmt, N, K, a, b, c, d, bias] of a compiled linear (pointers as ints), or None for any other module."""
+    bias = 0 if mod.bias is None else mod.bias.data_ptr()
+    if type(mod) is Q4Native:
+        return [0, mod.n, mod.k, mod.qs.data_ptr(), mod.sc.data_ptr(), mod.mn.data_ptr(), mod.dd.data_ptr(), bias]
+    if type(mod) is Q8Native:
+        return [1, mod.n, mod.k, mod.w8.data_ptr(), 0, 0, mod.sw.data_ptr(), bias]
+    return None
+
+
+class NativeBlock:
+    """The compiled forward of one pre-norm block: x += attn(norm1(x)); x += mlp(norm2(x)).
+
+    Build it with `NativeBlock.build(...)`, which returns None when the block's linears are not all
+    compiled kernels of one library (then the block keeps its PyTorch forward).
+    """
+
+    def __init__(self, lin: Tensor, norm1: Tensor, norm2: Tensor, eps: float, n_heads: int, n_kv_heads: int,
+                 head_dim: int, lib: native.NativeKernels, keep: list[nn.Module]):
+        self.lin = lin                       # [4 * 8] int64: qkv, wo, gate_up, down descriptors
+        self.norm1, self.norm2 = norm1.contiguous(), norm2.contiguous()
+        self.eps = eps
+        self.h, self.hkv, self.dh = n_heads, n_kv_heads, head_dim
+        self._fn = lib.block_fn
+        self._keep = keep                    # the modules whose weights the descriptors point into
+
+    @classmethod
+    def build(cls, qkv: nn.Module | None, wo: nn.Module, gate_up: nn.Module | None, down: nn.Module,
+              norm1: Tensor, norm2: Tensor, eps: float, n_heads: int, n_kv_heads: int, head_dim: int,
+              act: str) -> NativeBlock | None:
+        """qkv and gate_up are the fused modules (FusedLinears.fused); None when they could not fuse."""
+        mods = [qkv, wo, gate_up, down]
+        if act != "silu" or any(m is None for m in mods):
+            return None
+        descs = [_descriptor(m) for m in mods]
+        if any(d is None for d in descs) or len({id(m.lib) for m in mods}) != 1:
+            return None
+        lin = torch.tensor([v for d in descs for v in d], dtype=torch.int64)
+        return cls(lin, norm1, norm2, eps, n_heads, n_kv_heads, head_dim, mods[0].lib, mods)
+
+    @staticmethod
+    def supports(x: Tensor, k_cache: Tensor, keys) -> bool:
+        """The compiled block takes an fp32 [S, D] input, an fp32 contiguous cache and a row-wise key plan."""
+        return (keys is not None and x.dtype == torch.float32 and k_cache.dtype == torch.float32
+                and k_cache.is_contiguous())
+
+    def __call__(self, x: Tensor, cos: Tensor, sin: Tensor, q_cos: Tensor, q_sin: Tensor, k_cache: Tensor,
+                 v_cache: Tensor, l0: int, keys) -> Tensor:
+        """x [S, D] -> new residual stream [S, D] (x itself is not modified); cos/sin [S, 1, Dh] (keys),
+        q_cos/q_sin the same with the query scale folded in; keys: kernels.attention.Plan."""
+        s, d = x.shape
+        out = x.contiguous().clone()
+        cos, sin, q_cos, q_sin = (t.contiguous() for t in (cos, sin, q_cos, q_sin))
+        rc = self._fn(out.data_ptr(), s, d, self.norm1.data_ptr(), self.norm2.data_ptr(), self.eps,
+                      self.lin.data_ptr(), cos.data_ptr(), sin.data_ptr(), q_cos.data_ptr(), q_sin.data_ptr(),
+                      self.h, self.hkv, self.dh, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1], l0,
+                      *keys.args, torch.get_num_threads())
+        if rc == -1:
+            raise MemoryError(f"the compiled block could not allocate its scratch for S={s}")
+        if rc == -2:
+            raise ValueError("attention key plan is invalid for this cache: every row needs at least one key "
+                             "inside the cache")
+        if rc != 0:
+            raise ValueError(f"the compiled block was given shapes that do not fit (S={s}, D={d}, l0={l0}, "
+                             f"cache {tuple(k_cache.shape)})")
+        return out

@@ -1,0 +1,144 @@
+// A whole pre-norm decoder block of the Qwen2 shape in one call, one OpenMP region:
+//   h = rmsnorm(x) ; q, k, v = qkv(h) (+ bias) ; rotate q (scaled) and k ; write k, v to the cache ;
+//   x += wo(attention(q, cache)) ; h = rmsnorm(x) ; g, u = gate_up(h) ; x += down(silu(g) * u).
+// It exists to remove the per-operation overhead of running those ~40 small steps from Python (about a
+// fifth of a decode step on two cores); the linears and the attention are the very routines the separate
+// entry points run. Batch invariance holds as in cpu_kernels.cpp: every step is row-wise with a fixed
+// order of operations (the norm's sum uses 16 lanes and a fixed tree, whatever the build), so row i of
+// an S-row call is bit-identical to the 1-row call of row i. Compile with -ffp-contract=off.
+// This file must never keep state between calls beyond its grown scratch, nor touch cache slots other
+// than [l0, l0 + S) of the layer it is given.
+
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+#include "cpu_kernels.h"
+
+// y = x / sqrt(mean(x^2) + eps) * w: squares summed in 16 lanes (k mod 16), lanes by a fixed tree.
+static void rmsnorm_row(const float* x, int64_t D, const float* w, float eps, float* y) {
+    float lane[16] = {0};
+    int64_t k0 = 0;
+    for (; k0 + 16 <= D; k0 += 16)
+        for (int l = 0; l < 16; ++l) lane[l] = lane[l] + x[k0 + l] * x[k0 + l];
+    for (int l = 0; k0 + l < D; ++l) lane[l] = lane[l] + x[k0 + l] * x[k0 + l];
+    for (int w2 = 8; w2 >= 1; w2 /= 2)
+        for (int l = 0; l < w2; ++l) lane[l] = lane[l] + lane[l + w2];
+    const float r = 1.0f / sqrtf(lane[0] / (float)D + eps);
+    for (int64_t k = 0; k < D; ++k) y[k] = x[k] * r * w[k];
+}
+
+// NEOX rotation of nh heads of Dh (rotate halves) with cos = (c, c), sin = (-s, s): y = x*cos + swap(x)*sin.
+static void rope_row(const float* x, int64_t nh, int64_t Dh, const float* cs, const float* sn, float* y) {
+    const int64_t half = Dh / 2;
+    for (int64_t h = 0; h < nh; ++h) {
+        const float* xh = x + h * Dh;
+        float* yh = y + h * Dh;
+        for (int64_t d = 0; d < half; ++d) yh[d] = xh[d] * cs[d] + xh[d + half] * sn[d];
+        for (int64_t d = half; d < Dh; ++d) yh[d] = xh[d] * cs[d] + xh[d - half] * sn[d];
+    }
+}
+
+// y = silu(g) * u = g * sigmoid(g) * u, sigmoid from e = exp(-|g|) so that exp never overflows.
+static void silu_mul_row(const float* g, const float* u, int64_t F, float* y) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    for (; j + 16 <= F; j += 16) {
+        const __m512 gv = _mm512_loadu_ps(g + j);
+        const __m512 e = exp_neg_ps(_mm512_sub_ps(zero, _mm512_abs_ps(gv)));
+        const __m512 den = _mm512_add_ps(one, e);
+        const __mmask16 pos = _mm512_cmp_ps_mask(gv, zero, _CMP_GE_OQ);
+        const __m512 sig = _mm512_mask_div_ps(_mm512_div_ps(e, den), pos, one, den);
+        _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_mul_ps(gv, sig), _mm512_loadu_ps(u + j)));
+    }
+#endif
+    for (; j < F; ++j) {
+        const float e = expf(-fabsf(g[j]));
+        const float sig = g[j] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+        y[j] = g[j] * sig * u[j];
+    }
+}
+
+static float* g_buf = nullptr;  // block scratch (h, qkv, q, attention out, gate/up, act), grown on demand
+static int64_t g_cap = 0;
+
+static SzLinear linear_at(const int64_t* p) {  // p: fmt, N, K, a, b, c, d, bias (pointers as int64)
+    return SzLinear{p[0], p[1], p[2], (const uint8_t*)p[3], (const uint8_t*)p[4], (const uint8_t*)p[5],
+                    (const float*)p[6], (const float*)p[7]};
+}
+
+// x [S, D] in/out (the residual stream); lin: 4 x 8 int64 (qkv, wo, gate_up, down; see linear_at);
+// cos_k/sin_k, cos_q/sin_q [S, Dh] (the query pair has the query scale folded in); kc/vc [Hkv, C, Dh] of
+// this layer; lo/hi/off/idx: the key plan of kernels/attention.py. Returns 0; -1 when scratch could not
+// be allocated; -2 on an invalid key plan; -3 when the layer shapes do not fit together or the cache.
+extern "C" int sz_qwen_block(float* x, int64_t S, int64_t D, const float* norm1, const float* norm2, float eps,
+                             const int64_t* lin, const float* cos_k, const float* sin_k, const float* cos_q,
+                             const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh, float* kc, float* vc, int64_t C,
+                             int64_t l0, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
+                             int nthreads) {
+    if (S <= 0) return 0;
+    const SzLinear wqkv = linear_at(lin), wo = linear_at(lin + 8), wgu = linear_at(lin + 16), wd = linear_at(lin + 24);
+    const int64_t HD = H * Dh, KVD = Hkv * Dh, F = wgu.N / 2;
+    if (wqkv.K != D || wqkv.N != HD + 2 * KVD || wo.K != HD || wo.N != D || wgu.K != D || wgu.N != 2 * F ||
+        wd.K != F || wd.N != D || Dh % 2 != 0 || l0 < 0 || l0 + S > C)
+        return -3;
+    const int64_t nmax = sz_attend_plan(S, H, Hkv, C, lo, hi, off, idx);
+    if (nmax < 0) return (int)nmax;
+
+    std::lock_guard<std::mutex> guard(sz_lock());
+    int64_t kp = sz_linear_kpad(wqkv);
+    for (const SzLinear* w : {&wo, &wgu, &wd}) kp = sz_linear_kpad(*w) > kp ? sz_linear_kpad(*w) : kp;
+    if (sz_reserve_scratch(S, kp) != 0) return -1;
+    const int64_t need = S * (D + wqkv.N + HD + HD + wgu.N + F);
+    if (need > g_cap) {
+        free(g_buf);
+        g_buf = (float*)aligned_alloc(64, ((need * (int64_t)sizeof(float) + 63) / 64) * 64);
+        g_cap = g_buf ? need : 0;
+        if (!g_buf) return -1;
+    }
+    float* h = g_buf;                 // [S, D]
+    float* qkv = h + S * D;           // [S, HD + 2 KVD]
+    float* q = qkv + S * wqkv.N;      // [S, H, Dh] rotated, scaled
+    float* att = q + S * HD;          // [S, H, Dh]
+    float* gu = att + S * HD;         // [S, 2F]
+    float* a = gu + S * wgu.N;        // [S, F]
+    int failed = 0;
+#pragma omp parallel num_threads(nthreads)
+    {
+        int32_t* ws = (int32_t*)aligned_alloc(64, sizeof(int32_t) * SZ_WS_WORDS * S);
+        int32_t* slots = (int32_t*)aligned_alloc(64, sizeof(int32_t) * sz_attend_slots_len(nmax));
+        float* scores = (float*)aligned_alloc(64, sizeof(float) * sz_attend_scores_len(nmax, H / Hkv));
+        if (!ws || !slots || !scores) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp barrier
+        if (!failed) {
+#pragma omp for schedule(static)
+            for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, norm1, eps, h + s * D);
+            sz_linear_omp(wqkv, h, S, D, qkv, wqkv.N, false, ws);
+#pragma omp for schedule(static)
+            for (int64_t s = 0; s < S; ++s) {
+                const float* row = qkv + s * wqkv.N;
+                rope_row(row, H, Dh, cos_q + s * Dh, sin_q + s * Dh, q + s * HD);
+                for (int64_t g = 0; g < Hkv; ++g) {
+                    float* kslot = kc + (g * C + l0 + s) * Dh;
+                    rope_row(row + HD + g * Dh, 1, Dh, cos_k + s * Dh, sin_k + s * Dh, kslot);
+                    memcpy(vc + (g * C + l0 + s) * Dh, row + HD + KVD + g * Dh, sizeof(float) * Dh);
+                }
+            }
+            sz_attend_omp(q, S, H, Dh, kc, vc, Hkv, C, lo, hi, off, idx, nmax, att, slots, scores);
+            sz_linear_omp(wo, att, S, HD, x, D, true, ws);              // x += wo(att)
+#pragma omp for schedule(static)
+            for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, norm2, eps, h + s * D);
+            sz_linear_omp(wgu, h, S, D, gu, wgu.N, false, ws);
+#pragma omp for schedule(static)
+            for (int64_t s = 0; s < S; ++s) silu_mul_row(gu + s * wgu.N, gu + s * wgu.N + F, F, a + s * F);
+            sz_linear_omp(wd, a, S, F, x, D, true, ws);                 // x += down(a)
+        }
+        free(ws);
+        free(slots);
+        free(scores);
+    }
+    return failed ? -1 : 0;
+}

@@ -1,0 +1,158 @@
+"""The compiled decoder block (kernels/block.py, cpu_block.cpp): used exactly when every linear of a Qwen2
+block is a compiled kernel, equal to the PyTorch composition to round-off, batch-invariant (bit for bit)
+across forward sizes, tree rows and thread counts, and clear about bad input."""
+
+import pytest
+import torch
+
+from tiny import tiny_model
+
+from speczoo.cache import KVCache
+from speczoo.kernels.block import NativeBlock
+from speczoo.models.base import Rotation, plan_attention
+
+FAST = ("q4", "q8")
+
+
+def toks(n: int, vocab: int = 128, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def without_native(model):
+    """A context that runs `model`'s blocks through their PyTorch forward."""
+    class _Off:
+        def __enter__(self):
+            self.saved = [layer.native for layer in model.layers]
+            for layer in model.layers:
+                layer.native = None
+
+        def __exit__(self, *exc):
+            for layer, native in zip(model.layers, self.saved):
+                layer.native = native
+    return _Off()
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_compiled_block_is_used_for_compiled_linears_only(backend):
+    model, _ = tiny_model("qwen2", backend=backend)
+    assert all(layer.native is not None for layer in model.layers)
+    for other in ("fp32", "q8_torch"):
+        model, _ = tiny_model("qwen2", backend=other)
+        assert all(layer.native is None for layer in model.layers), other
+    gemma, _ = tiny_model("gemma3", backend=backend)
+    assert not any(hasattr(layer, "native") and layer.native is not None for layer in gemma.layers)
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_compiled_block_equals_the_torch_composition(backend):
+    model, args = tiny_model("qwen2", backend=backend)
+    t = toks(20)
+    outs, caches = [], []
+    for native in (True, False):
+        c = KVCache(args, 64)
+        if native:
+            out = model(t, torch.arange(20), c, hidden_layers=[0, 1, 2])
+        else:
+            with without_native(model):
+                out = model(t, torch.arange(20), c, hidden_layers=[0, 1, 2])
+        outs.append(out)
+        caches.append(c)
+    a, b = outs
+    for ha, hb in zip(a.hidden, b.hidden):
+        torch.testing.assert_close(ha, hb, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a.logits, b.logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(caches[0]._k[:, :, :20], caches[1]._k[:, :, :20], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(caches[0]._v[:, :, :20], caches[1]._v[:, :, :20], rtol=1e-5, atol=1e-5)
+    assert not caches[0]._k[:, :, 20:].any() and not caches[0]._v[:, :, 20:].any(), "wrote past its slots"
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_compiled_block_is_batch_invariant(backend):
+    model, args = tiny_model("qwen2", backend=backend)
+    t = toks(40)
+    whole = model(t, torch.arange(40), KVCache(args, 64), hidden_layers=[1])
+    for sizes in ([1] * 7 + [2, 5, 9, 17], [17, 9, 5, 2, 1, 1, 1, 1, 1, 1, 1]):
+        c = KVCache(args, 64)
+        logits, hidden, at = [], [], 0
+        for s in sizes:
+            out = model(t[at:at + s], torch.arange(at, at + s), c, hidden_layers=[1])
+            logits.append(out.logits)
+            hidden.append(out.hidden[0])
+            at += s
+        assert torch.equal(torch.cat(logits), whole.logits), sizes
+        assert torch.equal(torch.cat(hidden), whole.hidden[0]), sizes
+
+
+def test_compiled_block_tree_rows_equal_the_decode_of_their_path():
+    model, args = tiny_model("qwen2", backend="q4")
+    prefix = toks(10)
+    # a tree over 4 new slots: 0 -> 1 -> 2 and 0 -> 3 (two paths sharing node 0)
+    nodes = torch.tensor([5, 7, 9, 11])
+    parents = [-1, 0, 1, 0]
+    depth = [0, 1, 2, 1]
+    mask = torch.zeros(4, 4, dtype=torch.bool)
+    for i in range(4):
+        j = i
+        while j >= 0:
+            mask[i, j] = True
+            j = parents[j]
+    c = KVCache(args, 64)
+    model(prefix, torch.arange(10), c)
+    tree = model(nodes, torch.tensor(depth) + 10, c, tree_mask=mask).logits
+    for leaf, path in ((2, [0, 1, 2]), (3, [0, 3])):
+        c2 = KVCache(args, 64)
+        model(prefix, torch.arange(10), c2)
+        seq = model(nodes[path], torch.arange(10, 10 + len(path)), c2).logits
+        assert torch.equal(seq[-1], tree[leaf])
+
+
+def test_compiled_block_does_not_depend_on_the_thread_count():
+    model, args = tiny_model("qwen2", backend="q4", dim=128, ffn_dim=320)
+    t = toks(12)
+    before = torch.get_num_threads()
+    try:
+        results = []
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            results.append(model(t, torch.arange(12), KVCache(args, 32)).logits)
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(r, results[0]) for r in results[1:])
+
+
+def test_bad_plans_and_shapes_are_clear_errors():
+    model, args = tiny_model("qwen2", backend="q4")
+    block = model.layers[0].native
+    c = KVCache(args, 16)
+    x = torch.randn(2, args.dim)
+    pos = torch.arange(2)
+    rot = Rotation.at(model.rope, pos, 1, model.q_scale)
+    plan = plan_attention(0, [0, 1], pos, None, 0, invariant=True)
+    with pytest.raises(ValueError, match="shapes that do not fit"):
+        block(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k[0], c.v[0], c.capacity - 1, plan.keys)
+    bad = plan_attention(0, [0, 1], pos, None, 0, invariant=True)
+    bad.keys.hi.fill_(c.capacity + 5)
+    with pytest.raises(ValueError, match="key plan is invalid"):
+        block(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k[0], c.v[0], 0, bad.keys)
+    assert NativeBlock.supports(x, c.k[0], plan.keys)
+    assert not NativeBlock.supports(x.double(), c.k[0], plan.keys)
+    assert not NativeBlock.supports(x, c.k[0], None)
+
+
+def test_portable_build_runs_the_block_and_agrees():
+    """The build without AVX-512 (scalar paths of the same sources) computes the same block to round-off."""
+    from tiny import tiny_args, tiny_tensors
+
+    from speczoo.kernels import native
+    from speczoo.kernels.quantized import Q4Backend
+    from speczoo.models.qwen2 import Qwen2
+
+    args = tiny_args("qwen2")
+    tensors = tiny_tensors(args)
+    fast = Qwen2(args, tensors, Q4Backend())
+    portable = Qwen2(args, tensors, Q4Backend(native.ARCH_PORTABLE))
+    assert portable.layers[0].native is not None
+    t = toks(16)
+    a = fast(t, torch.arange(16), KVCache(args, 32)).logits
+    b = portable(t, torch.arange(16), KVCache(args, 32)).logits
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
