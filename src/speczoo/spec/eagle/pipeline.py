@@ -1,0 +1,103 @@
+"""`train-eagle` end to end: features -> draft vocabulary -> head -> training -> speculators head.
+
+Work directory layout (--out DIR):
+  DIR/features/     the feature cache (spec/eagle/features.py), reused by later runs on the same data
+  DIR/checkpoint/   the latest checkpoint (spec/eagle/train.py); --resume continues from it
+  DIR/head/         the final head in the speculators format
+and, when a name is given, a copy installed as a zoo entry ($SPECZOO_HOME/eagle/NAME).
+A run without --resume refuses a directory that already holds a checkpoint rather than overwrite it.
+This module wires the stages together; each stage lives in its own module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torch import Tensor
+
+from speczoo.spec.eagle.config import head_config_for
+from speczoo.spec.eagle.features import (ExtractStats, FeatureManifest, FeatureSet, corpus_chunks, corpus_digest,
+                                         corpus_files, default_corpus, extract)
+from speczoo.spec.eagle.head import EagleHead
+from speczoo.spec.eagle.io import save_head
+from speczoo.spec.eagle.train import CHECKPOINT, TrainConfig, TrainResult, load_checkpoint, train
+from speczoo.spec.eagle.vocab import draft_vocab
+from speczoo.zoo.heads import HeadEntry, check_name, install_head
+
+
+@dataclass
+class EagleTrainOptions:
+    out: Path
+    corpus: list[Path] | None = None       # None: the Python standard library on this machine
+    max_tokens: int = 200_000              # tokens of features to extract
+    seq_len: int = 512                     # chunk length L
+    shard_seqs: int = 8                    # chunks per feature shard
+    draft_vocab: int = 32_000
+    ffn_dim: int | None = None             # the head's MLP width (None: the target's)
+    name: str | None = None                # install the result as this zoo entry
+    resume: bool = False
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+@dataclass
+class EagleTrainReport:
+    features: ExtractStats
+    result: TrainResult
+    head_dir: Path
+    installed: HeadEntry | None
+
+
+@dataclass
+class Target:
+    """What training needs of the target: its forward, weights (for the LM-head start) and tokenizer."""
+    name: str
+    model: object                          # speczoo forward contract; .args, .embed [V, D]
+    tensors: Mapping[str, Tensor]          # bundle tensors (GGUF names)
+    encode: Callable[[str], list[int]]
+    separator: int | None                  # id between corpus files (an end-of-text id)
+    eos_ids: tuple[int, ...] = ()
+
+
+def train_eagle(target: Target, opts: EagleTrainOptions) -> EagleTrainReport:
+    if opts.name is not None:
+        check_name(opts.name)
+    out = Path(opts.out)
+    if (out / CHECKPOINT).exists() and not opts.resume:
+        raise ValueError(f"{out} already holds a training run ({out / CHECKPOINT}); pass --resume to continue "
+                         "it or choose another --out")
+    args = target.model.args
+    cfg = head_config_for(target.name, args, opts.draft_vocab, opts.ffn_dim, opts.train.ttt_steps)
+    files = corpus_files(opts.corpus or default_corpus())
+    want = FeatureManifest(target=target.name, layers=list(cfg.target_layers), hidden=args.dim,
+                           vocab=args.vocab_size, seq_len=opts.seq_len, corpus=corpus_digest(files),
+                           seed=opts.train.seed, shard_seqs=opts.shard_seqs)
+    chunks = corpus_chunks(target.encode, files, opts.seq_len, opts.train.seed, target.separator)
+    stats = extract(target.model, chunks, want, out / "features", opts.max_tokens, opts.train.progress)
+    data = FeatureSet(out / "features")
+    device = opts.train.device
+    if opts.resume:
+        head, opt, state = load_checkpoint(out, target.model.embed, opts.train)
+        if head.cfg.target_layers != cfg.target_layers:
+            raise ValueError(f"the checkpoint's head reads layers {head.cfg.target_layers}, the features "
+                             f"{cfg.target_layers}")
+    else:
+        head = new_head(target, cfg, data, opts.train.seed)
+        head.to(device)
+        opt, state = None, None
+    result = train(head, data, opts.train, out, opt, state)
+    head_dir = save_head(head.cpu(), out / "head")
+    installed = install_head(head_dir, opts.name) if opts.name else None
+    return EagleTrainReport(features=stats, result=result, head_dir=head_dir, installed=installed)
+
+
+def new_head(target: Target, cfg, data: FeatureSet, seed: int = 0) -> EagleHead:
+    """A fresh head: draft vocabulary = the ids the target predicts most often on the data (its end
+    ids always in), LM head and final norm started from the target's."""
+    head = EagleHead(cfg, target.model.embed, seed=seed)
+    head.set_vocab(draft_vocab(data.top1_counts(), cfg.draft_vocab, always=target.eos_ids))
+    t = target.tensors
+    lm = t["output.weight"] if "output.weight" in t else t["token_embd.weight"]
+    head.init_from_target(lm, t["output_norm.weight"])
+    return head

@@ -1,0 +1,108 @@
+"""`train-eagle` end to end on a tiny random target, in seconds: features are cached, the loss falls,
+a resumed run continues exactly where the checkpoint stopped, and the saved head loads and installs."""
+
+import pytest
+import torch
+
+from speczoo.spec.eagle.features import FeatureSet
+from speczoo.spec.eagle.io import load_head
+from speczoo.spec.eagle.pipeline import EagleTrainOptions, Target, train_eagle
+from speczoo.spec.eagle.train import TrainConfig
+from speczoo.zoo.heads import find_head, heads_for
+from tiny import tiny_args, tiny_model, tiny_tensors
+
+VOCAB = 128
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: OpenMP's thread hand-offs cost more than the math on a loaded 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_target(name: str = "tiny-qwen") -> Target:
+    model, args = tiny_model("qwen2", seed=3)
+    tensors = tiny_tensors(args, seed=3)
+    return Target(name=name, model=model, tensors=tensors,
+                  encode=lambda text: [b % (VOCAB - 1) for b in text.encode()], separator=VOCAB - 1,
+                  eos_ids=(VOCAB - 1,))
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    d = tmp_path / "corpus"
+    d.mkdir()
+    words = "def return self import class for in if else while yield lambda None True False".split()
+    g = torch.Generator().manual_seed(0)
+    for i in range(6):
+        idx = torch.randint(0, len(words), (400,), generator=g).tolist()
+        (d / f"f{i}.py").write_text(" ".join(words[j] for j in idx))
+    return d
+
+
+def options(out, corpus, steps, resume=False, name=None) -> EagleTrainOptions:
+    return EagleTrainOptions(out=out, corpus=[corpus], max_tokens=64 * 32, seq_len=64, shard_seqs=4,
+                             draft_vocab=100, name=name, resume=resume,
+                             train=TrainConfig(steps=steps, batch=4, lr=3e-3, warmup=5, ttt_steps=3,
+                                               checkpoint_every=5, progress=False))
+
+
+def test_train_eagle_end_to_end(tmp_path, corpus, monkeypatch):
+    monkeypatch.setenv("SPECZOO_HOME", str(tmp_path / "home"))
+    target = tiny_target()
+    rep = train_eagle(target, options(tmp_path / "run", corpus, steps=40, name="tiny-eagle"))
+    assert rep.features.tokens == 64 * 32 and rep.features.new_tokens == 64 * 32
+    losses = rep.result.state.losses
+    assert len(losses) == 40
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < 0.7 * first, (first, last)
+    # the installed head loads on the target's embedding and names its target
+    entry = find_head("tiny-eagle")
+    assert entry.target == "tiny-qwen" and [h.name for h in heads_for("tiny-qwen")] == ["tiny-eagle"]
+    head = load_head(entry.path, target.model.embed)
+    assert head.cfg.draft_vocab == 100 and int(head.t2d.sum()) == 100
+    assert head.t2d[VOCAB - 1]                       # the end id is always in the draft vocabulary
+    assert head.cfg.target_layers == (0, 0, 1)       # 3-layer target: vLLM ids (1, 1, 2)
+
+
+def test_resume_continues_exactly(tmp_path, corpus):
+    target = tiny_target()
+    straight = train_eagle(target, options(tmp_path / "a", corpus, steps=10))
+    part = train_eagle(target, options(tmp_path / "b", corpus, steps=5))
+    assert part.result.state.step == 5
+    with pytest.raises(ValueError, match="--resume"):
+        train_eagle(target, options(tmp_path / "b", corpus, steps=10))
+    resumed = train_eagle(target, options(tmp_path / "b", corpus, steps=10, resume=True))
+    assert resumed.features.new_tokens == 0                        # the feature cache was reused
+    assert resumed.result.steps_run == 5 and resumed.result.state.step == 10
+    torch.testing.assert_close(torch.tensor(resumed.result.state.losses), torch.tensor(straight.result.state.losses),
+                               rtol=1e-4, atol=1e-5)
+    a = load_head(straight.head_dir, target.model.embed).state_dict()
+    b = load_head(resumed.head_dir, target.model.embed).state_dict()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
+
+
+def test_feature_cache_refuses_other_layers(tmp_path, corpus):
+    target = tiny_target()
+    train_eagle(target, options(tmp_path / "a", corpus, steps=1))
+    other, args = tiny_model("qwen2", seed=3, n_layers=5)
+    t2 = Target(name="tiny-qwen", model=other, tensors=tiny_tensors(args, seed=3), encode=target.encode,
+                separator=target.separator)
+    with pytest.raises(ValueError, match="layers"):
+        train_eagle(t2, options(tmp_path / "a", corpus, steps=2, resume=True))
+
+
+def test_features_hold_the_targets_hidden_states(tmp_path, corpus):
+    target = tiny_target()
+    train_eagle(target, options(tmp_path / "a", corpus, steps=1))
+    data = FeatureSet(tmp_path / "a" / "features")
+    feats, ids, top1 = data.get([2])
+    from speczoo.cache import KVCache
+    out = target.model(ids[0], torch.arange(64), KVCache(target.model.args, 64), hidden_layers=(0, 0, 1))
+    torch.testing.assert_close(feats[0], torch.cat(out.hidden, -1).to(torch.bfloat16).float())
+    assert torch.equal(top1[0], out.logits.argmax(-1))
+    assert tiny_args("qwen2").dim * 3 == feats.shape[-1]
