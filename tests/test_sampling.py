@@ -137,3 +137,16 @@ def test_sample_never_draws_zero_probability_tokens_and_refuses_empty_rows():
         sample(torch.zeros(1, 4), make_generator(0))
     with pytest.raises(ValueError, match="NaN"):
         sample(torch.tensor([[0.5, math.nan]]), make_generator(0))
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 5e-324, 1e-40, 1e-8])
+def test_a_tiny_temperature_is_the_greedy_limit_not_nan(temperature):
+    # Found by the schemathesis run on the real model: temperature=3.9e-300 overflowed logits/T to inf
+    # and the row became NaN ("cannot sample"). The limit T -> 0 is the argmax (uniform over ties).
+    logits = torch.tensor([[0.0, 2.0, 1.0], [5.0, 5.0, 1.0], [-30.0, 40.0, 39.999]])   # [S, V]
+    p = probs(logits, SamplingParams(temperature=temperature, top_k=2, top_p=0.9))
+    assert torch.isfinite(p).all()
+    assert p[0].tolist() == [0.0, 1.0, 0.0] and p[2].argmax() == 1
+    assert p[1, 2] == 0 and p[1, 0] > 0 and p[1, 1] > 0
+    ids = pick(logits, SamplingParams(temperature=temperature), make_generator(0))
+    assert ids[0] == 1 and ids[1] in (0, 1) and ids[2] == 1

@@ -54,7 +54,11 @@ def probs(logits: Tensor, params: SamplingParams) -> Tensor:
         out = torch.zeros(s, v, dtype=torch.float32)                      # [S, V]
         out[torch.arange(s), logits.argmax(dim=-1)] = 1.0
         return out
-    x = logits.float() / params.temperature                               # [S, V]
+    # Shift by the row max (softmax does not change) and divide in float64: a tiny temperature
+    # (1e-300, which float32 rounds to 0) then sends the other logits to -inf (probability 0)
+    # instead of overflowing to inf or dividing 0 by 0 (NaN).
+    x = logits.double()                                                   # [S, V]
+    x = ((x - x.max(dim=-1, keepdim=True).values) / params.temperature).float()   # [S, V]
     if 0 < params.top_k < v:
         kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]          # [S, 1]
         x = x.masked_fill(x < kth, float("-inf"))
