@@ -86,7 +86,7 @@ def runtime_costs(target, draft=None, round_overhead: float = 0.02, remeasure: b
     from speczoo.spec.cost import CvCurve
 
     t = load_or_measure(target, remeasure)
-    draft_cost = {"ngram": 0.0}
+    draft_cost = {"ngram": 0.0, "ngram-tree": 0.0}
     if draft is not None:
         d = load_or_measure(draft, remeasure)
         draft_cost["draft"] = d["ms"]["1"] / t["ms"]["1"]

@@ -5,6 +5,11 @@ draft of K tokens go through ONE target forward (S = K + 1); the pure verify fun
 accepted prefix and the target's own next token; the target cache is rolled back to the accepted
 length (O(1)) and the drafter is told what survived. Plain decoding is the same loop with K = 0, so
 greedy and speculative runs share every line of code but the draft.
+
+A token-tree draft (Draft.parents, not a chain) takes one detour: its N nodes go through one target
+forward with the tree attention mask and tree positions (spec/tree.py), the tree verify picks a root
+path, and the path's K/V rows are compacted next to the prefix before the truncation. Chains, and
+trees that are chains, never take it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from speczoo.spec.drafters.base import Drafter
 from speczoo.spec.controller import Costs
 from speczoo.spec.policy import make_policy
 from speczoo.spec.textstream import TextStream
-from speczoo.spec.types import Draft
+from speczoo.spec.tree import TreeLayout, head, is_chain, verify_tree_greedy
+from speczoo.spec.tree_sampling import verify_tree_sampling
+from speczoo.spec.types import Draft, Verdict
 from speczoo.spec.verify import verify_greedy
 from speczoo.spec.verify_sampling import verify_sampling
 
@@ -120,24 +127,30 @@ class Engine:
                 draft = Draft(tokens=[])
                 if drafting:
                     k = min(choice.k, remaining - 1)
-                    draft = drafters[choice.drafter].propose(context + [pending], k)
-                    draft.tokens = draft.tokens[:k]
+                    draft = head(drafters[choice.drafter].propose(context + [pending], k), k)
                 if remaining == 1:
                     new = [pending]
                     accepted = 0
                 else:
-                    base = self.cache.length
-                    logits = self._forward([pending] + draft.tokens)        # [K+1, V]
-                    if greedy:
-                        verdict = verify_greedy(draft, logits.argmax(-1).tolist())
-                    else:
-                        verdict = verify_sampling(draft, sampling.probs(logits, req.sampling), gen)
-                    accepted = verdict.accepted
-                    self.cache.truncate(base + 1 + accepted)
-                    new = [pending] + draft.tokens[:accepted]
-                    if drafting:
-                        drafters[choice.drafter].commit(accepted)
-                        policy.update(choice.drafter, draft.k, accepted)
+                    if is_chain(draft.parents):
+                        base = self.cache.length
+                        logits = self._forward([pending] + draft.tokens)    # [K+1, V]
+                        if greedy:
+                            verdict = verify_greedy(draft, logits.argmax(-1).tolist())
+                        else:
+                            verdict = verify_sampling(draft, sampling.probs(logits, req.sampling), gen)
+                        accepted = verdict.accepted
+                        self.cache.truncate(base + 1 + accepted)
+                        new = [pending] + draft.tokens[:accepted]
+                        if drafting:
+                            drafters[choice.drafter].commit(accepted)
+                            policy.update(choice.drafter, draft.k, accepted)
+                    else:                                                   # a token tree (drafting)
+                        verdict, judged = self._verify_tree(pending, draft, req, gen)
+                        accepted = verdict.accepted
+                        new = [pending] + [draft.tokens[i] for i in verdict.path]
+                        drafters[choice.drafter].commit_path(verdict.path)
+                        policy.update(choice.drafter, judged, accepted)
                     stats.rounds += 1
                     stats.drafted += draft.k
                     stats.accepted += accepted
@@ -165,6 +178,23 @@ class Engine:
         if tail:
             yield TokenEvent(ids=[], text=tail)
         yield DoneEvent(finish_reason=finish, text=stream.text, ids=out, stats=stats)
+
+    def _verify_tree(self, pending: int, draft: Draft, req: GenerationRequest, gen) -> tuple[Verdict, int]:
+        """One target forward over [a0] + the tree's N nodes (tree mask, tree positions), the tree verify,
+        then the accepted path's K/V moved next to the prefix. Returns the verdict and how many draft
+        tokens the target judged along its path (for the controller's acceptance estimate)."""
+        layout = TreeLayout.from_parents(draft.parents)
+        base = self.cache.length
+        tokens = torch.tensor([pending] + draft.tokens, dtype=torch.long)          # [N+1]
+        logits = self.target(tokens, layout.positions(base), self.cache,
+                             tree_mask=layout.mask).logits                          # [N+1, V]
+        if req.sampling.greedy:
+            verdict = verify_tree_greedy(draft, layout, logits.argmax(-1).tolist())
+        else:
+            verdict = verify_tree_sampling(draft, layout, sampling.probs(logits, req.sampling), gen)
+        self.cache.compact([base + 1 + i for i in verdict.path], base + 1)
+        self.cache.truncate(base + 1 + verdict.accepted)
+        return verdict, layout.judged(verdict.path)
 
     def _pick(self, logits: torch.Tensor, req: GenerationRequest, gen) -> list[int]:
         return sampling.pick(logits, req.sampling, gen).tolist()

@@ -89,24 +89,32 @@ class OracleOut:
 
 
 class OracleModel:
-    """An oracle behind the model forward contract (causal chain; no tree masks)."""
+    """An oracle behind the model forward contract: a causal chain, or a token tree given a tree mask
+    (row i then sees the committed slots and the rows tree_mask[i] marks, and its position must be
+    the committed length + its depth, as a real model's would be)."""
 
     def __init__(self, oracle):
         self.oracle = oracle
         self.forwards = 0
 
-    def __call__(self, tokens: Tensor, positions: Tensor, cache: TokenCache, **_: object) -> OracleOut:
+    def __call__(self, tokens: Tensor, positions: Tensor, cache: TokenCache, *, tree_mask: Tensor | None = None,
+                 **_: object) -> OracleOut:
         ids = tokens.tolist()
-        if cache.length + len(ids) > cache.capacity:
-            raise CacheFullError(f"cache full: {cache.length} + {len(ids)} > {cache.capacity}")
-        if positions.tolist() != list(range(cache.length, cache.length + len(ids))):
-            raise AssertionError(f"positions {positions.tolist()} do not follow the cache length {cache.length}")
+        l0 = cache.length
+        if l0 + len(ids) > cache.capacity:
+            raise CacheFullError(f"cache full: {l0} + {len(ids)} > {cache.capacity}")
+        if tree_mask is None:
+            seen = [list(range(i + 1)) for i in range(len(ids))]
+        else:
+            seen = [tree_mask[i].nonzero().flatten().tolist() for i in range(len(ids))]
+        want = [l0 + len(rows) - 1 for rows in seen]
+        if positions.tolist() != want:
+            raise AssertionError(f"positions {positions.tolist()} do not follow the cache length {l0} "
+                                 f"and the tree depths: expected {want}")
         self.forwards += 1
-        rows = []
-        for t in ids:
-            cache.slots.append(t)
-            rows.append(self.oracle.logits(cache.slots))
-        return OracleOut(torch.stack(rows))
+        prefix = list(cache.slots)
+        cache.slots.extend(ids)
+        return OracleOut(torch.stack([self.oracle.logits(prefix + [ids[j] for j in rows]) for rows in seen]))
 
 
 class IdTokenizer:

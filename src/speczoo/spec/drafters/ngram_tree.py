@@ -1,0 +1,153 @@
+"""Prompt lookup as a token tree: the continuations of several earlier matches, merged into a prefix tree.
+
+Where plain prompt lookup (ngram.py) copies what followed the most recent occurrence of the longest
+matching suffix, this drafter gathers the continuations of up to `max_matches` most recent occurrences
+at every order from max_order down to min_order (an occurrence found at a higher order is counted once,
+at that order), and merges them into a trie. Each candidate carries a weight, order_weight^n / (1 + r)
+for a match of order n that is the r-th most recent at that order; a trie node's score is its parent's
+score × decay × (the weight of the candidates through it / the weight through its parent), the
+probability that the target follows it under a crude model where each step of a path is right with
+probability `decay` and the candidates vote. The round's K nodes are the K best-scoring nodes, expanded
+best first from the root (EAGLE-2's rule; a child never outscores its parent, so every parent is chosen
+before its children and the tree stays connected). When every candidate agrees the tree is a chain,
+and the engine verifies it as one.
+
+The index keeps every occurrence of every n-gram (one entry per order per committed token), updated
+incrementally; a round costs O(orders × max_matches × K). It never sees the target model.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from speczoo.spec.drafters.base import Drafter
+from speczoo.spec.types import Draft
+
+
+@dataclass
+class Candidate:
+    tokens: list[int]       # the continuation, K tokens
+    weight: float
+
+
+class NgramTreeIndex:
+    """n-gram -> positions right after each of its occurrences (ascending), for orders min..max."""
+
+    def __init__(self, max_order: int, min_order: int = 1):
+        if min_order < 1 or max_order < min_order:
+            raise ValueError(f"n-gram orders must satisfy 1 <= min_order <= max_order, "
+                             f"got min={min_order} max={max_order}")
+        self.max_order = max_order
+        self.min_order = min_order
+        self.tokens: list[int] = []
+        self._maps: dict[int, dict[tuple[int, ...], list[int]]] = {
+            n: {} for n in range(min_order, max_order + 1)}
+
+    def extend(self, ids: list[int]) -> None:
+        """Append committed tokens. Each new position p registers the n-grams ending at p-1."""
+        toks = self.tokens
+        for t in ids:
+            p = len(toks)
+            for n, m in self._maps.items():
+                if p >= n:
+                    m.setdefault(tuple(toks[p - n:p]), []).append(p)
+            toks.append(t)
+
+    def candidates(self, k: int, max_matches: int, order_weight: float) -> list[Candidate]:
+        """The k-token continuations of the suffix's most recent matches, best (longest, latest) first.
+
+        A copy that runs into the present continues through its own draft, as in NgramIndex.lookup.
+        """
+        toks = self.tokens
+        end = len(toks)
+        seen: set[int] = set()
+        out: list[Candidate] = []
+        for n in range(self.max_order, self.min_order - 1, -1):
+            if end < n:
+                continue
+            starts = self._maps[n].get(tuple(toks[-n:]), [])
+            rank = 0
+            for start in reversed(starts):
+                if rank == max_matches:
+                    break
+                if start in seen:
+                    continue
+                seen.add(start)
+                cont: list[int] = []
+                for p in range(start, start + k):
+                    cont.append(toks[p] if p < end else cont[p - end])
+                out.append(Candidate(cont, order_weight ** n / (1 + rank)))
+                rank += 1
+        return out
+
+
+def merge(candidates: list[Candidate], budget: int, decay: float) -> tuple[list[int], list[int]]:
+    """The `budget` best nodes of the candidates' prefix tree: (tokens, parents), parents first."""
+    # trie: node id -> token, parent id, weight through it; children per node keyed by token
+    token: list[int] = []
+    parent: list[int] = []
+    weight: list[float] = []
+    kids: dict[int, dict[int, int]] = {-1: {}}
+    for cand in candidates:
+        node = -1
+        for t in cand.tokens:
+            child = kids[node].get(t)
+            if child is None:
+                child = len(token)
+                token.append(t)
+                parent.append(node)
+                weight.append(0.0)
+                kids[node][t] = child
+                kids[child] = {}
+            weight[child] += cand.weight
+            node = child
+    total = sum(c.weight for c in candidates)
+    tokens: list[int] = []
+    parents: list[int] = []
+    out_index: dict[int, int] = {-1: -1}            # trie id -> index in the draft
+    heap = [(-decay * weight[c] / total, c) for c in kids[-1].values()]
+    heapq.heapify(heap)
+    while heap and len(tokens) < budget:
+        neg, node = heapq.heappop(heap)
+        out_index[node] = len(tokens)
+        tokens.append(token[node])
+        parents.append(out_index[parent[node]])
+        for c in kids[node].values():
+            heapq.heappush(heap, (neg * decay * weight[c] / weight[node], c))
+    return tokens, parents
+
+
+class NgramTreeDrafter(Drafter):
+    """Prompt lookup proposing a token tree of at most K nodes (K: the round's draft budget)."""
+
+    name = "ngram-tree"
+
+    def __init__(self, max_order: int = 3, min_order: int = 1, max_matches: int = 4,
+                 order_weight: float = 4.0, decay: float = 0.8):
+        if max_matches < 1:
+            raise ValueError(f"max_matches must be >= 1, got {max_matches}")
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"decay must be in (0, 1), got {decay}")
+        if not order_weight >= 1.0:
+            raise ValueError(f"order_weight must be >= 1, got {order_weight}")
+        self.max_order, self.min_order = max_order, min_order
+        self.max_matches, self.order_weight, self.decay = max_matches, order_weight, decay
+        self.index = NgramTreeIndex(max_order, min_order)
+
+    def reset(self) -> None:
+        self.index = NgramTreeIndex(self.max_order, self.min_order)
+
+    def propose(self, context: list[int], k: int) -> Draft:
+        seen = len(self.index.tokens)
+        if seen > len(context):
+            raise ValueError("context shrank: call reset() before starting a new sequence")
+        self.index.extend(context[seen:])
+        cands = self.index.candidates(k, self.max_matches, self.order_weight)
+        if not cands or k < 1:
+            return Draft(tokens=[], drafter=self.name)
+        tokens, parents = merge(cands, k, self.decay)
+        return Draft(tokens=tokens, parents=parents, drafter=self.name)
+
+    def commit(self, accepted: int) -> None:
+        """Nothing to undo: the index holds committed tokens only."""
