@@ -67,6 +67,7 @@ class FakeRuntime:
     delay: float = 0.0                  # seconds slept per round (to make streams slow)
     prefill_delay: float = 0.0          # seconds slept before the first round (a long prompt's prefill)
     answer_words: int = 40              # words in a full answer before EOS
+    vocab_size: int = EOS + 1           # valid token ids: 0 .. vocab_size - 1
     spec_modes: list[str] = field(default_factory=lambda: ["off", "ngram", "draft", "auto"])
     tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
     log: list[GenerationLog] = field(default_factory=list)
@@ -107,6 +108,8 @@ class FakeRuntime:
             raise ValueError("the prompt is empty: give at least one token")
         if request.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {request.max_new_tokens}")
+        if any(not 0 <= i < self.vocab_size for i in request.prompt_ids):
+            raise ValueError(f"a prompt token id is outside the vocabulary (0..{self.vocab_size - 1})")
         if request.spec not in self.spec_modes:
             raise ValueError(f"unknown spec mode {request.spec!r}: use one of {self.spec_modes}")
         need = len(request.prompt_ids) + request.max_new_tokens

@@ -15,3 +15,17 @@ BY_ARCH = {"qwen2": QWEN_NAME, "gemma3": GEMMA_NAME}
 def gguf_of(name: str) -> Path:
     """The verified source GGUF of a pulled zoo model (NotPulledError says how to pull it)."""
     return source_gguf(find_bundle(name))
+
+
+_RUNTIMES: dict[tuple[str, int], object] = {}
+
+
+def real_runtime(name: str = QWEN_NAME, max_seq: int = 1024):
+    """The pulled model `name` loaded as a `speczoo.runtime.Runtime` (no draft, its packed backend),
+    once per test session: serve tests share it (it runs one generation at a time, as in the server)."""
+    from speczoo.runtime import load_runtime
+
+    key = (name, max_seq)
+    if key not in _RUNTIMES:
+        _RUNTIMES[key] = load_runtime(name, max_seq=max_seq)
+    return _RUNTIMES[key]

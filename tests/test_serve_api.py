@@ -320,3 +320,18 @@ def test_stream_sends_keepalive_comments_while_the_prompt_is_prefilled(path, bod
 def test_keepalive_must_be_positive(runtime):
     with pytest.raises(ValueError, match="keepalive"):
         create_app(runtime, keepalive=0)
+
+
+def test_prompt_token_ids_outside_the_vocabulary_are_400_and_the_schema_says_so(client, runtime):
+    # Found by schemathesis on the real model: an id past the embedding table was a 500 (IndexError).
+    for stream in (False, True):
+        r = client.post("/v1/completions", json={"model": runtime.name, "prompt": [1, runtime.vocab_size],
+                                                 "max_tokens": 2, "stream": stream})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+        assert str(runtime.vocab_size) in r.json()["error"]["message"]
+    ok = client.post("/v1/completions", json={"model": runtime.name, "prompt": [1, runtime.vocab_size - 1],
+                                              "max_tokens": 2})
+    assert ok.status_code == 200
+    prompt = client.get("/openapi.json").json()["components"]["schemas"]["CompletionRequest"]["properties"]["prompt"]
+    ids = next(o for o in prompt["anyOf"] if o.get("type") == "array")
+    assert ids["items"]["maximum"] == runtime.vocab_size - 1

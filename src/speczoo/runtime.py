@@ -62,6 +62,7 @@ class Runtime:
         self.name = target.name
         self.tokenizer = target.tokenizer
         self.max_seq = max_seq
+        self.vocab_size = target.args.vocab_size     # valid token ids: 0 .. vocab_size - 1
         drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
                     "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
         if draft is not None:
@@ -75,6 +76,11 @@ class Runtime:
                              eos_ids=self.tokenizer.eos_ids, max_seq=max_seq, costs=runtime_costs(target, draft, remeasure=remeasure_costs))
 
     def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
+        """Validate the request now (errors raise before any event), then stream its events."""
+        bad = next((i for i in request.prompt_ids if not 0 <= i < self.vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"prompt token id {bad} is outside the vocabulary of {self.name} "
+                             f"(0..{self.vocab_size - 1})")
         return self.engine.generate(request)
 
     def chat_ids(self, messages: list[dict]) -> list[int]:

@@ -363,15 +363,20 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
             prompt_ids = runtime.tokenizer.encode(body.prompt)
         else:
             prompt_ids = list(body.prompt)
+            bad = next((i for i in prompt_ids if i >= runtime.vocab_size), None)
+            if bad is not None:
+                raise APIError(400, f"prompt token id {bad} is outside the vocabulary of "
+                               f"{runtime.name} (0..{runtime.vocab_size - 1})", param="prompt")
         return await respond(TEXT, body, request, prompt_ids, body.max_tokens)
 
-    _publish_accurate_schema(app, list(runtime.spec_modes))
+    _publish_accurate_schema(app, list(runtime.spec_modes), runtime.vocab_size)
     return app
 
 
-def _publish_accurate_schema(app: FastAPI, spec_modes: list[str]) -> None:
-    """Fix what FastAPI cannot know: validation errors are 400 here (OpenAI's way), not 422, and
-    `speculative` takes only the modes this runtime offers (e.g. no "draft" without --draft)."""
+def _publish_accurate_schema(app: FastAPI, spec_modes: list[str], vocab_size: int) -> None:
+    """Fix what FastAPI cannot know: validation errors are 400 here (OpenAI's way), not 422,
+    `speculative` takes only the modes this runtime offers (e.g. no "draft" without --draft), and
+    a prompt's token ids are below the model's vocabulary size."""
     build = app.openapi
 
     def openapi() -> dict:
@@ -392,6 +397,9 @@ def _publish_accurate_schema(app: FastAPI, spec_modes: list[str]) -> None:
             for option in components[name]["properties"]["speculative"]["anyOf"]:
                 if "enum" in option:
                     option["enum"] = [m for m in option["enum"] if m in spec_modes]
+        for option in components["CompletionRequest"]["properties"]["prompt"]["anyOf"]:
+            if option.get("type") == "array":
+                option["items"]["maximum"] = vocab_size - 1
         for name in ("HTTPValidationError", "ValidationError"):
             components.pop(name, None)
         for model in (ChatCompletionChunk, CompletionChunk):   # referenced by the event-stream docs
