@@ -124,6 +124,33 @@ def concat_native(mods: list[nn.Module]) -> nn.Module | None:
     return type(mods[0])(packed, bias, mods[0].lib)
 
 
+def select_strips(mod: nn.Module, strips: Tensor) -> nn.Module | None:
+    """A compiled linear computing only the outputs of the given 16-column strips of `mod` (strip b =
+    outputs 16b .. 16b + 15, in the order given), each column exactly as `mod` computes it. A leading
+    range of strips shares `mod`'s memory; any other selection copies just those strips. None when `mod`
+    is not a compiled kernel."""
+    if type(mod) not in (Q4Native, Q8Native):
+        return None
+    nb_all = -(-mod.n // STRIP)
+    strips = strips.to(torch.long)
+    if strips.numel() == 0 or int(strips.min()) < 0 or int(strips.max()) >= nb_all:
+        raise ValueError(f"strips must be non-empty and within 0..{nb_all - 1}")
+    nb = strips.numel()
+    leading = bool(torch.equal(strips, torch.arange(nb)))
+    pick = (lambda t: t[:nb]) if leading else (lambda t: t.index_select(0, strips))
+    cols = (strips[:, None] * STRIP + torch.arange(STRIP)).flatten()                 # [nb * 16]
+    n = nb * STRIP
+    if bool((strips * STRIP + STRIP > mod.n).any()):
+        raise ValueError(f"strip selection reaches past the {mod.n} outputs (the last strip is partial)")
+    bias = None if mod.bias is None else mod.bias[cols]
+    meta = torch.tensor([n, mod.k], dtype=torch.int64)
+    if isinstance(mod, Q4Native):
+        packed = {"qs": pick(mod.qs), "sc": pick(mod.sc), "mn": pick(mod.mn), "dd": pick(mod.dd), "meta": meta}
+    else:
+        packed = {"w8": pick(mod.w8), "sw": mod.sw[cols], "meta": meta}
+    return type(mod)(packed, bias, mod.lib)
+
+
 # ---------------------------------------------------------------------------------- pure torch
 class Q8Torch(nn.Module):
     """torch._int_mm twin of Q8Native: y = ((float)(xq @ q^T) * sa) * sw (+ bias)."""

@@ -244,11 +244,14 @@ class DecoderBase(nn.Module):
         return slots
 
     def forward(self, tokens: Tensor, positions: Tensor, cache, *, tree_mask: Tensor | None = None,
-                hidden_layers: Sequence[int] = (), logit_rows: Tensor | slice | None = None) -> ForwardOut:
+                hidden_layers: Sequence[int] = (), logit_rows: Tensor | slice | None = None,
+                head: nn.Module | None = None) -> ForwardOut:
         """tokens, positions: [S] int64. Writes K/V at slots [L0, L0+S), advances cache.length by S.
 
         logit_rows (optional): rows of the output whose logits are wanted (e.g. slice(-1, None) after a
         prefill); the default computes logits for every row.
+        head (optional): a stand-in for the LM head over the final-normed rows [R, D] -> [R, V] (a
+        drafter's reduced-vocabulary head); the default is the model's own.
         """
         self._check(tokens, positions, cache, tree_mask)
         l0 = cache.length
@@ -258,7 +261,7 @@ class DecoderBase(nn.Module):
         cache.length = l0 + tokens.shape[0]
         if logit_rows is not None:
             x = x[logit_rows]
-        logits = self.lm_head(self.norm(x))                          # [S, V]
+        logits = (head if head is not None else self.lm_head)(self.norm(x))   # [S, V]
         cap = self.args.final_logit_softcap
         if cap > 0:
             logits = torch.tanh(logits / cap) * cap

@@ -16,16 +16,21 @@ import torch
 from speczoo import sampling
 from speczoo.events import GenerationRequest, SamplingParams
 from speczoo.spec.drafters.base import Drafter
+from speczoo.kernels.quantized import Q4Native, Q8Native
+from speczoo.spec.drafters.draft_head import ReducedHead
 from speczoo.spec.types import Draft
+
+DRAFT_HEAD_VOCAB = 32768   # ids the draft proposes from (plus the prompt's own); see draft_head.py
 
 
 class DraftModelDrafter(Drafter):
     name = "draft"
 
     def __init__(self, model, cache, params: SamplingParams | None = None,
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, head: ReducedHead | None = None):
         self.model = model
         self.cache = cache
+        self.head = head                  # a reduced-vocabulary head for proposals (None: the model's own)
         self.params = params or SamplingParams()
         self.generator = generator
         self.fed: list[int] = []          # ids whose K/V sit in the draft cache, in order
@@ -35,13 +40,13 @@ class DraftModelDrafter(Drafter):
         self.cache.reset()
         self.fed = []
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:  # -> logits [S, V]
+    def _forward(self, ids: list[int]) -> torch.Tensor:  # -> logits [R, V]; R = 1 (the last id) for real models
         start = self.cache.length
         tokens = torch.tensor(ids, dtype=torch.long)
         positions = torch.arange(start, start + len(ids), dtype=torch.long)
         self.fed.extend(ids)
         self.forwards += 1
-        return self.model(tokens, positions, self.cache).logits
+        return self.model(tokens, positions, self.cache, logit_rows=slice(-1, None), head=self.head).logits
 
     def _sync(self, context: list[int]) -> list[int]:
         """Roll the cache back to the agreeing prefix; return the ids still to feed (never empty)."""
@@ -55,6 +60,8 @@ class DraftModelDrafter(Drafter):
 
     def prefill(self, prompt: list[int]) -> None:
         """Fill the draft cache with the prompt (the next proposal re-feeds only its last id)."""
+        if self.head is not None:
+            self.head.keep(prompt)         # the prompt's rarer ids stay proposable
         rest = self._sync(prompt)          # ids not in the cache yet; always ends with the last prompt id
         if len(rest) > 1:
             self._forward(rest[:-1])
@@ -82,8 +89,13 @@ class DraftModelDrafter(Drafter):
         """Nothing to do now: the next `propose` keeps exactly the prefix the target agreed with."""
 
 
-def make_draft_drafter(draft, target, max_seq: int) -> Callable[[GenerationRequest], DraftModelDrafter]:
-    """A factory the engine calls per request: one draft cache, reused (reset) across requests."""
+def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRAFT_HEAD_VOCAB
+                       ) -> Callable[[GenerationRequest], DraftModelDrafter]:
+    """A factory the engine calls per request: one draft cache, reused (reset) across requests.
+
+    head_vocab: propose from a reduced head over the first `head_vocab` ids plus the prompt's own
+    (draft_head.py) when the draft's LM head is a compiled kernel; None: the full head.
+    """
     from speczoo.cache import KVCache
     from speczoo.spec.engine import MAX_K
 
@@ -91,11 +103,14 @@ def make_draft_drafter(draft, target, max_seq: int) -> Callable[[GenerationReque
         raise ValueError(f"draft {draft.name} has a larger vocabulary ({draft.args.vocab_size}) than target "
                          f"{target.name} ({target.args.vocab_size}): not a pair; see `speczoo check-pair`")
     cache = KVCache(draft.args, max_seq, extra=2 * MAX_K + 2)
+    head = None
+    if head_vocab is not None and head_vocab < draft.args.vocab_size and type(draft.model.lm_head) in (Q4Native, Q8Native):
+        head = ReducedHead(draft.model, head_vocab)
 
     def factory(req: GenerationRequest) -> DraftModelDrafter:
         gen = None if req.sampling.greedy else sampling.make_generator(
             None if req.sampling.seed is None else req.sampling.seed + 1)
-        d = DraftModelDrafter(draft.model, cache, req.sampling, gen)
+        d = DraftModelDrafter(draft.model, cache, req.sampling, gen, head)
         d.reset()
         return d
 

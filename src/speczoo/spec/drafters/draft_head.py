@@ -1,0 +1,60 @@
+"""A reduced-vocabulary LM head for a draft model: cheaper proposals, unchanged output.
+
+A draft step of qwen2.5-coder-0.5b spends about a quarter of its weight reads on the LM head (151,936
+rows). For drafting, the head only has to rank the tokens the target is likely to say next, so it keeps
+  * the first `n_common` ids (byte-level BPE ids are in merge order, so the low ids are the frequent
+    ones: ids < 32,768 cover ~95% of the tokens of code and English text here), and
+  * the prompt's own rarer ids (identifiers, names a conversation uses), with the 16-row strips of the
+    head that hold them,
+both computed by the model's own compiled head over just those rows (the same arithmetic as the full
+head), and gives every other id a logit of -inf. The target still verifies over its full vocabulary, so
+the output is exactly what it would be without drafting; a token the reduced head cannot propose only
+costs acceptance. Sampling stays lossless too: q is a proper distribution over the full vocabulary that
+is zero outside the kept ids, and the verify rule needs nothing more. This module never touches a cache.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from speczoo.kernels.pack import STRIP
+from speczoo.kernels.quantized import select_strips
+
+MAX_EXTRA_STRIPS = 256      # most head strips (16 ids each) kept for a prompt's rarer ids
+
+
+class ReducedHead(nn.Module):
+    """logits [R, V] for final-normed rows h [R, D]: real logits for the kept ids, -inf elsewhere."""
+
+    def __init__(self, model, n_common: int):
+        super().__init__()
+        self.model_head = model.lm_head
+        self.vocab = model.args.vocab_size
+        n_common = min(n_common, self.vocab) // STRIP * STRIP
+        self.common = select_strips(model.lm_head, torch.arange(n_common // STRIP)) if n_common else None
+        if self.common is None:
+            raise ValueError(f"a reduced draft head needs a compiled q4/q8 LM head and at least {STRIP} "
+                             f"common ids; got {type(model.lm_head).__name__} and {n_common}")
+        self.n_common = n_common
+        self.extra: nn.Module | None = None       # the strips of the prompt's rarer ids
+        self.extra_cols = torch.zeros(0, dtype=torch.long)
+
+    def keep(self, ids: list[int]) -> None:
+        """Also score these ids (a prompt's) past the common block: the head strips that hold them."""
+        full = self.vocab // STRIP                  # whole strips only (a partial last one is left out)
+        strips = sorted({i // STRIP for i in ids if self.n_common <= i < self.vocab and i // STRIP < full})
+        strips = strips[:MAX_EXTRA_STRIPS]
+        if not strips:
+            self.extra, self.extra_cols = None, torch.zeros(0, dtype=torch.long)
+            return
+        st = torch.tensor(strips, dtype=torch.long)
+        self.extra = select_strips(self.model_head, st)
+        self.extra_cols = (st[:, None] * STRIP + torch.arange(STRIP)).flatten()     # [E] ids, E = 16 * strips
+
+    def forward(self, h: Tensor) -> Tensor:  # h: [R, D] -> [R, V]
+        out = torch.full((h.shape[0], self.vocab), -torch.inf)
+        out[:, : self.n_common] = self.common(h)
+        if self.extra is not None:
+            out[:, self.extra_cols] = self.extra(h)                          # [R, E]
+        return out

@@ -1,0 +1,83 @@
+"""The reduced-vocabulary draft head and the strip selection it is built on: the kept ids get exactly
+the full head's logits, every other id -inf, and drafting with it stays lossless."""
+
+import pytest
+import torch
+
+from tiny import tiny_model
+
+from speczoo.cache import KVCache
+from speczoo.events import DoneEvent, GenerationRequest
+from speczoo.kernels.linear import get_backend
+from speczoo.kernels.quantized import select_strips
+from speczoo.spec.drafters.draft_head import ReducedHead
+from speczoo.spec.drafters.draft_model import DraftModelDrafter
+from speczoo.spec.drafters.ngram import NgramDrafter
+from speczoo.spec.engine import Engine
+from speczoo.spec.reference import IdTokenizer
+
+
+@pytest.mark.parametrize("backend", ["q4", "q8"])
+def test_selected_strips_compute_exactly_the_full_columns(backend):
+    be = get_backend(backend)
+    w = torch.randn(96, 300, generator=torch.Generator().manual_seed(0))
+    full = be.build(be.pack(w), torch.randn(96))
+    x = torch.randn(5, 300)
+    y = full(x)                                                         # [5, 96]
+    lead = select_strips(full, torch.arange(3))                         # outputs 0..47, shared memory
+    assert lead.qs.data_ptr() == full.qs.data_ptr() if backend == "q4" else lead.w8.data_ptr() == full.w8.data_ptr()
+    assert torch.equal(lead(x), y[:, :48])
+    pick = select_strips(full, torch.tensor([5, 1]))                    # outputs 80..95 then 16..31
+    assert torch.equal(pick(x), torch.cat((y[:, 80:96], y[:, 16:32]), dim=1))
+
+
+def test_strip_selection_refuses_what_it_cannot_do():
+    fp32 = get_backend("fp32")
+    assert select_strips(fp32.build(fp32.pack(torch.randn(32, 16)), None), torch.arange(1)) is None
+    q4 = get_backend("q4")
+    mod = q4.build(q4.pack(torch.randn(32, 256)), None)
+    with pytest.raises(ValueError, match="within"):
+        select_strips(mod, torch.tensor([2]))
+    with pytest.raises(ValueError, match="within"):
+        select_strips(mod, torch.zeros(0, dtype=torch.long))
+
+
+def test_reduced_head_keeps_common_and_prompt_ids_only():
+    model, args = tiny_model("qwen2", backend="q4", vocab=256)
+    head = ReducedHead(model, 64)
+    t = torch.tensor([3, 200, 7])
+    full = model(t, torch.arange(3), KVCache(args, 16)).logits
+    red = model(t, torch.arange(3), KVCache(args, 16), head=head).logits
+    assert torch.equal(red[:, :64], full[:, :64])
+    assert torch.isneginf(red[:, 64:]).all()
+    head.keep([5, 200, 131])                                           # strips 12 (192..207) and 8 (128..143)
+    red = model(t, torch.arange(3), KVCache(args, 16), head=head).logits
+    kept = torch.zeros(256, dtype=torch.bool)
+    kept[:64] = kept[128:144] = kept[192:208] = True
+    assert torch.equal(red[:, kept], full[:, kept])
+    assert torch.isneginf(red[:, ~kept]).all()
+    with pytest.raises(ValueError, match="compiled"):
+        ReducedHead(tiny_model("qwen2", backend="fp32")[0], 64)
+
+
+def test_drafting_with_a_reduced_head_is_lossless():
+    target, args = tiny_model("qwen2", backend="q4", vocab=256, seed=0)
+    draft, _ = tiny_model("qwen2", backend="q4", vocab=256, seed=0)    # the model itself: high acceptance
+    head = ReducedHead(draft, 32)
+    dcache = KVCache(args, 200, extra=40)
+
+    def factory(req):
+        d = DraftModelDrafter(draft, dcache, req.sampling, head=head)
+        d.reset()
+        return d
+
+    eng = Engine(target, KVCache(args, 200, extra=40), IdTokenizer(), {"ngram": lambda r: NgramDrafter(r.ngram),
+                                                                       "draft": factory}, [], 200)
+    prompt = [int(i) for i in torch.randint(0, 256, (20,), generator=torch.Generator().manual_seed(2))]
+    outs = {}
+    for spec in ("off", "draft"):
+        *_, done = eng.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=40, spec=spec, k=4))
+        assert isinstance(done, DoneEvent)
+        outs[spec] = done
+    assert outs["draft"].ids == outs["off"].ids
+    assert outs["draft"].stats.drafted > 0
