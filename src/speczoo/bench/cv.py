@@ -32,7 +32,8 @@ class CvResult:
 
 
 def measure_cv(model, args, sizes: list[int], context: int = 64, repeats: int = 7, warmup: int = 2,
-               seed: int = 0) -> CvResult:
+               seed: int = 0, head=None) -> CvResult:
+    """head: an LM-head stand-in for the forward (a draft's reduced head, see spec/drafters/draft_head.py)."""
     if 1 not in sizes:
         sizes = [1, *sizes]
     g = torch.Generator().manual_seed(seed)
@@ -46,7 +47,7 @@ def measure_cv(model, args, sizes: list[int], context: int = 64, repeats: int = 
                 toks = torch.randint(0, args.vocab_size, (s,), generator=g)
                 pos = torch.arange(context, context + s)
                 t0 = time.perf_counter()
-                model(toks, pos, cache)
+                model(toks, pos, cache, head=head)
                 dt = time.perf_counter() - t0
                 cache.truncate(context)
                 if rep >= warmup:
@@ -62,7 +63,8 @@ def profile_path(loaded) -> Path:
 
 
 def load_or_measure(loaded, remeasure: bool = False) -> dict:
-    """The model's cost profile {"ms": {S: ms}, "cv": {S: c_v}} on its backend, cached in the bundle.
+    """The model's cost profile {"ms": {S: ms}, "cv": {S: c_v}} on its backend, cached in the bundle,
+    plus "draft_ms": its decode step when drafting with the reduced-vocabulary head (when it has one).
 
     Measured once (a few seconds) the first time a runtime needs it, then read back; `speczoo cv MODEL
     --save` re-measures it (do that on a quiet machine: a busy one inflates every figure).
@@ -73,11 +75,39 @@ def load_or_measure(loaded, remeasure: bool = False) -> dict:
     if path.is_file() and not remeasure:
         return json.loads(path.read_text())
     res = measure_cv(loaded.model, loaded.args, PROFILE_SIZES, context=64, repeats=3, warmup=1)
+    data = profile_data(loaded, res)
+    write_profile(loaded, data)
+    return data
+
+
+def profile_data(loaded, res: CvResult, repeats: int = 3) -> dict:
+    """The profile to store: the c_v table, plus the reduced-head draft step ("draft_ms") when it has one."""
     data = res.to_json(loaded.name, loaded.backend)
+    head = draft_head(loaded)
+    if head is not None:
+        data["draft_ms"] = round(measure_cv(loaded.model, loaded.args, [1], context=64, repeats=repeats,
+                                            warmup=1, head=head).ms[1], 3)
+    return data
+
+
+def write_profile(loaded, data: dict) -> None:
+    import json
+
+    path = profile_path(loaded)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(path)
-    return data
+
+
+def draft_head(loaded):
+    """The reduced head the model drafts with (spec/drafters/draft_model.py), or None."""
+    from speczoo.kernels.quantized import Q4Native, Q8Native
+    from speczoo.spec.drafters.draft_head import ReducedHead
+    from speczoo.spec.drafters.draft_model import DRAFT_HEAD_VOCAB
+
+    if type(loaded.model.lm_head) not in (Q4Native, Q8Native) or DRAFT_HEAD_VOCAB >= loaded.args.vocab_size:
+        return None
+    return ReducedHead(loaded.model, DRAFT_HEAD_VOCAB)
 
 
 def runtime_costs(target, draft=None, round_overhead: float = 0.02, remeasure: bool = False):
@@ -89,6 +119,6 @@ def runtime_costs(target, draft=None, round_overhead: float = 0.02, remeasure: b
     draft_cost = {"ngram": 0.0, "ngram-tree": 0.0}
     if draft is not None:
         d = load_or_measure(draft, remeasure)
-        draft_cost["draft"] = d["ms"]["1"] / t["ms"]["1"]
+        draft_cost["draft"] = d.get("draft_ms", d["ms"]["1"]) / t["ms"]["1"]   # profiles before draft_ms: full head
     return Costs(cv=CvCurve.measured(t["cv"], source=str(profile_path(target))), draft_cost=draft_cost,
                  round_overhead=round_overhead)

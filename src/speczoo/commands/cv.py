@@ -29,14 +29,18 @@ def run(args) -> int:
              else sorted({1, 2, 3, 5, 9, args.max_s} & set(range(1, args.max_s + 1))))
     m = load(args.model, args.backend)
     res = measure_cv(m.model, m.args, sizes, context=args.context, repeats=args.repeats)
+    data = res.to_json(args.model, m.backend)
     if args.save:
-        from speczoo.bench.cv import profile_path
-        profile_path(m).write_text(json.dumps(res.to_json(args.model, m.backend), indent=1))
+        from speczoo.bench.cv import profile_data, write_profile
+        data = profile_data(m, res, args.repeats)
+        write_profile(m, data)
     if args.json:
-        print(json.dumps(res.to_json(args.model, m.backend)))
+        print(json.dumps(data))
         return 0
     print(f"{args.model} backend {m.backend}, context {args.context}, median of {args.repeats}")
     print(f"{'S':>4} {'ms':>9} {'c_v':>6}")
     for s, ms in res.ms.items():
         print(f"{s:>4} {ms:>9.2f} {res.cv[s]:>6.2f}")
+    if "draft_ms" in data:
+        print(f"as a draft (reduced-vocabulary head): {data['draft_ms']:.2f} ms per step")
     return 0

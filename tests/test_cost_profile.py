@@ -1,0 +1,44 @@
+"""The cost profile a runtime reads (bench/cv.py): measured once, cached in the bundle, with the draft's
+reduced-head step; the controller's draft cost comes from it."""
+
+import json
+from pathlib import Path
+
+from tiny import tiny_model
+
+from speczoo.bench.cv import load_or_measure, profile_path, runtime_costs
+from speczoo.runtime import LoadedModel
+
+
+def loaded(tmp_path: Path, name: str, backend: str, **over) -> LoadedModel:
+    model, args = tiny_model("qwen2", backend=backend, vocab=512, **over)
+    d = tmp_path / name
+    d.mkdir()
+    return LoadedModel(name=name, path=d, args=args, model=model, tokenizer=None, backend=backend)
+
+
+def test_profile_is_measured_once_and_holds_the_draft_step(tmp_path, monkeypatch):
+    monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
+    m = loaded(tmp_path, "small", "q4")
+    data = load_or_measure(m)
+    assert set(data["ms"]) == {"1", "2", "3", "5", "9", "17"} and data["cv"]["1"] == 1.0
+    assert data["draft_ms"] > 0
+    assert json.loads(profile_path(m).read_text()) == data
+    profile_path(m).write_text(json.dumps({**data, "draft_ms": 123.0}))
+    assert load_or_measure(m)["draft_ms"] == 123.0                  # read back, not re-measured
+    assert load_or_measure(m, remeasure=True)["draft_ms"] != 123.0
+
+
+def test_draft_cost_uses_the_reduced_head_step_when_profiled(tmp_path, monkeypatch):
+    monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
+    target, draft = loaded(tmp_path, "t", "q4"), loaded(tmp_path, "d", "q4")
+    t = load_or_measure(target)
+    d = load_or_measure(draft)
+    costs = runtime_costs(target, draft)
+    assert abs(costs.draft_cost["draft"] - d["draft_ms"] / t["ms"]["1"]) < 1e-9
+    profile_path(draft).write_text(json.dumps({k: v for k, v in d.items() if k != "draft_ms"}))
+    assert abs(runtime_costs(target, draft).draft_cost["draft"] - d["ms"]["1"] / t["ms"]["1"]) < 1e-9
+
+
+def test_fp32_models_have_no_draft_step(tmp_path):
+    assert "draft_ms" not in load_or_measure(loaded(tmp_path, "f", "fp32"))
