@@ -22,7 +22,7 @@ import torch
 from speczoo.errors import CacheFullError
 from speczoo.events import DoneEvent, GenerationRequest, Stats, TokenEvent
 from speczoo import sampling
-from speczoo.spec.drafters.base import Drafter
+from speczoo.spec.drafters.base import Drafter, FeatureTaps
 from speczoo.spec.controller import Costs
 from speczoo.spec.policy import make_policy
 from speczoo.spec.textstream import TextStream
@@ -76,10 +76,14 @@ class Engine:
     # -- target calls -----------------------------------------------------------------------
     def _forward(self, ids: list[int]) -> torch.Tensor:
         """Run the target over `ids` at the next positions; returns logits [S, V]."""
+        return self._forward_out(ids).logits
+
+    def _forward_out(self, ids: list[int], layers: tuple[int, ...] = ()):
+        """The same forward's whole output: logits [S, V] and the hidden states [S, D] of `layers`."""
         start = self.cache.length
         tokens = torch.tensor(ids, dtype=torch.long)
         positions = torch.arange(start, start + len(ids), dtype=torch.long)
-        return self.target(tokens, positions, self.cache).logits
+        return self.target(tokens, positions, self.cache, hidden_layers=layers)
 
     def score(self, ids: list[int]) -> torch.Tensor:
         """The target's logits [V] for the token after `ids` (a fresh prefill; for diagnostics)."""
@@ -102,15 +106,18 @@ class Engine:
         for name in names:
             drafters[name] = self.drafters[name](req)
         policy = make_policy(req, names, self.costs)
+        taps = FeatureTaps(drafters.values())          # target hidden states the drafters read (EAGLE)
         stream = TextStream(self.tokenizer, req.stop)
         stats = Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec)
 
         self.cache.reset()
         t0 = time.perf_counter()
-        logits = self._forward(req.prompt_ids)[-1:]                      # [1, V]
+        fwd = self._forward_out(req.prompt_ids, taps.layers)
+        logits = fwd.logits[-1:]                                         # [1, V]
         pending = self._pick(logits, req, gen)[0]
         for d in drafters.values():
             d.prefill(req.prompt_ids)
+        taps.send(fwd.hidden)
         t1 = time.perf_counter()
         stats.prefill_seconds = t1 - t0
         context = list(req.prompt_ids)
@@ -134,19 +141,21 @@ class Engine:
                 else:
                     if is_chain(draft.parents):
                         base = self.cache.length
-                        logits = self._forward([pending] + draft.tokens)    # [K+1, V]
+                        fwd = self._forward_out([pending] + draft.tokens, taps.layers)
+                        logits = fwd.logits                                 # [K+1, V]
                         if greedy:
                             verdict = verify_greedy(draft, logits.argmax(-1).tolist())
                         else:
                             verdict = verify_sampling(draft, sampling.probs(logits, req.sampling), gen)
                         accepted = verdict.accepted
                         self.cache.truncate(base + 1 + accepted)
+                        taps.send(fwd.hidden, slice(0, 1 + accepted))
                         new = [pending] + draft.tokens[:accepted]
                         if drafting:
                             drafters[choice.drafter].commit(accepted)
                             policy.update(choice.drafter, draft.k, accepted)
                     else:                                                   # a token tree (drafting)
-                        verdict, judged = self._verify_tree(pending, draft, req, gen)
+                        verdict, judged = self._verify_tree(pending, draft, req, gen, taps)
                         accepted = verdict.accepted
                         new = [pending] + [draft.tokens[i] for i in verdict.path]
                         drafters[choice.drafter].commit_path(verdict.path)
@@ -179,21 +188,24 @@ class Engine:
             yield TokenEvent(ids=[], text=tail)
         yield DoneEvent(finish_reason=finish, text=stream.text, ids=out, stats=stats)
 
-    def _verify_tree(self, pending: int, draft: Draft, req: GenerationRequest, gen) -> tuple[Verdict, int]:
+    def _verify_tree(self, pending: int, draft: Draft, req: GenerationRequest, gen,
+                     taps: FeatureTaps = FeatureTaps(())) -> tuple[Verdict, int]:
         """One target forward over [a0] + the tree's N nodes (tree mask, tree positions), the tree verify,
         then the accepted path's K/V moved next to the prefix. Returns the verdict and how many draft
         tokens the target judged along its path (for the controller's acceptance estimate)."""
         layout = TreeLayout.from_parents(draft.parents)
         base = self.cache.length
         tokens = torch.tensor([pending] + draft.tokens, dtype=torch.long)          # [N+1]
-        logits = self.target(tokens, layout.positions(base), self.cache,
-                             tree_mask=layout.mask).logits                          # [N+1, V]
+        fwd = self.target(tokens, layout.positions(base), self.cache, tree_mask=layout.mask,
+                          hidden_layers=taps.layers)
+        logits = fwd.logits                                                         # [N+1, V]
         if req.sampling.greedy:
             verdict = verify_tree_greedy(draft, layout, logits.argmax(-1).tolist())
         else:
             verdict = verify_tree_sampling(draft, layout, sampling.probs(logits, req.sampling), gen)
         self.cache.compact([base + 1 + i for i in verdict.path], base + 1)
         self.cache.truncate(base + 1 + verdict.accepted)
+        taps.send(fwd.hidden, torch.tensor([0] + [1 + i for i in verdict.path]))
         return verdict, layout.judged(verdict.path)
 
     def _pick(self, logits: torch.Tensor, req: GenerationRequest, gen) -> list[int]:

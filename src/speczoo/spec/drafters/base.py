@@ -3,18 +3,24 @@
 A drafter owns only its own state (an n-gram index, a draft model's KV cache). It never touches the
 target's cache and never decides acceptance: the engine calls `propose`, verifies with the pure
 functions in `spec.verify`, then tells the drafter how many draft tokens survived with `commit` (a
-chain) or which nodes did with `commit_path` (a token tree).
+chain) or which nodes did with `commit_path` (a token tree). A drafter that reads the target's own
+hidden states (EAGLE) names their layers in `hidden_layers`; the engine then asks the target forward
+for them and hands over the committed positions' rows through `observe` (see FeatureTaps).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
+
+from torch import Tensor
 
 from speczoo.spec.types import Draft
 
 
 class Drafter(ABC):
     name: str = ""
+    hidden_layers: tuple[int, ...] = ()   # target layers (residual after layer i) read through `observe`
 
     @abstractmethod
     def reset(self) -> None:
@@ -43,3 +49,27 @@ class Drafter(ABC):
         a token-tree draft. Default: as many accepted as the path is long, for drafters whose state
         holds committed tokens only and re-syncs from the next context."""
         self.commit(len(path))
+
+    def observe(self, hidden: list[Tensor]) -> None:
+        """The target's hidden states [R, D] at `hidden_layers` (in that order) for the R positions just
+        committed, oldest first: the prompt after the prefill, then [a0] + the accepted draft after each
+        round, whether this drafter drafted or not. Default: not read."""
+
+
+class FeatureTaps:
+    """The engine's side of `observe`: which target layers a request's drafters read, and the hand-over.
+
+    layers: the union of the drafters' hidden_layers in first-seen order, what the engine passes as the
+    target forward's hidden_layers (empty when no drafter reads any: the forward then returns none).
+    """
+
+    def __init__(self, drafters: Iterable[Drafter]):
+        self.readers = [d for d in drafters if d.hidden_layers]
+        layers = list(dict.fromkeys(layer for d in self.readers for layer in d.hidden_layers))
+        self.layers = tuple(layers)
+        self._picks = [[layers.index(layer) for layer in d.hidden_layers] for d in self.readers]
+
+    def send(self, hidden: list[Tensor], rows: Tensor | slice | None = None) -> None:
+        """Hand every reader its layers' states of the committed rows of one forward (`rows`; None: all)."""
+        for d, pick in zip(self.readers, self._picks):
+            d.observe([hidden[j] if rows is None else hidden[j][rows] for j in pick])
