@@ -44,7 +44,7 @@ def corpus(tmp_path):
 
 
 def options(out, corpus, steps, resume=False, name=None) -> EagleTrainOptions:
-    return EagleTrainOptions(out=out, corpus=[corpus], max_tokens=64 * 32, seq_len=64, shard_seqs=4,
+    return EagleTrainOptions(out=out, corpus=[corpus], max_tokens=64 * 30, seq_len=64, shard_seqs=4,
                              draft_vocab=100, name=name, resume=resume,
                              train=TrainConfig(steps=steps, batch=4, lr=3e-3, warmup=5, ttt_steps=3,
                                                checkpoint_every=5, progress=False))
@@ -54,7 +54,7 @@ def test_train_eagle_end_to_end(tmp_path, corpus, monkeypatch):
     monkeypatch.setenv("SPECZOO_HOME", str(tmp_path / "home"))
     target = tiny_target()
     rep = train_eagle(target, options(tmp_path / "run", corpus, steps=40, name="tiny-eagle"))
-    assert rep.features.tokens == 64 * 32 and rep.features.new_tokens == 64 * 32
+    assert rep.features.tokens == 64 * 30 and rep.features.new_tokens == 64 * 30   # 7 shards of 4, one of 2
     losses = rep.result.state.losses
     assert len(losses) == 40
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5

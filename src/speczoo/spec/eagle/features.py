@@ -92,8 +92,9 @@ class FeatureManifest:
     seq_len: int                    # L
     corpus: str                     # digest of the corpus file list
     seed: int
-    shard_seqs: int                 # chunks per shard
+    shard_seqs: int                 # chunks per shard (the last one may hold fewer)
     shards: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)   # chunks in each shard
     seconds: float = 0.0            # extraction time so far
 
     def same_source(self, other: FeatureManifest) -> list[str]:
@@ -143,7 +144,7 @@ def extract(model, chunks: Iterable[list[int]], want: FeatureManifest, out_dir: 
         man = want
         man.write(out_dir)
     seq_len, per_shard = man.seq_len, man.shard_seqs
-    done_seqs = len(man.shards) * per_shard
+    done_seqs = sum(man.sizes)
     target_seqs = max_tokens // seq_len
     if done_seqs >= target_seqs:
         return ExtractStats(tokens=done_seqs * seq_len, new_tokens=0, seconds=0.0)
@@ -158,8 +159,6 @@ def extract(model, chunks: Iterable[list[int]], want: FeatureManifest, out_dir: 
     for i, chunk in enumerate(chunks):
         if i < done_seqs:
             continue
-        if len(man.shards) * per_shard >= target_seqs:
-            break
         t0 = time.perf_counter()
         tokens = torch.tensor(chunk, dtype=torch.long)                       # [L]
         cache.reset()
@@ -173,13 +172,18 @@ def extract(model, chunks: Iterable[list[int]], want: FeatureManifest, out_dir: 
         new_tokens += seq_len
         bar.update(seq_len)
         bar.set_postfix(tok_s=f"{new_tokens / seconds:.0f}")
-        if len(feats) == per_shard:
+        if len(feats) == per_shard or done_seqs + new_tokens // seq_len >= target_seqs:
             man.seconds += seconds - written
             written = seconds
             _write_shard(out_dir, man, feats, ids, top1)
             feats, ids, top1 = [], [], []
+        if done_seqs + new_tokens // seq_len >= target_seqs:
+            break
     bar.close()
-    return ExtractStats(tokens=len(man.shards) * per_shard * seq_len, new_tokens=new_tokens, seconds=seconds)
+    if feats:                                  # the corpus ended inside a shard
+        man.seconds += seconds - written
+        _write_shard(out_dir, man, feats, ids, top1)
+    return ExtractStats(tokens=sum(man.sizes) * seq_len, new_tokens=new_tokens, seconds=seconds)
 
 
 def _write_shard(out_dir: Path, man: FeatureManifest, feats: list[Tensor], ids: list[Tensor],
@@ -189,6 +193,7 @@ def _write_shard(out_dir: Path, man: FeatureManifest, feats: list[Tensor], ids: 
     save_file({"features": torch.stack(feats), "ids": torch.stack(ids), "top1": torch.stack(top1)}, str(tmp))
     os.replace(tmp, out_dir / name)
     man.shards.append(name)
+    man.sizes.append(len(feats))
     man.write(out_dir)
 
 
@@ -203,9 +208,10 @@ class FeatureSet:
         if not self.manifest.shards:
             raise ValueError(f"the feature cache in {self.dir} has no shards yet: extract features first")
         self._files = [safe_open(str(self.dir / s), framework="pt") for s in self.manifest.shards]
+        self._where = [(sh, row) for sh, n in enumerate(self.manifest.sizes) for row in range(n)]
 
     def __len__(self) -> int:
-        return len(self.manifest.shards) * self.manifest.shard_seqs
+        return len(self._where)
 
     @property
     def tokens(self) -> int:
@@ -213,10 +219,9 @@ class FeatureSet:
 
     def get(self, index: list[int]) -> tuple[Tensor, Tensor, Tensor]:
         """features [B, L, 3D] float32, ids [B, L] int64, top1 [B, L] int64 of the chunks `index`."""
-        per = self.manifest.shard_seqs
         f, i, t = [], [], []
         for n in index:
-            sh, row = divmod(n, per)
+            sh, row = self._where[n]
             h = self._files[sh]
             f.append(h.get_slice("features")[row:row + 1])
             i.append(h.get_slice("ids")[row:row + 1])

@@ -142,9 +142,17 @@ class EagleHead(nn.Module):
         return draft_ids + self.d2t[draft_ids]
 
     def init_from_target(self, lm_head: Tensor, norm: Tensor) -> None:
-        """Start the LM head and final norm from the target's (rows of the draft vocabulary): the head's
-        output then only has to resemble the target's last hidden state to predict well."""
+        """Warm start from the target: fc passes the high feature through, the layer's attention and MLP
+        branches start at zero (the layer starts as the identity), and the LM head and final norm are
+        the target's (rows of the draft vocabulary). The head's output then starts in the space the
+        target's LM head reads; training teaches the layer the one-position step ahead."""
+        d = self.cfg.hidden_size
+        layer = self.layers[0]
         with torch.no_grad():
+            self.fc.weight.zero_()
+            self.fc.weight[:, 2 * d:].copy_(torch.eye(d))
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
             self.lm_head.weight.copy_(lm_head[self.draft_to_target.cpu()].float())
             self.norm.weight.copy_(norm.float())
 

@@ -1,0 +1,72 @@
+"""`speczoo train-eagle TARGET --out DIR`: train an EAGLE-3 head for TARGET by self-distillation."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "train-eagle", help="train an EAGLE-3 draft head for a target (self-distillation on a local corpus)",
+        description="Extract the target's features over a local corpus (cached in DIR/features), train an "
+                    "EAGLE-3 head on them with the training-time test (checkpoints in DIR/checkpoint), write it "
+                    "in the speculators format (DIR/head) and install it as the zoo entry --name, usable as "
+                    "--spec eagle:NAME.")
+    p.add_argument("target", help="target model: zoo name or path (pulled)")
+    p.add_argument("--corpus", nargs="+", type=Path, default=None,
+                   help="files or directories of text (default: the Python standard library's source)")
+    p.add_argument("--out", required=True, type=Path, help="work directory (features, checkpoints, head)")
+    p.add_argument("--name", default=None,
+                   help="install the head as this zoo entry (must contain 'eagle'; default TARGET-eagle3)")
+    p.add_argument("--steps", type=int, default=1000, help="total training steps (default 1000)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.add_argument("--device", default="cpu", help="where the head trains: cpu or cuda (default cpu)")
+    p.add_argument("--tokens", type=int, default=200_000, help="tokens of features to extract (default 200k)")
+    p.add_argument("--seq-len", type=int, default=512, help="tokens per training chunk (default 512)")
+    p.add_argument("--batch", type=int, default=4, help="chunks per step (default 4)")
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--ttt-steps", type=int, default=3, help="training-time-test depth (default 3)")
+    p.add_argument("--draft-vocab", type=int, default=32_000, help="draft vocabulary size (default 32000)")
+    p.add_argument("--ffn-dim", type=int, default=None, help="the head's MLP width (default: the target's)")
+    p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default=None, help="the target's linear backend for feature extraction "
+                   "(default: the one it runs with)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from safetensors.torch import load_file
+
+    from speczoo.runtime import load
+    from speczoo.spec.eagle.pipeline import EagleTrainOptions, Target, train_eagle
+    from speczoo.spec.eagle.train import TrainConfig
+
+    if args.device not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda: this torch build sees no CUDA device; use --device cpu")
+    name = args.name or f"{Path(args.target).name}-eagle3"
+    t = load(args.target, args.backend)
+    tok = t.tokenizer
+    target = Target(name=args.target, model=t.model, tensors=load_file(str(t.path / "weights.safetensors")),
+                    encode=tok.encode, separator=min(tok.eos_ids) if tok.eos_ids else None,
+                    eos_ids=tuple(tok.eos_ids))
+    opts = EagleTrainOptions(
+        out=args.out, corpus=args.corpus, max_tokens=args.tokens, seq_len=args.seq_len,
+        draft_vocab=args.draft_vocab, ffn_dim=args.ffn_dim, name=name, resume=args.resume,
+        train=TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, ttt_steps=args.ttt_steps,
+                          seed=args.seed, device=args.device, checkpoint_every=args.checkpoint_every))
+    rep = train_eagle(target, opts)
+    f, r = rep.features, rep.result
+    acc = r.recent_acc()
+    print(f"features: {f.tokens} tokens cached ({f.new_tokens} new, {f.tok_s:.0f} tok/s)", file=sys.stderr)
+    print(f"training: step {r.state.step}, {r.steps_run} steps this run at {r.steps_per_s:.2f} steps/s "
+          f"({r.steps_per_s * r.tokens_per_step:.0f} tok/s); loss {r.state.losses[-1]:.3f}; "
+          f"top-1 agreement by step (last 20) {' / '.join(f'{a:.2f}' for a in acc)}", file=sys.stderr)
+    print(f"head: {rep.head_dir}" + (f", installed as {rep.installed.name} (--spec eagle:{rep.installed.name})"
+                                     if rep.installed else ""))
+    return 0

@@ -1,0 +1,159 @@
+"""The EAGLE drafter through the engine, on a tiny random target and a head trained on it in seconds:
+greedy chains and trees are lossless, the head cache holds exactly the committed rows (== a fresh
+recompute), trees follow the head's ranking, and sampled chains carry a proper q."""
+
+import pytest
+import torch
+
+from speczoo.cache import KVCache
+from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
+from speczoo.spec.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
+from speczoo.spec.eagle.pipeline import EagleTrainOptions, Target, train_eagle
+from speczoo.spec.eagle.train import TrainConfig
+from speczoo.spec.eagle.io import load_head
+from speczoo.spec.engine import MAX_K, Engine
+from speczoo.spec.reference import IdTokenizer
+from tiny import tiny_model, tiny_tensors
+
+VOCAB = 128
+INVARIANT = "fp32-rows"
+PROMPT = [5, 17, 33, 2, 90, 61, 7, 7, 12, 40]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: OpenMP's thread hand-offs cost more than the math on a loaded 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(model, args, head): the tiny qwen2 target and a head trained on its features for 60 steps."""
+    torch.set_num_threads(1)
+    tmp = tmp_path_factory.mktemp("eagle")
+    corpus = tmp / "corpus"
+    corpus.mkdir()
+    g = torch.Generator().manual_seed(0)
+    for i in range(4):
+        (corpus / f"f{i}.txt").write_text(" ".join(str(int(x)) for x in torch.randint(0, 60, (500,), generator=g)))
+    model, args = tiny_model("qwen2", backend=INVARIANT, seed=3)
+    target = Target(name="tiny", model=model, tensors=tiny_tensors(args, seed=3),
+                    encode=lambda text: [b % (VOCAB - 1) for b in text.encode()], separator=VOCAB - 1)
+    opts = EagleTrainOptions(out=tmp / "run", corpus=[corpus], max_tokens=64 * 48, seq_len=64, shard_seqs=8,
+                             draft_vocab=VOCAB, train=TrainConfig(steps=80, batch=8, lr=3e-3, warmup=5,
+                                                                 checkpoint_every=80, progress=False))
+    rep = train_eagle(target, opts)
+    return model, args, load_head(rep.head_dir, model.embed)
+
+
+def engine(model, args, head, tree=None, max_seq=128) -> Engine:
+    return Engine(model, KVCache(args, max_seq, extra=MAX_K + 1), IdTokenizer(),
+                  {"eagle": make_eagle_drafter(head, max_seq, tree)}, eos_ids=[], max_seq=max_seq)
+
+
+def run(eng, **kw) -> DoneEvent:
+    *events, done = eng.generate(GenerationRequest(**kw))
+    assert sum((e.ids for e in events), []) == done.ids
+    return done
+
+
+@pytest.mark.parametrize("tree", [None, TreeShape(depth=4, branch=3)], ids=["chain", "tree"])
+def test_eagle_is_lossless_and_accepts(trained, tree):
+    model, args, head = trained
+    eng = engine(model, args, head, tree)
+    plain = run(eng, prompt_ids=PROMPT, max_new_tokens=60)
+    spec = run(eng, prompt_ids=PROMPT, max_new_tokens=60, spec="eagle", k=6 if tree is None else 12)
+    assert spec.ids == plain.ids
+    assert spec.stats.accepted_per_round > 1.0, spec.stats        # chain ~1.9, tree ~2.3 here
+
+
+def test_head_cache_holds_the_committed_rows(trained):
+    """After a generation the head cache equals a fresh head cache fed every committed row at once
+    (rollback == recompute); drafting never leaves rows behind."""
+    model, args, head = trained
+    made: list[EagleDrafter] = []
+    factory = make_eagle_drafter(head, 128)
+    eng = engine(model, args, head)
+    eng.drafters = {"eagle": lambda req: made.append(factory(req)) or made[-1]}
+    done = run(eng, prompt_ids=PROMPT, max_new_tokens=30, spec="eagle", k=5)
+    d = made[-1]
+    committed = PROMPT + done.ids
+    n = d.cache.length
+    assert n + sum(p.shape[0] for p in d.pending) == d.observed      # the rest awaits the next proposal
+    assert n >= len(committed) - 8
+    out = model(torch.tensor(committed[:n]), torch.arange(n), KVCache(args, 128),
+                hidden_layers=head.cfg.target_layers)
+    fresh = KVCache(head.kv_args(), 128)
+    head.step(torch.tensor(committed[1:n + 1]), head.fuse(torch.cat(out.hidden, -1)), torch.arange(1, n + 1), fresh)
+    torch.testing.assert_close(d.cache.k[0][:, :n], fresh.k[0][:, :n], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(d.cache.v[0][:, :n], fresh.v[0][:, :n], atol=1e-4, rtol=1e-4)
+
+
+def feed(head, model, args, context: list[int], tree=None) -> EagleDrafter:
+    """A drafter that has observed the target's features of every position but the last of `context`."""
+    d = EagleDrafter(head, KVCache(head.kv_args(), 128), tree=tree)
+    out = model(torch.tensor(context[:-1]), torch.arange(len(context) - 1), KVCache(args, 128),
+                hidden_layers=head.cfg.target_layers)
+    d.observe(out.hidden)
+    return d
+
+
+def test_propose_without_the_features_is_an_error(trained):
+    model, args, head = trained
+    d = feed(head, model, args, PROMPT)
+    with pytest.raises(RuntimeError, match="observe"):
+        d.propose(PROMPT + [3], 4)
+
+
+def test_one_branch_tree_is_the_chain(trained):
+    model, args, head = trained
+    ctx = PROMPT + [3]
+    chain = feed(head, model, args, ctx).propose(ctx, 5)
+    tree = feed(head, model, args, ctx, TreeShape(depth=5, branch=1)).propose(ctx, 5)
+    assert tree.tokens == chain.tokens and tree.parents == [-1, 0, 1, 2, 3]
+
+
+def test_tree_nodes_are_the_heads_top_children(trained):
+    """Every node is among the top-`branch` tokens the head predicts after its parent's path (computed
+    again as a plain chain), and parents come before children within the budget."""
+    model, args, head = trained
+    ctx = PROMPT + [3]
+    shape = TreeShape(depth=4, branch=3)
+    d = feed(head, model, args, ctx, shape)
+    draft = d.propose(ctx, 16)
+    assert draft.k == 16 and all(-1 <= p < i for i, p in enumerate(draft.parents))
+    assert d.cache.length == len(ctx) - 1
+    for i in range(draft.k):
+        path, node = [], draft.parents[i]
+        while node >= 0:
+            path.append(draft.tokens[node])
+            node = draft.parents[node]
+        path.reverse()
+        c = feed(head, model, args, ctx)
+        c._catch_up(ctx)
+        hidden, logits = c.last
+        for j, t in enumerate(path):
+            o = head.step(torch.tensor([t]), hidden, torch.tensor([len(ctx) + j]), c.cache)
+            hidden, logits = o.hidden, o.logits
+        top = head.to_target(torch.topk(logits[0], shape.branch).indices).tolist()
+        assert draft.tokens[i] in top, (i, path)
+
+
+def test_sampled_chain_carries_its_distribution(trained):
+    model, args, head = trained
+    ctx = PROMPT + [3]
+    d = feed(head, model, args, ctx)
+    d.params = SamplingParams(temperature=0.8, top_p=0.95)
+    d.generator = torch.Generator().manual_seed(0)
+    draft = d.propose(ctx, 4)
+    assert draft.probs.shape == (4, VOCAB)
+    torch.testing.assert_close(draft.probs.sum(-1), torch.ones(4))
+    assert all(float(draft.probs[i, t]) > 0 for i, t in enumerate(draft.tokens))
+    assert float(draft.probs[:, ~head.t2d].sum()) == 0.0
+    eng = engine(model, args, head)
+    done = run(eng, prompt_ids=PROMPT, max_new_tokens=20, spec="eagle", k=4,
+               sampling=SamplingParams(temperature=0.8, seed=1))
+    assert len(done.ids) == 20
