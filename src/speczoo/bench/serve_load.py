@@ -1,0 +1,187 @@
+"""The server under load: N concurrent streaming clients on one served runtime, each answer checked
+against the same request served alone, and the aggregate tok/s (`speczoo serve-load`).
+
+`run_serve_load(runtime, clients=8, max_tokens=64)` serves `runtime` through the real HTTP app on a
+free loopback port, sends every client's request alone (one after another: the reference answers),
+then all of them at once from `clients` threads. A client is a plain HTTP/1.1 streaming chat request
+(`stream: true`, usage included) read line by line with the standard library, as any OpenAI client
+would. The aggregate figure is the completion tokens of all concurrent clients over the wall time
+from the first request sent to the last `[DONE]` (prefills and queueing included).
+
+Nothing here loads a model (the caller hands in a runtime) or binds beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+# Short coding requests whose answers run well past 64 tokens, so every client generates its budget.
+LOAD_PROMPTS = (
+    "Write a Python function that checks whether a string is a palindrome, with a docstring and tests.",
+    "Implement binary search over a sorted list in Python and explain each step.",
+    "Write a Python class for a stack with push, pop, peek and is_empty, with docstrings.",
+    "Show how to read a CSV file in Python and compute the average of one column.",
+    "Write a recursive and an iterative Python function for the n-th Fibonacci number.",
+    "Explain Python list comprehensions with five examples of increasing difficulty.",
+    "Write a Python function that merges two sorted lists into one sorted list, with tests.",
+    "Implement a simple LRU cache class in Python without using functools.",
+)
+
+
+def load_prompt(i: int) -> str:
+    """Client i's request; distinct for every i (the list repeats with a numbered variant)."""
+    base = LOAD_PROMPTS[i % len(LOAD_PROMPTS)]
+    return base if i < len(LOAD_PROMPTS) else f"{base} (variant {i // len(LOAD_PROMPTS) + 1})"
+
+
+@dataclass
+class StreamResult:
+    """What one streaming client saw."""
+
+    text: str
+    finish_reason: str | None
+    completion_tokens: int
+    first_token_s: float    # request sent -> first piece of text
+    seconds: float          # request sent -> [DONE]
+    keepalives: int         # ': keep-alive' comments received
+
+
+def stream_chat(host: str, port: int, body: dict, api_key: str | None = None,
+                timeout: float = 600.0) -> StreamResult:
+    """POST a streaming chat completion and read it to `[DONE]`; raise on any non-200 or error event."""
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body).encode(), headers=headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError(f"the server answered {resp.status}: {resp.read(500).decode(errors='replace')}")
+        parts: list[str] = []
+        first = finish = usage = None
+        keepalives, done = 0, False
+        for raw in resp:
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if not line:
+                continue
+            if line.startswith(":"):
+                keepalives += 1
+                continue
+            if not line.startswith("data: "):
+                raise RuntimeError(f"not a server-sent event line: {line[:200]!r}")
+            data = line[len("data: "):]
+            if data == "[DONE]":
+                done = True
+                break
+            chunk = json.loads(data)
+            if "error" in chunk:
+                raise RuntimeError(f"the stream reported an error: {chunk['error'].get('message')}")
+            usage = chunk.get("usage") or usage
+            for choice in chunk["choices"]:
+                piece = choice["delta"].get("content")
+                if piece:
+                    first = first if first is not None else time.perf_counter() - t0
+                    parts.append(piece)
+                finish = choice.get("finish_reason") or finish
+        seconds = time.perf_counter() - t0
+    finally:
+        conn.close()
+    if not done:
+        raise RuntimeError("the stream ended without data: [DONE]")
+    if usage is None:
+        raise RuntimeError("the stream carried no usage chunk (stream_options.include_usage)")
+    return StreamResult(text="".join(parts), finish_reason=finish,
+                        completion_tokens=usage["completion_tokens"],
+                        first_token_s=first if first is not None else seconds, seconds=seconds,
+                        keepalives=keepalives)
+
+
+@dataclass
+class LoadResult:
+    model: str
+    spec: str
+    max_tokens: int
+    alone: list[StreamResult]       # each request served with the server otherwise idle
+    together: list[StreamResult]    # the same requests, all clients at once
+    wall_seconds: float             # the concurrent phase: first request sent -> last [DONE]
+
+    @property
+    def clients(self) -> int:
+        return len(self.together)
+
+    @property
+    def identical(self) -> int:
+        """Clients whose concurrent answer equals the same request served alone."""
+        return sum((a.text, a.finish_reason, a.completion_tokens) == (t.text, t.finish_reason,
+                                                                       t.completion_tokens)
+                   for a, t in zip(self.alone, self.together))
+
+    @property
+    def ok(self) -> bool:
+        return self.identical == self.clients and all(t.completion_tokens > 0 for t in self.together)
+
+    @property
+    def tokens(self) -> int:
+        return sum(t.completion_tokens for t in self.together)
+
+    @property
+    def aggregate_tok_s(self) -> float:
+        return self.tokens / self.wall_seconds
+
+    @property
+    def alone_tok_s(self) -> float:
+        """Tokens per second of the same requests sent one after another (the no-contention rate)."""
+        return sum(a.completion_tokens for a in self.alone) / sum(a.seconds for a in self.alone)
+
+    def lines(self) -> list[str]:
+        ttft = [t.first_token_s for t in self.together]
+        full = sum(t.completion_tokens == self.max_tokens for t in self.together)
+        return [
+            f"{self.clients} concurrent streaming clients on {self.model} (spec {self.spec}, greedy, "
+            f"max_tokens {self.max_tokens}); {full}/{self.clients} used their whole budget",
+            f"SERVE-LOAD IDENTICAL {self.identical}/{self.clients} {'PASS' if self.ok else 'FAIL'} "
+            f"(each answer vs the same request served alone)",
+            f"aggregate: {self.tokens} tokens in {self.wall_seconds:.2f} s = {self.aggregate_tok_s:.1f} tok/s "
+            f"(the same requests one at a time: {self.alone_tok_s:.1f} tok/s)",
+            f"time to first token: median {statistics.median(ttft):.2f} s, max {max(ttft):.2f} s "
+            f"(one generation at a time, FIFO)",
+        ]
+
+
+def run_serve_load(runtime, clients: int = 8, max_tokens: int = 64, spec: str = "auto",
+                   api_key: str | None = None) -> LoadResult:
+    """Serve `runtime` on loopback and measure `clients` concurrent streams (see the module doc)."""
+    from speczoo.serve.app import create_app
+    from speczoo.serve.background import BackgroundServer
+
+    if clients < 1 or max_tokens < 1:
+        raise ValueError(f"--clients and --max-tokens must be >= 1, got {clients} and {max_tokens}")
+    bodies = [{"model": runtime.name, "max_tokens": max_tokens, "temperature": 0, "speculative": spec,
+               "messages": [{"role": "user", "content": load_prompt(i)}]} for i in range(clients)]
+    app = create_app(runtime, api_key=api_key, default_spec=spec, max_queue=max(64, clients))
+    with BackgroundServer(app) as server:
+        def send(body: dict) -> StreamResult:
+            return stream_chat(server.host, server.port, body, api_key)
+
+        alone = [send(b) for b in bodies]
+        start = threading.Barrier(clients)
+
+        def client(body: dict) -> tuple[StreamResult, float]:
+            start.wait()                      # all threads send together
+            t0 = time.perf_counter()
+            return send(body), t0
+
+        with ThreadPoolExecutor(clients) as pool:
+            out = list(pool.map(client, bodies))
+        wall = max(t0 + r.seconds for r, t0 in out) - min(t0 for _, t0 in out)
+    return LoadResult(model=runtime.name, spec=spec, max_tokens=max_tokens, alone=alone,
+                      together=[r for r, _ in out], wall_seconds=wall)

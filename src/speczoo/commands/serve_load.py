@@ -1,0 +1,37 @@
+"""`speczoo serve-load [MODEL]`: N concurrent streaming clients on the server; identical answers and the
+aggregate tok/s. The measurement lives in `speczoo.bench.serve_load`."""
+
+from __future__ import annotations
+
+import argparse
+
+from speczoo.commands._model_args import add_model_args, draft_for, spec_mode
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve-load", help="concurrent streaming clients on the server: identical "
+                       "answers and aggregate tok/s",
+                       description="Serve MODEL on a loopback port, send each client's chat request "
+                       "alone, then all at once; check every answer equals its lone twin and print the "
+                       "aggregate tok/s.")
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"zoo name (default {DEFAULT_MODEL})")
+    p.add_argument("--clients", type=int, default=8, help="concurrent streaming clients (default 8)")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens per answer (default 64)")
+    p.add_argument("--spec", default="auto", help="speculative mode of every request (default auto)")
+    add_model_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from speczoo.bench.serve_load import run_serve_load
+    from speczoo.runtime import load_runtime
+
+    runtime = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
+                           backend=args.backend, max_seq=args.max_seq)
+    res = run_serve_load(runtime, clients=args.clients, max_tokens=args.max_tokens,
+                         spec=spec_mode(args.spec))
+    for line in res.lines():
+        print(line)
+    return 0 if res.ok else 1
