@@ -14,13 +14,15 @@ from pathlib import Path
 
 from torch import nn
 
-from speczoo.bench.cv import runtime_costs
+from speczoo.bench.cv import load_or_measure, runtime_costs
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import load_model
+from speczoo.spec.drafters.eagle import TreeShape
 from speczoo.spec.drafters.ngram import NgramDrafter
+from speczoo.spec.eagle.loaded import EagleHeads, head_step_ms
 from speczoo.spec.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.spec.engine import MAX_K, Engine
 from speczoo.tokenizer import Tokenizer
@@ -54,7 +56,7 @@ def load(name: str, backend: str | None = None) -> LoadedModel:
 
 class Runtime:
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096,
-                 remeasure_costs: bool = False):
+                 remeasure_costs: bool = False, eagle_tree: TreeShape | None = None):
         if max_seq < 2:
             raise ValueError(f"--max-seq must be at least 2, got {max_seq}")
         self.target = target
@@ -70,10 +72,15 @@ class Runtime:
             from speczoo.spec.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
             drafters["draft"] = make_draft_drafter(draft, target, max_seq)
+        self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend)
+        if self.eagle.default is not None:
+            drafters["eagle"] = self.eagle.factory
         self.spec_modes = ["off", *drafters, "auto"]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
         self.engine = Engine(target.model, cache, self.tokenizer, drafters,
                              eos_ids=self.tokenizer.eos_ids, max_seq=max_seq, costs=runtime_costs(target, draft, remeasure=remeasure_costs))
+        if self.eagle.default is not None:
+            self._use_eagle("eagle")
 
     def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
         """Validate the request now (errors raise before any event), then stream its events."""
@@ -81,7 +88,19 @@ class Runtime:
         if bad is not None:
             raise ValueError(f"prompt token id {bad} is outside the vocabulary of {self.name} "
                              f"(0..{self.vocab_size - 1})")
+        if request.spec.startswith("eagle:"):
+            self._use_eagle(request.spec)
         return self.engine.generate(request)
+
+    def _use_eagle(self, spec: str) -> None:
+        """Load the EAGLE head `spec` names (errors now, before any event), offer the "eagle" drafter and
+        give the controller its measured step cost, in target decode steps."""
+        head = self.eagle.head(self.eagle.resolve(spec))
+        self.engine.drafters.setdefault("eagle", self.eagle.factory)
+        if "eagle" not in self.spec_modes:
+            self.spec_modes.insert(-1, "eagle")
+        target_ms = load_or_measure(self.target)["ms"]["1"]
+        self.engine.costs.draft_cost["eagle"] = head_step_ms(head) / target_ms
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """Render messages through the chat template (generation prompt appended) and encode."""

@@ -1,4 +1,5 @@
-"""`speczoo models`: every zoo entry and every other pulled bundle, with its status on disk.
+"""`speczoo models`: every zoo entry, every other pulled bundle and every installed EAGLE head, with
+its status on disk.
 
 Only lists: it reads manifests and hashes sources to report `verified`; it never pulls or changes a bundle.
 """
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from speczoo.zoo.bundle import bundle_dir_for, check_bundle, dir_size, list_bundles
+from speczoo.zoo.heads import list_heads
 from speczoo.zoo.registry import DEFAULT_TARGET, MODELS
 
 
@@ -46,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
         quant = ", ".join(f"{k}×{v}" for k, v in m.quantization.items()) if m else "?"
         t.add_row(d.name, "local", m.architecture if m else "?", quant, *_status(d, args.no_verify),
                   f"{m.source.kind}: {m.source.path}" if m else "?")
+    for h in list_heads():
+        c = h.config
+        t.add_row(h.name, f"eagle head for {c.target} (--spec eagle:{h.name})", "eagle3",
+                  f"fp32, draft vocab {c.draft_vocab}", "yes", _gb(dir_size(h.path)), "-", f"trained: {h.path}")
     # Piped output has no terminal width: do not squeeze the table to 80 columns.
     Console(width=None if sys.stdout.isatty() else 220).print(t)
     return 0

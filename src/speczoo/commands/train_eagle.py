@@ -22,6 +22,8 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=1000, help="total training steps (default 1000)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     p.add_argument("--device", default="cpu", help="where the head trains: cpu or cuda (default cpu)")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"],
+                   help="training matmul precision (bf16 autocast, fp32 master weights; default bf16)")
     p.add_argument("--tokens", type=int, default=200_000, help="tokens of features to extract (default 200k)")
     p.add_argument("--seq-len", type=int, default=512, help="tokens per training chunk (default 512)")
     p.add_argument("--batch", type=int, default=4, help="chunks per step (default 4)")
@@ -59,7 +61,7 @@ def run(args) -> int:
         out=args.out, corpus=args.corpus, max_tokens=args.tokens, seq_len=args.seq_len,
         draft_vocab=args.draft_vocab, ffn_dim=args.ffn_dim, name=name, resume=args.resume,
         train=TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, ttt_steps=args.ttt_steps,
-                          seed=args.seed, device=args.device, checkpoint_every=args.checkpoint_every))
+                          seed=args.seed, device=args.device, dtype=args.dtype, checkpoint_every=args.checkpoint_every))
     rep = train_eagle(target, opts)
     f, r = rep.features, rep.result
     acc = r.recent_acc()

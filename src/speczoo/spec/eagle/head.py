@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from speczoo.kernels.linear import get_backend
 from speczoo.models.args import ModelArgs
 from speczoo.spec.eagle.config import HeadConfig
 
@@ -196,6 +197,20 @@ class EagleHead(nn.Module):
         out = layer.finish(attn[0].transpose(0, 1).reshape(s, -1), hidden)  # [S, D]
         cache.length = n
         return HeadOut(hidden=out, logits=self.lm_head(self.norm(out)))
+
+    def pack(self, backend: str) -> EagleHead:
+        """Inference only: run every linear layer through the kernels' `backend` (e.g. "q8"), packed now.
+        A draft step reads every weight once, so on a CPU it is bound by weight bytes: fp32 costs a
+        1.5B target's head more than a target step, q8 a quarter of that. Returns self; a packed head
+        neither trains nor saves (its state_dict no longer has the speculators names)."""
+        impl = get_backend(backend)
+        linears = [(name, m) for name, m in self.named_modules() if isinstance(m, nn.Linear)]
+        for name, m in linears:
+            parent, _, attr = name.rpartition(".")
+            owner = self.get_submodule(parent) if parent else self
+            setattr(owner, attr, impl.build(impl.pack(m.weight.detach().float()), None))
+        self.packed_backend = backend
+        return self
 
     def kv_args(self) -> ModelArgs:
         """ModelArgs describing the head's one layer, for building its KVCache."""

@@ -41,8 +41,16 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     device: str = "cpu"
+    dtype: str = "bf16"          # matmul precision (autocast; weights and AdamW stay fp32): bf16 or fp32
     checkpoint_every: int = 100
     progress: bool = True
+
+    def __post_init__(self):
+        if self.dtype not in ("bf16", "fp32"):
+            raise ValueError(f"training dtype must be bf16 or fp32, got {self.dtype!r}")
+        if self.steps < 0 or self.batch < 1 or self.ttt_steps < 1:
+            raise ValueError(f"need steps >= 0, batch >= 1 and ttt_steps >= 1; got {self.steps}, {self.batch}, "
+                             f"{self.ttt_steps}")
 
     def lr_at(self, step: int) -> float:
         """Linear warm-up, then cosine down to a tenth."""
@@ -150,8 +158,9 @@ def train(head: EagleHead, data: FeatureSet, cfg: TrainConfig, work: Path,
         labels = index[top1]                                                     # [B, L]
         for group in opt.param_groups:
             group["lr"] = cfg.lr_at(state.step)
-        out = unroll(head, feats.to(cfg.device), ids.to(cfg.device), labels.to(cfg.device), cfg.ttt_steps,
-                     cfg.decay)
+        with torch.autocast(torch.device(cfg.device).type, dtype=torch.bfloat16, enabled=cfg.dtype == "bf16"):
+            out = unroll(head, feats.to(cfg.device), ids.to(cfg.device), labels.to(cfg.device), cfg.ttt_steps,
+                         cfg.decay)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)

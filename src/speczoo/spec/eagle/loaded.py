@@ -1,0 +1,83 @@
+"""The EAGLE heads of one loaded target, as the engine's "eagle" drafter factory.
+
+`--spec eagle:NAME` names an installed head (or a head directory by path); `--spec eagle` and `auto`
+use the newest head installed for the target. Heads load on first use (memory-mapped safetensors on
+the target's embedding), their linear layers packed for the target's own linear backend (a draft step
+is bound by weight bytes: q4 makes a 1.5B target's head step ~20x cheaper than fp32), and stay loaded;
+each keeps one head KV cache reused across requests. A
+head whose shapes do not fit the target is an error naming both, never a silent skip. This module
+never touches the target's cache.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from speczoo.cache import KVCache
+from speczoo.events import GenerationRequest
+from speczoo.spec.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
+from speczoo.spec.eagle.head import EagleHead
+from speczoo.spec.eagle.io import load_head
+from speczoo.zoo.heads import HeadEntry, find_head, heads_for
+
+
+class EagleHeads:
+    def __init__(self, target_name: str, model, max_seq: int, tree: TreeShape | None = None,
+                 backend: str = "fp32"):
+        self.target_name = target_name
+        self.model = model                      # the target (its embedding and layer count)
+        self.backend = backend                  # linear backend the heads run with
+        self.max_seq = max_seq
+        self.tree = tree
+        self.installed = sorted(heads_for(target_name), key=lambda h: (h.path / "model.safetensors").stat().st_mtime)
+        self._loaded: dict[str, tuple[EagleHead, object]] = {}
+
+    @property
+    def default(self) -> HeadEntry | None:
+        """The newest head installed for the target (None: none is)."""
+        return self.installed[-1] if self.installed else None
+
+    def resolve(self, spec: str) -> HeadEntry:
+        """The head a spec mode means: "eagle:NAME" that one, "eagle" / "auto" the default."""
+        if spec.startswith("eagle:"):
+            return find_head(spec.split(":", 1)[1])
+        if self.default is None:
+            raise ValueError(f"no EAGLE head is installed for {self.target_name!r}: train one with "
+                             f"`speczoo train-eagle {self.target_name} --out DIR`, or name one with --spec eagle:NAME")
+        return self.default
+
+    def head(self, entry: HeadEntry) -> EagleHead:
+        if entry.name not in self._loaded:
+            cfg, args = entry.config, self.model.args
+            if max(cfg.target_layers) >= args.n_layers or cfg.hidden_size != args.dim:
+                raise ValueError(f"EAGLE head {entry.name!r} (trained for {cfg.target!r}: width {cfg.hidden_size}, "
+                                 f"layers {cfg.aux_layer_ids}) does not fit {self.target_name!r} (width {args.dim}, "
+                                 f"{args.n_layers} layers)")
+            head = load_head(entry.path, self.model.embed).pack(self.backend)
+            self._loaded[entry.name] = (head, make_eagle_drafter(head, self.max_seq, self.tree))
+        return self._loaded[entry.name][0]
+
+    def factory(self, req: GenerationRequest) -> EagleDrafter:
+        entry = self.resolve(req.spec)
+        self.head(entry)
+        return self._loaded[entry.name][1](req)
+
+
+def head_step_ms(head: EagleHead, context: int = 64, repeats: int = 9) -> float:
+    """Median wall time (ms) of one draft step of the head (one row after `context` cached rows)."""
+    g = torch.Generator().manual_seed(0)
+    cache = KVCache(head.kv_args(), context + 2)
+    feats = torch.randn(context, 3 * head.cfg.hidden_size, generator=g)
+    tokens = torch.randint(0, head.cfg.target_vocab, (context + 1,), generator=g)
+    head.step(tokens[:context], head.fuse(feats), torch.arange(1, context + 1), cache)
+    hidden = torch.randn(1, head.cfg.hidden_size, generator=g)
+    times = []
+    for rep in range(repeats + 2):
+        t0 = time.perf_counter()
+        head.step(tokens[context:], hidden, torch.tensor([context + 1]), cache)
+        times.append((time.perf_counter() - t0) * 1000)
+        cache.truncate(context)
+    return statistics.median(times[2:])
