@@ -157,3 +157,17 @@ def test_sampled_chain_carries_its_distribution(trained):
     done = run(eng, prompt_ids=PROMPT, max_new_tokens=20, spec="eagle", k=4,
                sampling=SamplingParams(temperature=0.8, seed=1))
     assert len(done.ids) == 20
+
+
+def test_replay_counts_what_greedy_verification_accepts(trained):
+    from speczoo.spec.eagle.replay import _accepted, greedy_with_features, replay
+    assert _accepted([4, 5, 6], None, [4, 5, 7]) == 2
+    assert _accepted([9, 4, 5, 6, 8], [-1, -1, 1, 2, 2], [4, 5, 8, 1]) == 3     # 4 -> 5 -> 8, off the first branch
+    model, args, head = trained
+    ids, hidden = greedy_with_features(model, PROMPT, 40, head.cfg.target_layers)
+    eng = engine(model, args, head)
+    assert ids[len(PROMPT):] == run(eng, prompt_ids=PROMPT, max_new_tokens=40).ids
+    chain = replay(head, ids, hidden, len(PROMPT), 6)
+    assert chain.tokens in (39, 40) and chain.accepted_per_round > 1.0
+    tree = replay(head, ids, hidden, len(PROMPT), 12, TreeShape(depth=4, branch=3))
+    assert tree.tokens in (39, 40) and tree.accepted_per_round >= chain.accepted_per_round * 0.9
