@@ -128,10 +128,10 @@ class EagleHead(nn.Module):
     # -- vocabulary ---------------------------------------------------------------------------
     def set_vocab(self, draft_to_target: Tensor) -> None:
         """draft_to_target: [Vd] ascending target ids the draft vocabulary covers."""
-        ids = draft_to_target.long()
+        ids = draft_to_target.long().to(self.d2t.device)
         if ids.shape != (self.cfg.draft_vocab,):
             raise ValueError(f"the draft vocabulary has {ids.numel()} ids, the head {self.cfg.draft_vocab}")
-        self.d2t.copy_(ids - torch.arange(ids.numel()))
+        self.d2t.copy_(ids - torch.arange(ids.numel(), device=ids.device))
         self.t2d.zero_()
         self.t2d[ids] = True
 
