@@ -171,3 +171,38 @@ def test_replay_counts_what_greedy_verification_accepts(trained):
     assert chain.tokens in (39, 40) and chain.accepted_per_round > 1.0
     tree = replay(head, ids, hidden, len(PROMPT), 12, TreeShape(depth=4, branch=3))
     assert tree.tokens in (39, 40) and tree.accepted_per_round >= chain.accepted_per_round * 0.9
+
+
+class StubTokenizer:
+    eos_ids: list[int] = []
+
+    def decode(self, ids) -> str:
+        return "".join(f"<{i}>" for i in ids)
+
+
+def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
+    """A runtime over a target with an installed head offers eagle and eagle-tree (auto too), all
+    lossless; an unknown head name fails before any event."""
+    from speczoo.errors import UnknownModelError
+    from speczoo.runtime import LoadedModel, Runtime
+    from speczoo.zoo.heads import install_head
+    monkeypatch.setenv("SPECZOO_HOME", str(tmp_path / "home"))
+    from speczoo.spec.eagle.io import save_head
+    model, args, head = trained
+    install_head(save_head(head, tmp_path / "head"), "tiny-eagle")
+    loaded = LoadedModel(name="tiny", path=tmp_path, args=args, model=model, tokenizer=StubTokenizer(),
+                         backend=INVARIANT)
+    rt = Runtime(loaded, max_seq=128)
+    assert {"eagle", "eagle-tree"} <= set(rt.spec_modes)
+    assert rt.engine.costs.draft_cost["eagle"] > 0
+
+    def ids(spec, k=6):
+        *_, done = rt.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=30, spec=spec, k=k))
+        return done.ids, done.stats
+
+    plain, _ = ids("off")
+    for spec in ("eagle", "eagle-tree", "eagle:tiny-eagle", "eagle-tree:tiny-eagle", "auto"):
+        got, stats = ids(spec, k=12 if "tree" in spec else 6)
+        assert got == plain, spec
+    with pytest.raises(UnknownModelError):
+        rt.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=5, spec="eagle:nope-eagle"))

@@ -56,7 +56,7 @@ def load(name: str, backend: str | None = None) -> LoadedModel:
 
 class Runtime:
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096,
-                 remeasure_costs: bool = False, eagle_tree: TreeShape | None = None):
+                 remeasure_costs: bool = False, eagle_tree: TreeShape = TreeShape()):
         if max_seq < 2:
             raise ValueError(f"--max-seq must be at least 2, got {max_seq}")
         self.target = target
@@ -75,6 +75,7 @@ class Runtime:
         self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend)
         if self.eagle.default is not None:
             drafters["eagle"] = self.eagle.factory
+            drafters["eagle-tree"] = self.eagle.tree_factory
         self.spec_modes = ["off", *drafters, "auto"]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
         self.engine = Engine(target.model, cache, self.tokenizer, drafters,
@@ -88,19 +89,23 @@ class Runtime:
         if bad is not None:
             raise ValueError(f"prompt token id {bad} is outside the vocabulary of {self.name} "
                              f"(0..{self.vocab_size - 1})")
-        if request.spec.startswith("eagle:"):
+        if request.spec.startswith(("eagle:", "eagle-tree:")):
             self._use_eagle(request.spec)
         return self.engine.generate(request)
 
     def _use_eagle(self, spec: str) -> None:
-        """Load the EAGLE head `spec` names (errors now, before any event), offer the "eagle" drafter and
-        give the controller its measured step cost, in target decode steps."""
+        """Load the EAGLE head `spec` names (errors now, before any event), offer the "eagle" and
+        "eagle-tree" drafters and give the controller their measured costs in target decode steps: a
+        chain pays one head step per token; a tree one batched step per depth for `branch` nodes, so
+        about a step per `branch` nodes."""
         head = self.eagle.head(self.eagle.resolve(spec))
-        self.engine.drafters.setdefault("eagle", self.eagle.factory)
-        if "eagle" not in self.spec_modes:
-            self.spec_modes.insert(-1, "eagle")
-        target_ms = load_or_measure(self.target)["ms"]["1"]
-        self.engine.costs.draft_cost["eagle"] = head_step_ms(head) / target_ms
+        for name, factory in (("eagle", self.eagle.factory), ("eagle-tree", self.eagle.tree_factory)):
+            self.engine.drafters.setdefault(name, factory)
+            if name not in self.spec_modes:
+                self.spec_modes.insert(-1, name)
+        step = head_step_ms(head) / load_or_measure(self.target)["ms"]["1"]
+        self.engine.costs.draft_cost["eagle"] = step
+        self.engine.costs.draft_cost["eagle-tree"] = step / self.eagle.tree.branch
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """Render messages through the chat template (generation prompt appended) and encode."""

@@ -60,6 +60,7 @@ class EagleDrafter(Drafter):
         self.params = params or SamplingParams()
         self.generator = generator
         self.tree = tree
+        self.name = "eagle" if tree is None else "eagle-tree"
         self.hidden_layers = head.cfg.target_layers
         self.d2t_ids = head.draft_to_target                 # [Vd] target id of each draft id
         self.vocab = head.cfg.target_vocab

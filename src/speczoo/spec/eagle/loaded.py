@@ -1,7 +1,8 @@
-"""The EAGLE heads of one loaded target, as the engine's "eagle" drafter factory.
+"""The EAGLE heads of one loaded target, as the engine's "eagle" (chains) and "eagle-tree" (EAGLE-2
+dynamic trees) drafter factories.
 
-`--spec eagle:NAME` names an installed head (or a head directory by path); `--spec eagle` and `auto`
-use the newest head installed for the target. Heads load on first use (memory-mapped safetensors on
+`--spec eagle:NAME` / `eagle-tree:NAME` names an installed head (or a head directory by path);
+`eagle`, `eagle-tree` and `auto` use the newest head installed for the target. Heads load on first use (memory-mapped safetensors on
 the target's embedding), their linear layers packed for the target's own linear backend (a draft step
 is bound by weight bytes: q4 makes a 1.5B target's head step ~20x cheaper than fp32), and stay loaded;
 each keeps one head KV cache reused across requests. A
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -25,15 +27,16 @@ from speczoo.zoo.heads import HeadEntry, find_head, heads_for
 
 
 class EagleHeads:
-    def __init__(self, target_name: str, model, max_seq: int, tree: TreeShape | None = None,
+    def __init__(self, target_name: str, model, max_seq: int, tree: TreeShape = TreeShape(),
                  backend: str = "fp32"):
         self.target_name = target_name
         self.model = model                      # the target (its embedding and layer count)
         self.backend = backend                  # linear backend the heads run with
         self.max_seq = max_seq
-        self.tree = tree
+        self.tree = tree                        # the shape of "eagle-tree" proposals
         self.installed = sorted(heads_for(target_name), key=lambda h: (h.path / "model.safetensors").stat().st_mtime)
-        self._loaded: dict[str, tuple[EagleHead, object]] = {}
+        self._loaded: dict[str, EagleHead] = {}
+        self._factories: dict[tuple[str, bool], Callable[[GenerationRequest], EagleDrafter]] = {}
 
     @property
     def default(self) -> HeadEntry | None:
@@ -41,8 +44,8 @@ class EagleHeads:
         return self.installed[-1] if self.installed else None
 
     def resolve(self, spec: str) -> HeadEntry:
-        """The head a spec mode means: "eagle:NAME" that one, "eagle" / "auto" the default."""
-        if spec.startswith("eagle:"):
+        """The head a spec mode means: "eagle:NAME" / "eagle-tree:NAME" that one, else the default."""
+        if spec.startswith(("eagle:", "eagle-tree:")):
             return find_head(spec.split(":", 1)[1])
         if self.default is None:
             raise ValueError(f"no EAGLE head is installed for {self.target_name!r}: train one with "
@@ -56,14 +59,23 @@ class EagleHeads:
                 raise ValueError(f"EAGLE head {entry.name!r} (trained for {cfg.target!r}: width {cfg.hidden_size}, "
                                  f"layers {cfg.aux_layer_ids}) does not fit {self.target_name!r} (width {args.dim}, "
                                  f"{args.n_layers} layers)")
-            head = load_head(entry.path, self.model.embed).pack(self.backend)
-            self._loaded[entry.name] = (head, make_eagle_drafter(head, self.max_seq, self.tree))
-        return self._loaded[entry.name][0]
+            self._loaded[entry.name] = load_head(entry.path, self.model.embed).pack(self.backend)
+        return self._loaded[entry.name]
+
+    def _drafter(self, req: GenerationRequest, tree: bool) -> EagleDrafter:
+        entry = self.resolve(req.spec)
+        key = (entry.name, tree)
+        if key not in self._factories:
+            self._factories[key] = make_eagle_drafter(self.head(entry), self.max_seq, self.tree if tree else None)
+        return self._factories[key](req)
 
     def factory(self, req: GenerationRequest) -> EagleDrafter:
-        entry = self.resolve(req.spec)
-        self.head(entry)
-        return self._loaded[entry.name][1](req)
+        """The "eagle" drafter (chains) for one request."""
+        return self._drafter(req, tree=False)
+
+    def tree_factory(self, req: GenerationRequest) -> EagleDrafter:
+        """The "eagle-tree" drafter (EAGLE-2 dynamic trees of `tree`'s shape) for one request."""
+        return self._drafter(req, tree=True)
 
 
 def head_step_ms(head: EagleHead, context: int = 64, repeats: int = 9) -> float:
