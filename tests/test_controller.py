@@ -318,3 +318,41 @@ def test_construction_errors():
     with pytest.raises(ValueError, match="accepted"):
         ctl.update("a", 2, 3)
     ctl.update(NONE, 0, 0)                                  # plain rounds may be reported
+
+
+def test_alternative_is_the_best_other_drafter_without_a_probe():
+    costs = Costs(cv=1.1, draft_cost={"ngram": 0.0, "draft": 0.3})
+    ctl = Controller(costs, ["ngram", "draft"], k_max=8)
+    simulate(ctl, {"ngram": 0.8, "draft": 0.7}, 60)
+    ctl.choose()
+    alt = ctl.alternative("ngram")
+    assert alt.drafter == "draft" and not alt.probe and alt.k >= 1
+    # a drafter not worth using is no alternative: plain decoding
+    poor = Controller(Costs(cv=1.1, draft_cost={"ngram": 0.0, "draft": 0.9}), ["ngram", "draft"], k_max=8)
+    simulate(poor, {"ngram": 0.8, "draft": 0.05}, 80)
+    poor.choose()
+    assert poor.alternative("ngram").drafter == NONE
+
+
+def test_no_probe_for_a_drafter_that_cannot_beat_the_current_choice():
+    # a draft model this expensive cannot win even at α ≈ 1 against prompt lookup at α = 0.95
+    ctl = Controller(Costs(cv=1.3, draft_cost={"ngram": 0.0, "draft": 0.9}), ["ngram", "draft"],
+                     k_max=8, reprobe_every=8)
+    choices = simulate(ctl, {"ngram": 0.95, "draft": 0.95}, 200)
+    assert sum(c.drafter == "draft" for c in choices[20:]) == 0
+    # a cheap one could, so it keeps being probed
+    ctl = Controller(Costs(cv=1.3, draft_cost={"ngram": 0.0, "draft": 0.05}), ["ngram", "draft"],
+                     k_max=8, reprobe_every=8)
+    choices = simulate(ctl, {"ngram": 0.6, "draft": 0.3}, 200)
+    assert sum(c.probe and c.drafter == "draft" for c in choices) >= 10
+
+
+def test_a_drafter_that_failed_once_early_is_tried_again_soon():
+    ctl = Controller(Costs(cv=1.05, draft_cost={"draft": 0.3}), ["draft"], k_max=8, reprobe_every=16)
+    first = ctl.choose()
+    assert first.drafter == "draft"
+    ctl.update("draft", first.k, 0)                      # an unlucky first round
+    nxt = [ctl.choose() for _ in range(3)]
+    assert any(c.drafter == "draft" and not c.probe for c in nxt)
+    with pytest.raises(ValueError, match="explore"):
+        Controller(Costs(cv=1.0, draft_cost={"draft": 0.3}), ["draft"], explore=-1)

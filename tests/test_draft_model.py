@@ -89,3 +89,18 @@ def test_prefill_fills_the_draft_cache_so_the_first_proposal_is_cheap():
     # the last prompt id and a0 in one forward, then K-1 single steps
     assert model.forwards - before == 3 and cache.slots[:7] == prompt + [9]
     assert draft.tokens == DraftModelDrafter(OracleModel(base), TokenCache(100)).propose(prompt + [9], 3).tokens
+
+
+def test_auto_falls_back_to_the_draft_when_prompt_lookup_has_nothing():
+    """An n-gram round with no candidate is not wasted: the same round drafts with the next best drafter."""
+    from speczoo.events import TokenEvent
+
+    base = HashOracle(40, seed=5)
+    eng, *_ = engine_with_draft(base, base)                 # a perfect draft model
+    prompt = [1, 2, 3, 4, 5]
+    events = list(eng.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=60, spec="auto", k=4)))
+    done = events[-1]
+    assert done.ids == reference_greedy(base, prompt, 60)
+    rounds = [e for e in events if isinstance(e, TokenEvent) and e.ids]
+    assert not [e for e in rounds if e.drafter == "ngram" and e.drafted == 0], "an empty n-gram round went undrafted"
+    assert sum(e.drafter == "draft" for e in rounds) > 0

@@ -67,7 +67,10 @@ def load_or_measure(loaded, remeasure: bool = False) -> dict:
     plus "draft_ms": its decode step when drafting with the reduced-vocabulary head (when it has one).
 
     Measured once (a few seconds) the first time a runtime needs it, then read back; `speczoo cv MODEL
-    --save` re-measures it (do that on a quiet machine: a busy one inflates every figure).
+    --save` re-measures and stores it (do that on a quiet machine: a busy one inflates every figure).
+    remeasure=True (benches: the controller should see the machine as it is now) measures afresh for
+    this process only and leaves a stored profile alone, so one run on a loaded machine cannot skew
+    every later run's controller.
     """
     import json
 
@@ -76,7 +79,8 @@ def load_or_measure(loaded, remeasure: bool = False) -> dict:
         return json.loads(path.read_text())
     res = measure_cv(loaded.model, loaded.args, PROFILE_SIZES, context=64, repeats=3, warmup=1)
     data = profile_data(loaded, res)
-    write_profile(loaded, data)
+    if not path.is_file():
+        write_profile(loaded, data)
     return data
 
 

@@ -13,9 +13,12 @@ stretch), and a probe that is very improbable under a low estimate replaces it, 
 stops being extractive switches drafting off within a few rounds, and one that turns extractive
 switches it back on after one good probe. See AcceptanceEstimate.
 
-It generalizes the hit-rate gate: a drafter whose estimate falls below break-even is not used, but any
-drafter left unused for `reprobe_every` rounds is tried again (a probe, with an optimistic K). An empty
-draft (an n-gram drafter with no candidate) is no evidence either way. The classic gate — one drafter,
+It generalizes the hit-rate gate: a drafter whose estimate falls below break-even is not used, but a
+drafter left unused for `reprobe_every` rounds is tried again (a probe, with an optimistic K) when it could
+beat the current choice at all (a probe that cannot win is pure cost). Choices are made at an optimistic
+α (the estimate plus `explore` standard errors), so a drafter judged on few tokens is tried again soon.
+An empty draft (an n-gram drafter with no candidate) is no evidence either way; the engine then asks for
+the `alternative`, the best other drafter, in the same round. The classic gate — one drafter,
 fixed K, off after `gate_after` zero-accept rounds in a row, back on when a probe gets anything accepted —
 is `Controller.gate(drafter, k, gate_after, reprobe_every)`.
 
@@ -31,6 +34,7 @@ from speczoo.spec.cost import CvCurve, as_curve, best_k, speedup
 
 NONE = "none"           # the choice "no drafter": a plain decode round
 COLLAPSE = 0.1          # the alternative the change detector watches for: α dropping to a tenth
+CEILING_ALPHA = 0.99    # "nearly every draft token accepted": the best a probed drafter could do
 
 
 @dataclass
@@ -115,6 +119,12 @@ class AcceptanceEstimate:
         w = self.prior_weight
         return (self.successes + self.prior_alpha * w) / (self.trials + w)
 
+    def upper(self, z: float) -> float:
+        """An optimistic α: the estimate plus z standard errors (wide on little evidence, so a drafter
+        that failed once early is tried again soon; tight once it has been judged on many tokens)."""
+        a = self.alpha
+        return min(CEILING_ALPHA, a + z * math.sqrt(a * (1.0 - a) / (self.trials + self.prior_weight)))
+
     def idle(self) -> None:
         """The drafter sat out a round: its evidence grows stale, down to `idle_floor` judged tokens."""
         if self.trials > self.idle_floor:
@@ -164,13 +174,16 @@ class Controller:
     reprobe_every:  a drafter not chosen for this many rounds is probed once (an empty probe draft
                     waits for the next period).
     probe_alpha:    the optimistic α that sets a probe's K (its estimate, if higher, wins).
+    explore:        choices are made at α + explore standard errors of each estimate (optimism in the
+                    face of uncertainty: a drafter judged on few tokens gets the benefit of the doubt;
+                    0 = decide on the point estimates).
     half_life, prior_alpha, prior_weight, reset_p: see AcceptanceEstimate.
     """
 
     def __init__(self, costs: Costs | None, drafters: list[str], k_max: int = 8, *,
                  fixed_k: int | None = None, gate_after: int | None = None, reprobe_every: int = 16,
-                 probe_alpha: float = 0.8, half_life: float = 32.0, prior_alpha: float = 0.5,
-                 prior_weight: float = 2.0, reset_p: float = 1e-3):
+                 probe_alpha: float = 0.8, explore: float = 0.5, half_life: float = 32.0,
+                 prior_alpha: float = 0.5, prior_weight: float = 2.0, reset_p: float = 1e-3):
         names = [d for d in drafters if d != NONE]
         if len(set(names)) != len(names):
             raise ValueError(f"drafter names must be unique, got {drafters}")
@@ -194,6 +207,9 @@ class Controller:
         self.drafters = names
         self.k_max, self.fixed_k, self.gate_after = k_max, fixed_k, gate_after
         self.reprobe_every, self.probe_alpha = reprobe_every, probe_alpha
+        if explore < 0:
+            raise ValueError(f"explore must be >= 0 standard errors, got {explore}")
+        self.explore = explore
         self.estimates = {d: AcceptanceEstimate(half_life, prior_alpha, prior_weight, reset_p)
                           for d in names}
         self._probing = ""          # the drafter probed by the last choose(), if any
@@ -234,24 +250,48 @@ class Controller:
                    self.costs.round_overhead)
         return Choice(drafter, b.k)
 
-    def decide(self) -> Choice:
-        """The best (drafter, K) on the current estimates, without probes and without side effects."""
+    def decide(self, exclude: str = "") -> Choice:
+        """The best (drafter, K) on the current estimates (leaving out `exclude`), without probes and
+        without side effects."""
+        return self._best(exclude)[0]
+
+    def _best(self, exclude: str = "") -> tuple[Choice, float]:
+        """The drafter and K with the best rate at each drafter's optimistic α (see `explore`)."""
         best, best_rate = Choice(NONE, 0), 1.0
         for d in self.drafters:
-            if self.gated(d):
+            if d == exclude or self.gated(d):
                 continue
-            c = self.plan(d)
-            r = math.inf if self.costs is None else self.rate(d, c.k)
+            a = self._estimate(d).upper(self.explore)
+            c = self.plan(d, a)
+            r = math.inf if self.costs is None else self.rate(d, c.k, a)
             if r > best_rate:
                 best, best_rate = c, r
+        return best, best_rate
+
+    def could_beat(self, drafter: str, rate: float) -> bool:
+        """Whether `drafter` could beat `rate` at all: its best rate if nearly every token were accepted.
+        A probe that cannot win is not worth its cost (a draft model that must first catch up on the
+        text since it last ran, a verify over K + 1 tokens)."""
+        if self.costs is None:
+            return True
+        return self.rate(drafter, self.plan(drafter, CEILING_ALPHA).k, CEILING_ALPHA) > rate
+
+    def alternative(self, exclude: str) -> Choice:
+        """This round's fallback when `exclude` (just chosen) had nothing to propose: the best of the
+        other drafters on their estimates, or plain decoding. No probe; `update` then concerns it."""
+        best = self.decide(exclude)
+        if best.drafter != NONE:
+            self.last_chosen[best.drafter] = self.round
+        self._probing = ""
         return best
 
     def choose(self) -> Choice:
         """This round's drafter and K; call once per round, then `update` with what happened."""
         self.round += 1
-        best = self.decide()
+        best, best_rate = self._best()
         stale = [d for d in self.drafters
-                 if d != best.drafter and self.round - self.last_chosen[d] >= self.reprobe_every]
+                 if d != best.drafter and self.round - self.last_chosen[d] >= self.reprobe_every
+                 and self.could_beat(d, best_rate)]
         if stale:
             d = min(stale, key=lambda name: self.last_chosen[name])
             best = Choice(d, self.plan(d, max(self.alpha(d), self.probe_alpha)).k, probe=True)

@@ -78,12 +78,13 @@ class Engine:
         """Run the target over `ids` at the next positions; returns logits [S, V]."""
         return self._forward_out(ids).logits
 
-    def _forward_out(self, ids: list[int], layers: tuple[int, ...] = ()):
-        """The same forward's whole output: logits [S, V] and the hidden states [S, D] of `layers`."""
+    def _forward_out(self, ids: list[int], layers: tuple[int, ...] = (), logit_rows: slice | None = None):
+        """The same forward's whole output: logits [S, V] (or the rows `logit_rows` asks for) and the
+        hidden states [S, D] of `layers`."""
         start = self.cache.length
         tokens = torch.tensor(ids, dtype=torch.long)
         positions = torch.arange(start, start + len(ids), dtype=torch.long)
-        return self.target(tokens, positions, self.cache, hidden_layers=layers)
+        return self.target(tokens, positions, self.cache, hidden_layers=layers, logit_rows=logit_rows)
 
     def score(self, ids: list[int]) -> torch.Tensor:
         """The target's logits [V] for the token after `ids` (a fresh prefill; for diagnostics)."""
@@ -112,7 +113,7 @@ class Engine:
 
         self.cache.reset()
         t0 = time.perf_counter()
-        fwd = self._forward_out(req.prompt_ids, taps.layers)
+        fwd = self._forward_out(req.prompt_ids, taps.layers, logit_rows=slice(-1, None))  # the last row's logits
         logits = fwd.logits[-1:]                                         # [1, V]
         pending = self._pick(logits, req, gen)[0]
         for d in drafters.values():
@@ -135,6 +136,11 @@ class Engine:
                 if drafting:
                     k = min(choice.k, remaining - 1)
                     draft = head(drafters[choice.drafter].propose(context + [pending], k), k)
+                    if not draft.tokens:       # no candidate (prompt lookup found none): the next best drafter
+                        alt = policy.alternative(choice.drafter)
+                        if alt.drafting:
+                            choice, k = alt, min(alt.k, remaining - 1)
+                            draft = head(drafters[choice.drafter].propose(context + [pending], k), k)
                 if remaining == 1:
                     new = [pending]
                     accepted = 0
