@@ -251,3 +251,18 @@ def test_cli_suite(tmp_path, monkeypatch, capsys):
     assert "Speedup vs off" in capsys.readouterr().out
     assert main(argv[:4] + ["--methods", "ngram", "--out", str(out)]) == 2
     assert "must include off" in capsys.readouterr().err
+
+
+def test_suite_loads_the_zoos_draft_for_draft_and_auto_methods():
+    from speczoo.commands.suite import draft_to_load
+
+    target = "qwen2.5-coder-1.5b"
+    assert draft_to_load(target, ["off", "ngram"], None) is None
+    assert draft_to_load(target, ["off", "auto"], None) == "qwen2.5-coder-0.5b"
+    assert draft_to_load(target, ["off", "draft"], None) == "qwen2.5-coder-0.5b"
+    assert draft_to_load(target, ["off", "draft:other"], None) == "other"
+    assert draft_to_load(target, ["off", "auto"], "other") == "other"
+    with pytest.raises(ValueError, match="different drafts"):
+        draft_to_load(target, ["off", "draft:a"], "b")
+    with pytest.raises(ValueError, match="one draft model"):
+        draft_to_load(target, ["off", "draft:a", "draft:b"], None)

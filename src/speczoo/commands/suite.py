@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from speczoo.commands._model_args import draft_for
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -23,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--categories", help="comma-separated categories to run (default: all)")
     p.add_argument("--k", type=int, default=8, help="max draft tokens per round (default 8)")
     p.add_argument("--ngram", type=int, default=3, help="max n-gram order for prompt lookup (default 3)")
-    p.add_argument("--draft", help="draft model to load (default: the NAME of a draft:NAME method)")
+    p.add_argument("--draft", help="draft model to load (default: the NAME of a draft:NAME method, else the zoo's draft "
+                   "of the target for the draft and auto methods)")
     p.add_argument("--backend", help="linear backend of the runtime (default: the runtime's choice)")
     p.add_argument("--max-seq", type=int, default=4096, help="KV cache length (default 4096)")
     p.add_argument("--out", type=Path, required=True, help="output directory (resumed if it has rows)")
@@ -32,17 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def draft_to_load(methods: list[str], explicit: str | None) -> str | None:
-    """The one draft model the runtime must load, from --draft or the draft:NAME methods."""
-    names = sorted({m.split(":", 1)[1] for m in methods if m.startswith("draft:")})
-    if explicit:
-        if any(n != explicit for n in names):
-            raise ValueError(f"--draft {explicit} disagrees with methods {', '.join('draft:' + n for n in names)}")
-        return explicit
+def draft_to_load(target: str, methods: list[str], explicit: str | None) -> str | None:
+    """The one draft model the runtime must load: --draft, the NAME of draft:NAME methods, or, for the
+    draft and auto methods, the zoo's default draft of the target (as bench, generate, chat and serve)."""
+    names = {n for m in methods for n in [draft_for(target, m, explicit)] if n is not None}
     if len(names) > 1:
-        raise ValueError(f"one runtime loads one draft model; got {', '.join(names)}: run the suite once "
+        raise ValueError(f"one runtime loads one draft model; got {', '.join(sorted(names))}: run the suite once "
                          "per draft model into the same --out (rows are kept) instead")
-    return names[0] if names else None
+    return names.pop() if names else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     methods = parse_methods(args.methods)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     questions = select(load_questions(args.questions), categories, args.limit)
-    draft = draft_to_load(methods, args.draft)
+    draft = draft_to_load(args.target, methods, args.draft)
 
     from speczoo.runtime import load_runtime
 
