@@ -50,6 +50,8 @@ def test_heads_are_listed_and_resolved(home, capsys):
     assert heads.resolve("eagle:tiny-eagle-a").name == "tiny-eagle-a"
     with pytest.raises(UnknownModelError, match="tiny-eagle-a"):
         heads.resolve("eagle:nope-eagle")
+    named = EagleHeads("tiny-target", model, max_seq=32, default="tiny-eagle-a")    # --spec eagle:tiny-eagle-a
+    assert named.resolve("eagle").name == "tiny-eagle-a" and named.resolve("eagle-tree").name == "tiny-eagle-a"
     assert EagleHeads("other-target", model, max_seq=32).default is None
     with pytest.raises(ValueError, match="no EAGLE head"):
         EagleHeads("other-target", model, max_seq=32).resolve("eagle")
@@ -87,3 +89,9 @@ def test_q8_packed_head_follows_the_fp32_head():
     b = packed.step(toks, packed.fuse(feats), torch.arange(1, 7), KVCache(packed.kv_args(), 8))
     torch.testing.assert_close(b.logits, a.logits, atol=0.05, rtol=0.05)
     assert (b.logits.argmax(-1) == a.logits.argmax(-1)).float().mean() >= 5 / 6
+
+
+def test_eagle_for_reads_the_head_name_of_a_spec():
+    from speczoo.commands._model_args import eagle_for
+    assert eagle_for("eagle:my-eagle") == "my-eagle" and eagle_for("eagle-tree:my-eagle") == "my-eagle"
+    assert eagle_for("eagle") is None and eagle_for("draft:x") is None and eagle_for("auto") is None

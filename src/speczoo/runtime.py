@@ -56,7 +56,7 @@ def load(name: str, backend: str | None = None) -> LoadedModel:
 
 class Runtime:
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096,
-                 remeasure_costs: bool = False, eagle_tree: TreeShape = TreeShape()):
+                 remeasure_costs: bool = False, eagle_tree: TreeShape = TreeShape(), eagle_head: str | None = None):
         if max_seq < 2:
             raise ValueError(f"--max-seq must be at least 2, got {max_seq}")
         self.target = target
@@ -72,7 +72,8 @@ class Runtime:
             from speczoo.spec.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
             drafters["draft"] = make_draft_drafter(draft, target, max_seq)
-        self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend)
+        self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend,
+                                default=eagle_head)
         if self.eagle.default is not None:
             drafters["eagle"] = self.eagle.factory
             drafters["eagle-tree"] = self.eagle.tree_factory
@@ -113,9 +114,10 @@ class Runtime:
 
 
 def load_runtime(target: str, draft: str | None = None, backend: str | None = None,
-                 max_seq: int = 4096, remeasure_costs: bool = False) -> Runtime:
+                 max_seq: int = 4096, remeasure_costs: bool = False, eagle_head: str | None = None) -> Runtime:
     """remeasure_costs: time c_v and the draft cost now (benches do, so that the controller sees this
-    machine's present speed) instead of reading the profile cached in the bundle."""
+    machine's present speed) instead of reading the profile cached in the bundle. eagle_head: the EAGLE
+    head that "eagle", "eagle-tree" and "auto" use (default: the newest installed for the target)."""
     t = load(target, backend)
     d = load(draft, backend) if draft else None
-    return Runtime(t, d, max_seq=max_seq, remeasure_costs=remeasure_costs)
+    return Runtime(t, d, max_seq=max_seq, remeasure_costs=remeasure_costs, eagle_head=eagle_head)

@@ -46,3 +46,9 @@ def draft_for(target: str, spec: str, draft: str | None) -> str | None:
 def spec_mode(spec: str) -> str:
     """The speculative mode of a --spec value, without the draft's name (`draft:NAME` -> `draft`)."""
     return spec.split(":", 1)[0]
+
+
+def eagle_for(spec: str) -> str | None:
+    """The EAGLE head a --spec value names (`eagle:NAME` or `eagle-tree:NAME` -> NAME), else None."""
+    mode, _, name = spec.partition(":")
+    return name if mode in ("eagle", "eagle-tree") and name else None

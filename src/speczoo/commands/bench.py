@@ -11,8 +11,9 @@ from speczoo.events import SamplingParams
 def register(sub) -> None:
     p = sub.add_parser("bench", help="A/B: plain greedy vs speculative on one prompt (lossless check + speed)")
     p.add_argument("target", help="target model: zoo name or path")
-    p.add_argument("--spec", default="ngram", help="ngram | ngram-tree | draft | draft:NAME | auto (default ngram); "
-                   "ngram-tree drafts a token tree of up to --k nodes")
+    p.add_argument("--spec", default="ngram", help="ngram | ngram-tree | draft | draft:NAME | "
+                   "eagle[:NAME] | eagle-tree[:NAME] | auto (default ngram); the tree modes draft a token tree "
+                   "of up to --k nodes")
     p.add_argument("--k", type=int, default=8, help="max draft tokens per round")
     p.add_argument("--ngram", type=int, default=3, help="max n-gram order of prompt lookup")
     p.add_argument("--gen", type=int, default=96, help="new tokens per run")

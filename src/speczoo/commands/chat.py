@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Iterator
 
-from speczoo.commands._model_args import add_model_args, draft_for, spec_mode
+from speczoo.commands._model_args import add_model_args, draft_for, eagle_for, spec_mode
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
@@ -21,8 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "/spec on|off|ngram|draft|auto, /stats, /reset, /save FILE, /help, /quit.")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"zoo name (default {DEFAULT_MODEL})")
     add_model_args(p)
-    p.add_argument("--spec", default="auto", help="on, off, ngram, draft, draft:NAME or auto (default "
-                   "auto); draft, auto and on load the zoo's draft for MODEL unless --draft names one")
+    p.add_argument("--spec", default="auto", help="on, off, ngram, draft, draft:NAME, eagle[:NAME], "
+                   "eagle-tree[:NAME] or auto (default auto); draft, auto and on load the zoo's draft for MODEL "
+                   "unless --draft names one; eagle uses the newest EAGLE head for MODEL unless NAME names one")
     p.add_argument("--max-tokens", type=int, default=512, help="tokens per answer at most")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=None)
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from speczoo.runtime import load_runtime
 
     runtime = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
-                           backend=args.backend, max_seq=args.max_seq)
+                           backend=args.backend, max_seq=args.max_seq, eagle_head=eagle_for(args.spec))
     session = ChatSession(runtime, spec=spec_mode(args.spec), max_tokens=args.max_tokens,
                           temperature=args.temperature, seed=args.seed, system=args.system,
                           no_think=args.no_think, out=sys.stdout)

@@ -18,8 +18,8 @@ def register(sub) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--spec", default="off", help="off | ngram | ngram-tree | draft | auto (default off); "
-                   "ngram-tree drafts a token tree of up to --k nodes")
+    p.add_argument("--spec", default="off", help="off | ngram | ngram-tree | draft | eagle[:NAME] | "
+                   "eagle-tree[:NAME] | auto (default off); the tree modes draft a token tree of up to --k nodes")
     p.add_argument("--k", type=int, default=8, help="max draft tokens per round")
     p.add_argument("--ngram", type=int, default=3, help="max n-gram order of prompt lookup")
     p.add_argument("--stats", action="store_true", help="print tok/s and acceptance to stderr")

@@ -10,7 +10,7 @@ import argparse
 import ipaddress
 import sys
 
-from speczoo.commands._model_args import add_model_args, draft_for, spec_mode
+from speczoo.commands._model_args import add_model_args, draft_for, eagle_for, spec_mode
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
@@ -26,8 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--spec", default="auto", help="speculative mode when a request names none "
-                   "(off, ngram, draft, draft:NAME, auto; default auto); draft and auto load the zoo's "
-                   "draft for MODEL unless --draft names one")
+                   "(off, ngram, draft, draft:NAME, eagle[:NAME], eagle-tree[:NAME], auto; default auto); "
+                   "draft and auto load the zoo's draft for MODEL unless --draft names one; eagle uses the "
+                   "newest EAGLE head for MODEL unless NAME names one")
     p.add_argument("--max-queue", type=int, default=64, help="requests allowed to wait (then 503)")
     p.set_defaults(func=run)
 
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"speczoo serve: warning: binding {args.host} exposes the model to the network without "
               f"an API key; add --api-key KEY", file=sys.stderr)
     runtime = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
-                           backend=args.backend, max_seq=args.max_seq)
+                           backend=args.backend, max_seq=args.max_seq, eagle_head=eagle_for(args.spec))
     app = create_app(runtime, api_key=args.api_key, default_spec=spec_mode(args.spec),
                      max_queue=args.max_queue)
     print(f"speczoo: serving {runtime.name} (spec modes {', '.join(runtime.spec_modes)}) on "

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
-SpecMode = Literal["off", "ngram", "ngram-tree", "draft", "auto"]
+SpecMode = Literal["off", "ngram", "ngram-tree", "draft", "eagle", "eagle-tree", "auto"]
 MAX_STOP = 4
 
 

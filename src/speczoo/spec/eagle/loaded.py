@@ -2,7 +2,8 @@
 dynamic trees) drafter factories.
 
 `--spec eagle:NAME` / `eagle-tree:NAME` names an installed head (or a head directory by path);
-`eagle`, `eagle-tree` and `auto` use the newest head installed for the target. Heads load on first use (memory-mapped safetensors on
+`eagle`, `eagle-tree` and `auto` use the head named when the runtime was loaded, else the newest head
+installed for the target. Heads load on first use (memory-mapped safetensors on
 the target's embedding), their linear layers packed for the target's own linear backend (a draft step
 is bound by weight bytes: q4 makes a 1.5B target's head step ~20x cheaper than fp32), and stay loaded;
 each keeps one head KV cache reused across requests. A
@@ -28,19 +29,22 @@ from speczoo.zoo.heads import HeadEntry, find_head, heads_for
 
 class EagleHeads:
     def __init__(self, target_name: str, model, max_seq: int, tree: TreeShape = TreeShape(),
-                 backend: str = "fp32"):
+                 backend: str = "fp32", default: str | None = None):
         self.target_name = target_name
         self.model = model                      # the target (its embedding and layer count)
         self.backend = backend                  # linear backend the heads run with
         self.max_seq = max_seq
         self.tree = tree                        # the shape of "eagle-tree" proposals
         self.installed = sorted(heads_for(target_name), key=lambda h: (h.path / "model.safetensors").stat().st_mtime)
+        self._default = find_head(default) if default else None      # a head named at load (--spec eagle:NAME)
         self._loaded: dict[str, EagleHead] = {}
         self._factories: dict[tuple[str, bool], Callable[[GenerationRequest], EagleDrafter]] = {}
 
     @property
     def default(self) -> HeadEntry | None:
-        """The newest head installed for the target (None: none is)."""
+        """The head named at load, else the newest installed for the target (None: none is)."""
+        if self._default is not None:
+            return self._default
         return self.installed[-1] if self.installed else None
 
     def resolve(self, spec: str) -> HeadEntry:
