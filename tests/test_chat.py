@@ -199,7 +199,7 @@ def test_serve_command_builds_the_app_and_binds_loopback(monkeypatch, capsys):
     rt = FakeRuntime()
     calls = {}
     monkeypatch.setattr(speczoo.runtime, "load_runtime",
-                        lambda target, draft=None, backend=None, max_seq=4096:
+                        lambda target, draft=None, backend=None, max_seq=4096, **kw:
                         calls.setdefault("load", (target, draft, max_seq)) and rt)
     monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: calls.update(app=app, host=host, port=port))
     assert main(["serve", "fake-model", "--port", "8123", "--max-seq", "777"]) == 0
@@ -233,7 +233,7 @@ def test_chat_and_serve_load_the_zoos_default_draft(monkeypatch, command, argv, 
     rt = FakeRuntime()
     loaded, served = {}, {}
     monkeypatch.setattr(speczoo.runtime, "load_runtime",
-                        lambda target, draft=None, backend=None, max_seq=4096:
+                        lambda target, draft=None, backend=None, max_seq=4096, **kw:
                         loaded.update(target=target, draft=draft) or rt)
     monkeypatch.setattr(builtins, "input", lambda prompt="": "/quit")
     monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: served.update(app=app))
