@@ -199,9 +199,10 @@ def test_sliding_window_hides_keys_beyond_the_window(invariant):
     assert not torch.allclose(full(glob, gargs, a)[-1], full(glob, gargs, b)[-1])
 
 
+@pytest.mark.parametrize("backend", [INVARIANT, "q4"])   # q4: Qwen2 blocks run as one compiled call
 @pytest.mark.parametrize("arch", ARCHS)
-def test_batch_invariance_across_forward_sizes(arch):
-    model, args = tiny_model(arch, backend=INVARIANT)
+def test_batch_invariance_across_forward_sizes(arch, backend):
+    model, args = tiny_model(arch, backend=backend)
     t = toks(40)
     c = KVCache(args, 64)
     whole = model(t, torch.arange(40), c, hidden_layers=[1])          # one prefill of 40 rows
