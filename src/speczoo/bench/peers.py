@@ -14,7 +14,8 @@ Timing (one definition for every system; each row names how its seconds were tak
 * "first-token": seconds from the first new token to the last one (llama.cpp, HF greedy);
   "engine": speczoo's own decode seconds (after prefill); "total-minus-prefill": HF's assisted modes
   do not separate prefill, so their seconds are the whole `generate` call minus the prefill time HF
-  greedy took on the same prompt; "reported": a llama.cpp tool's own decode line (its token count).
+  greedy took on the same prompt ("total", prefill included, when machine noise made that difference
+  under a tenth of the call); "reported": a llama.cpp tool's own decode line (its token count).
 * The ratio of a system to the baseline (llama.cpp greedy by default) pairs the two on the questions
   both ran, per category; overall = geometric mean over categories (speczoo.bench.report's rules).
 
@@ -90,7 +91,7 @@ class Generation:
     seconds: float            # timed seconds, see `timing`
     tokens: int               # tokens those seconds produced (see `timed_tokens`)
     total_seconds: float      # the whole call, prefill included (0 where unknown)
-    timing: str               # "first-token" | "engine" | "total-minus-prefill" | "reported"
+    timing: str               # "first-token" | "engine" | "total-minus-prefill" | "total" | "reported"
     new_tokens: int = -1      # defaults to len(ids)
     drafted: int | None = None
     accepted: int | None = None
@@ -394,7 +395,7 @@ def render_markdown(summary: PeersSummary, title: str, notes: list[str]) -> str:
             "prefill's first token (new tokens − 1, + 1 when the answer ended at EOS). timing: first-token = "
             "seconds from the first new token to the last; engine = speczoo's own decode seconds; "
             "total-minus-prefill = the whole generate call minus the prefill time HF greedy took on the same "
-            "prompt; reported = the tool's own decode line. lossless x/y: x answers equal to the system's own "
+            "prompt (total = the whole call, when noise made that difference implausibly small); reported = the tool's own decode line. lossless x/y: x answers equal to the system's own "
             "greedy (token ids; text for llama.cpp's tools, against llama:greedy) of y judged.", ""]
     return "\n".join(out)
 
