@@ -20,13 +20,7 @@ INVARIANT = "fp32-rows"
 PROMPT = [5, 17, 33, 2, 90, 61, 7, 7, 12, 40]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: OpenMP's thread hand-offs cost more than the math on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,7 @@ from speczoo.spec.eagle.vocab import draft_vocab, t2d_index
 V, D = 96, 32
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: OpenMP's thread hand-offs cost more than the math on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
 
 def make_head(seed: int = 0, draft: int = 64) -> EagleHead:

@@ -14,13 +14,7 @@ from tiny import tiny_args, tiny_model, tiny_tensors
 VOCAB = 128
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: OpenMP's thread hand-offs cost more than the math on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
 
 def tiny_target(name: str = "tiny-qwen") -> Target:
