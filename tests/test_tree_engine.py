@@ -20,7 +20,7 @@ from speczoo.spec.drafters.base import Drafter
 from speczoo.spec.drafters.ngram import NgramDrafter
 from speczoo.spec.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.spec.engine import MAX_K, Engine
-from speczoo.spec.reference import (HashOracle, IdTokenizer, MarkovOracle, NoisyOracle, OracleModel, TokenCache,
+from speczoo.spec.reference import (HashOracle, IdTokenizer, NoisyOracle, OracleModel, TokenCache,
                                     reference_greedy)
 from speczoo.spec.tree import TreeLayout
 from speczoo.spec.types import Draft
