@@ -356,3 +356,15 @@ def test_a_drafter_that_failed_once_early_is_tried_again_soon():
     assert any(c.drafter == "draft" and not c.probe for c in nxt)
     with pytest.raises(ValueError, match="explore"):
         Controller(Costs(cv=1.0, draft_cost={"draft": 0.3}), ["draft"], explore=-1)
+
+
+def test_a_lagging_draft_pays_for_its_catch_up():
+    costs = Costs(cv=CvCurve.measured({1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02}),
+                  draft_cost={"ngram": 0.0, "draft": 0.28})
+    ctl = Controller(costs, ["ngram", "draft"], k_max=8)
+    simulate(ctl, {"ngram": 0.7, "draft": 0.9}, 80)
+    assert ctl.catch_up("draft", 0) == 0.0 and ctl.catch_up("ngram", 60) == 0.0
+    assert ctl.catch_up("draft", 16) == pytest.approx(0.28 * (3.02 - 1.0))
+    ctl.choose()
+    assert ctl.alternative("ngram", {"draft": 0}).drafter == "draft"      # in step: worth drafting
+    assert ctl.alternative("ngram", {"draft": 80}).drafter == NONE        # far behind: a plain round

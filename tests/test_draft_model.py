@@ -104,3 +104,19 @@ def test_auto_falls_back_to_the_draft_when_prompt_lookup_has_nothing():
     rounds = [e for e in events if isinstance(e, TokenEvent) and e.ids]
     assert not [e for e in rounds if e.drafter == "ngram" and e.drafted == 0], "an empty n-gram round went undrafted"
     assert sum(e.drafter == "draft" for e in rounds) > 0
+
+
+def test_lag_counts_the_ids_the_draft_has_not_seen():
+    base = HashOracle(30, seed=2)
+    draft = DraftModelDrafter(OracleModel(base), TokenCache(100))
+    draft.reset()
+    assert draft.lag([1, 2, 3]) == 2                  # nothing fed: all but the last id
+    draft.prefill([1, 2, 3])
+    assert draft.lag([1, 2, 3]) == 0
+    d = draft.propose([1, 2, 3], 3)                  # feeds 3 and its own first two proposals
+    ctx = [1, 2, 3] + d.tokens[:1] + [7, 8, 9]        # one proposal kept, then new text
+    assert draft.lag(ctx) == len(ctx) - 1 - 4
+    draft.propose(ctx, 1)                             # K = 1: feeds ctx, proposes without feeding it
+    assert draft.lag(ctx + [5]) == 0                  # the last id is always fed with the proposal
+    assert draft.lag(ctx + [5, 6]) == 1
+    assert draft.lag([9, 9, 9, 9]) == 3               # another text altogether

@@ -213,6 +213,7 @@ class Controller:
         self.estimates = {d: AcceptanceEstimate(half_life, prior_alpha, prior_weight, reset_p)
                           for d in names}
         self._probing = ""          # the drafter probed by the last choose(), if any
+        self._lags: dict[str, int] = {}     # this round's catch-up lags (see choose)
         self.round = 0
         # The round each drafter was last chosen; "long ago" at the start, so a drafter the cost model
         # would not pick on its prior alone is probed in the first rounds rather than after a period.
@@ -238,7 +239,22 @@ class Controller:
         if self.costs is None:
             raise ValueError("this controller has no Costs; rates need a cost model")
         a = self.alpha(drafter) if alpha is None else alpha
-        return speedup(a, k, self.costs.cv, self.costs.draft_cost[drafter], self.costs.round_overhead)
+        return speedup(a, k, self.costs.cv, self.costs.draft_cost[drafter], self._overhead(drafter))
+
+    def catch_up(self, drafter: str, lag: int) -> float:
+        """The cost, in target steps, of a drafter first feeding `lag` ids it has not seen (a draft model
+        that sat out rounds): its step cost times the extra width of that first forward, taking the
+        target's c_v curve as the shape of the draft's (both are decoders on the same kernels)."""
+        if lag <= 0 or self.costs is None:
+            return 0.0
+        cv, s = self.costs.cv, lag + 1
+        top = cv.max_s
+        width = cv(s) if top is None or s <= top else cv(top) * s / top   # past the curve: linear in S
+        return self.costs.draft_cost[drafter] * (width - 1.0)
+
+    def _overhead(self, drafter: str) -> float:
+        assert self.costs is not None
+        return self.costs.round_overhead + self.catch_up(drafter, self._lags.get(drafter, 0))
 
     def plan(self, drafter: str, alpha: float | None = None) -> Choice:
         """The best K for `drafter` at its estimate (or at `alpha`), ignoring gates and probes."""
@@ -246,8 +262,7 @@ class Controller:
             return Choice(drafter, self.fixed_k)
         assert self.costs is not None
         a = self.alpha(drafter) if alpha is None else alpha
-        b = best_k(a, self.costs.cv, self.costs.draft_cost[drafter], self.k_max,
-                   self.costs.round_overhead)
+        b = best_k(a, self.costs.cv, self.costs.draft_cost[drafter], self.k_max, self._overhead(drafter))
         return Choice(drafter, b.k)
 
     def decide(self, exclude: str = "") -> Choice:
@@ -276,18 +291,24 @@ class Controller:
             return True
         return self.rate(drafter, self.plan(drafter, CEILING_ALPHA).k, CEILING_ALPHA) > rate
 
-    def alternative(self, exclude: str) -> Choice:
+    def alternative(self, exclude: str, lags: dict[str, int] | None = None) -> Choice:
         """This round's fallback when `exclude` (just chosen) had nothing to propose: the best of the
-        other drafters on their estimates, or plain decoding. No probe; `update` then concerns it."""
+        other drafters on their estimates, or plain decoding. No probe; `update` then concerns it.
+        lags: as for `choose`."""
+        self._lags = lags or {}
         best = self.decide(exclude)
         if best.drafter != NONE:
             self.last_chosen[best.drafter] = self.round
         self._probing = ""
         return best
 
-    def choose(self) -> Choice:
-        """This round's drafter and K; call once per round, then `update` with what happened."""
+    def choose(self, lags: dict[str, int] | None = None) -> Choice:
+        """This round's drafter and K; call once per round, then `update` with what happened.
+
+        lags: per drafter, the ids it must feed before it can propose (Drafter.lag); their catch-up
+        cost counts against that drafter this round."""
         self.round += 1
+        self._lags = lags or {}
         best, best_rate = self._best()
         stale = [d for d in self.drafters
                  if d != best.drafter and self.round - self.last_chosen[d] >= self.reprobe_every

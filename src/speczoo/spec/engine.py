@@ -130,17 +130,19 @@ class Engine:
                 if pending in self.eos:
                     finish = "stop"
                     break
-                choice = policy.choose() if remaining > 1 else None
+                ctx = context + [pending]
+                lags = {name: d.lag(ctx) for name, d in drafters.items()} if remaining > 1 else {}
+                choice = policy.choose(lags) if remaining > 1 else None
                 drafting = choice is not None and choice.drafting
                 draft = Draft(tokens=[])
                 if drafting:
                     k = min(choice.k, remaining - 1)
-                    draft = head(drafters[choice.drafter].propose(context + [pending], k), k)
+                    draft = head(drafters[choice.drafter].propose(ctx, k), k)
                     if not draft.tokens:       # no candidate (prompt lookup found none): the next best drafter
-                        alt = policy.alternative(choice.drafter)
+                        alt = policy.alternative(choice.drafter, lags)
                         if alt.drafting:
                             choice, k = alt, min(alt.k, remaining - 1)
-                            draft = head(drafters[choice.drafter].propose(context + [pending], k), k)
+                            draft = head(drafters[choice.drafter].propose(ctx, k), k)
                 if remaining == 1:
                     new = [pending]
                     accepted = 0

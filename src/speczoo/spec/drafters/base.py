@@ -44,6 +44,11 @@ class Drafter(ABC):
     def commit(self, accepted: int) -> None:
         """The target accepted the first `accepted` tokens of the last draft (0..K)."""
 
+    def lag(self, context: list[int]) -> int:
+        """How many ids of `context` (as for `propose`) this drafter would have to feed before proposing,
+        beyond the last one: its catch-up after sitting out rounds. Default: none."""
+        return 0
+
     def commit_path(self, path: list[int]) -> None:
         """The target accepted the nodes `path` (indices into the last draft's tokens, root to leaf) of
         a token-tree draft. Default: as many accepted as the path is long, for drafters whose state

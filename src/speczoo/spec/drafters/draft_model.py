@@ -34,11 +34,13 @@ class DraftModelDrafter(Drafter):
         self.params = params or SamplingParams()
         self.generator = generator
         self.fed: list[int] = []          # ids whose K/V sit in the draft cache, in order
+        self._agreed = 0                  # fed[:_agreed] agreed with the context at the last sync
         self.forwards = 0
 
     def reset(self) -> None:
         self.cache.reset()
         self.fed = []
+        self._agreed = 0
 
     def _forward(self, ids: list[int]) -> torch.Tensor:  # -> logits [R, V]; R = 1 (the last id) for real models
         start = self.cache.length
@@ -48,15 +50,29 @@ class DraftModelDrafter(Drafter):
         self.forwards += 1
         return self.model(tokens, positions, self.cache, logit_rows=slice(-1, None), head=self.head).logits
 
-    def _sync(self, context: list[int]) -> list[int]:
-        """Roll the cache back to the agreeing prefix; return the ids still to feed (never empty)."""
-        n = 0
-        limit = min(len(self.fed), len(context) - 1)   # the last context id is always re-fed for its logits
+    def _agreeing(self, context: list[int]) -> int:
+        """Length of the longest prefix of what was fed that `context` agrees with (at most all but the
+        last context id, which is always re-fed for its logits). Within a request the context only
+        grows, so the scan starts where the last sync left off."""
+        limit = min(len(self.fed), len(context) - 1)
+        n = min(self._agreed, limit)
+        if self.fed[:n] != context[:n]:                 # a new context (not a continuation): rescan
+            n = 0
         while n < limit and self.fed[n] == context[n]:
             n += 1
+        return n
+
+    def _sync(self, context: list[int]) -> list[int]:
+        """Roll the cache back to the agreeing prefix; return the ids still to feed (never empty)."""
+        n = self._agreeing(context)
         self.cache.truncate(n)
         del self.fed[n:]
+        self._agreed = n
         return context[n:]
+
+    def lag(self, context: list[int]) -> int:
+        """Ids to feed before proposing after `context`, beyond its last one."""
+        return len(context) - 1 - self._agreeing(context) if context else 0
 
     def prefill(self, prompt: list[int]) -> None:
         """Fill the draft cache with the prompt (the next proposal re-feeds only its last id)."""
