@@ -105,13 +105,10 @@ def write_profile(loaded, data: dict) -> None:
 
 def draft_head(loaded):
     """The reduced head the model drafts with (spec/drafters/draft_model.py), or None."""
-    from speczoo.kernels.quantized import Q4Native, Q8Native
     from speczoo.spec.drafters.draft_head import ReducedHead
     from speczoo.spec.drafters.draft_model import DRAFT_HEAD_VOCAB
 
-    if type(loaded.model.lm_head) not in (Q4Native, Q8Native) or DRAFT_HEAD_VOCAB >= loaded.args.vocab_size:
-        return None
-    return ReducedHead(loaded.model, DRAFT_HEAD_VOCAB)
+    return ReducedHead.for_model(loaded.model, DRAFT_HEAD_VOCAB)
 
 
 def runtime_costs(target, draft=None, round_overhead: float = 0.02, remeasure: bool = False):

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from speczoo.kernels.pack import STRIP
-from speczoo.kernels.quantized import select_strips
+from speczoo.kernels.quantized import Q4Native, Q8Native, select_strips
 
 MAX_EXTRA_STRIPS = 256      # most head strips (16 ids each) kept for a prompt's rarer ids
 
@@ -39,6 +39,14 @@ class ReducedHead(nn.Module):
         self.n_common = n_common
         self.extra: nn.Module | None = None       # the strips of the prompt's rarer ids
         self.extra_cols = torch.zeros(0, dtype=torch.long)
+
+    @classmethod
+    def for_model(cls, model, n_common: int | None) -> ReducedHead | None:
+        """The reduced head a draft model proposes from, or None when it keeps its full head: no
+        `n_common` given, a vocabulary no larger than it, or an LM head that is not a compiled kernel."""
+        if n_common is None or n_common >= model.args.vocab_size or type(model.lm_head) not in (Q4Native, Q8Native):
+            return None
+        return cls(model, n_common)
 
     def keep(self, ids: list[int]) -> None:
         """Also score these ids (a prompt's) past the common block: the head strips that hold them."""

@@ -16,7 +16,6 @@ import torch
 from speczoo import sampling
 from speczoo.events import GenerationRequest, SamplingParams
 from speczoo.spec.drafters.base import Drafter
-from speczoo.kernels.quantized import Q4Native, Q8Native
 from speczoo.spec.drafters.draft_head import ReducedHead
 from speczoo.spec.types import Draft
 
@@ -119,9 +118,7 @@ def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRA
         raise ValueError(f"draft {draft.name} has a larger vocabulary ({draft.args.vocab_size}) than target "
                          f"{target.name} ({target.args.vocab_size}): not a pair; see `speczoo check-pair`")
     cache = KVCache(draft.args, max_seq, extra=2 * MAX_K + 2)
-    head = None
-    if head_vocab is not None and head_vocab < draft.args.vocab_size and type(draft.model.lm_head) in (Q4Native, Q8Native):
-        head = ReducedHead(draft.model, head_vocab)
+    head = ReducedHead.for_model(draft.model, head_vocab)
 
     def factory(req: GenerationRequest) -> DraftModelDrafter:
         gen = None if req.sampling.greedy else sampling.make_generator(
