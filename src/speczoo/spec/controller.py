@@ -213,7 +213,6 @@ class Controller:
         self.estimates = {d: AcceptanceEstimate(half_life, prior_alpha, prior_weight, reset_p)
                           for d in names}
         self._probing = ""          # the drafter probed by the last choose(), if any
-        self._lags: dict[str, int] = {}     # this round's catch-up lags (see choose)
         self.round = 0
         # The round each drafter was last chosen; "long ago" at the start, so a drafter the cost model
         # would not pick on its prior alone is probed in the first rounds rather than after a period.
@@ -232,14 +231,15 @@ class Controller:
     def gated(self, drafter: str) -> bool:
         return self.gate_after is not None and self._estimate(drafter).zero_streak >= self.gate_after
 
-    def rate(self, drafter: str, k: int, alpha: float | None = None) -> float:
-        """Expected tokens per target step of a round with `drafter` and K (1.0 for plain decoding)."""
+    def rate(self, drafter: str, k: int, alpha: float | None = None, lag: int = 0) -> float:
+        """Expected tokens per target step of a round with `drafter` and K (1.0 for plain decoding);
+        lag: ids the drafter must first catch up on (see `catch_up`)."""
         if drafter == NONE or k == 0:
             return 1.0
         if self.costs is None:
             raise ValueError("this controller has no Costs; rates need a cost model")
         a = self.alpha(drafter) if alpha is None else alpha
-        return speedup(a, k, self.costs.cv, self.costs.draft_cost[drafter], self._overhead(drafter))
+        return speedup(a, k, self.costs.cv, self.costs.draft_cost[drafter], self._overhead(drafter, lag))
 
     def catch_up(self, drafter: str, lag: int) -> float:
         """The cost, in target steps, of a drafter first feeding `lag` ids it has not seen (a draft model
@@ -252,51 +252,50 @@ class Controller:
         width = cv(s) if top is None or s <= top else cv(top) * s / top   # past the curve: linear in S
         return self.costs.draft_cost[drafter] * (width - 1.0)
 
-    def _overhead(self, drafter: str) -> float:
+    def _overhead(self, drafter: str, lag: int) -> float:
         assert self.costs is not None
-        return self.costs.round_overhead + self.catch_up(drafter, self._lags.get(drafter, 0))
+        return self.costs.round_overhead + self.catch_up(drafter, lag)
 
-    def plan(self, drafter: str, alpha: float | None = None) -> Choice:
+    def plan(self, drafter: str, alpha: float | None = None, lag: int = 0) -> Choice:
         """The best K for `drafter` at its estimate (or at `alpha`), ignoring gates and probes."""
         if self.fixed_k is not None:
             return Choice(drafter, self.fixed_k)
         assert self.costs is not None
         a = self.alpha(drafter) if alpha is None else alpha
-        b = best_k(a, self.costs.cv, self.costs.draft_cost[drafter], self.k_max, self._overhead(drafter))
+        b = best_k(a, self.costs.cv, self.costs.draft_cost[drafter], self.k_max, self._overhead(drafter, lag))
         return Choice(drafter, b.k)
 
-    def decide(self, exclude: str = "") -> Choice:
+    def decide(self, exclude: str = "", lags: dict[str, int] | None = None) -> Choice:
         """The best (drafter, K) on the current estimates (leaving out `exclude`), without probes and
-        without side effects."""
-        return self._best(exclude)[0]
+        without side effects; lags as for `choose`."""
+        return self._best(exclude, lags or {})[0]
 
-    def _best(self, exclude: str = "") -> tuple[Choice, float]:
+    def _best(self, exclude: str, lags: dict[str, int]) -> tuple[Choice, float]:
         """The drafter and K with the best rate at each drafter's optimistic α (see `explore`)."""
         best, best_rate = Choice(NONE, 0), 1.0
         for d in self.drafters:
             if d == exclude or self.gated(d):
                 continue
-            a = self._estimate(d).upper(self.explore)
-            c = self.plan(d, a)
-            r = math.inf if self.costs is None else self.rate(d, c.k, a)
+            a, lag = self._estimate(d).upper(self.explore), lags.get(d, 0)
+            c = self.plan(d, a, lag)
+            r = math.inf if self.costs is None else self.rate(d, c.k, a, lag)
             if r > best_rate:
                 best, best_rate = c, r
         return best, best_rate
 
-    def could_beat(self, drafter: str, rate: float) -> bool:
+    def could_beat(self, drafter: str, rate: float, lag: int = 0) -> bool:
         """Whether `drafter` could beat `rate` at all: its best rate if nearly every token were accepted.
         A probe that cannot win is not worth its cost (a draft model that must first catch up on the
         text since it last ran, a verify over K + 1 tokens)."""
         if self.costs is None:
             return True
-        return self.rate(drafter, self.plan(drafter, CEILING_ALPHA).k, CEILING_ALPHA) > rate
+        return self.rate(drafter, self.plan(drafter, CEILING_ALPHA, lag).k, CEILING_ALPHA, lag) > rate
 
     def alternative(self, exclude: str, lags: dict[str, int] | None = None) -> Choice:
         """This round's fallback when `exclude` (just chosen) had nothing to propose: the best of the
         other drafters on their estimates, or plain decoding. No probe; `update` then concerns it.
         lags: as for `choose`."""
-        self._lags = lags or {}
-        best = self.decide(exclude)
+        best = self.decide(exclude, lags)
         if best.drafter != NONE:
             self.last_chosen[best.drafter] = self.round
         self._probing = ""
@@ -308,14 +307,14 @@ class Controller:
         lags: per drafter, the ids it must feed before it can propose (Drafter.lag); their catch-up
         cost counts against that drafter this round."""
         self.round += 1
-        self._lags = lags or {}
-        best, best_rate = self._best()
+        lags = lags or {}
+        best, best_rate = self._best("", lags)
         stale = [d for d in self.drafters
                  if d != best.drafter and self.round - self.last_chosen[d] >= self.reprobe_every
-                 and self.could_beat(d, best_rate)]
+                 and self.could_beat(d, best_rate, lags.get(d, 0))]
         if stale:
             d = min(stale, key=lambda name: self.last_chosen[name])
-            best = Choice(d, self.plan(d, max(self.alpha(d), self.probe_alpha)).k, probe=True)
+            best = Choice(d, self.plan(d, max(self.alpha(d), self.probe_alpha), lags.get(d, 0)).k, probe=True)
         if best.drafter != NONE:
             self.last_chosen[best.drafter] = self.round
         for d in self.drafters:
