@@ -12,8 +12,9 @@ best first from the root (EAGLE-2's rule; a child never outscores its parent, so
 before its children and the tree stays connected). When every candidate agrees the tree is a chain,
 and the engine verifies it as one.
 
-The index keeps every occurrence of every n-gram (one entry per order per committed token), updated
-incrementally; a round costs O(orders × max_matches × K). It never sees the target model.
+The index (ngram.py's NgramIndex) keeps every occurrence of every n-gram (one entry per order per
+committed token), updated incrementally; a round costs O(orders × max_matches × K). It never sees the
+target model.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import heapq
 from dataclasses import dataclass
 
 from speczoo.spec.drafters.base import Drafter
+from speczoo.spec.drafters.ngram import NgramIndex
 from speczoo.spec.types import Draft
 
 
@@ -31,55 +33,22 @@ class Candidate:
     weight: float
 
 
-class NgramTreeIndex:
-    """n-gram -> positions right after each of its occurrences (ascending), for orders min..max."""
-
-    def __init__(self, max_order: int, min_order: int = 1):
-        if min_order < 1 or max_order < min_order:
-            raise ValueError(f"n-gram orders must satisfy 1 <= min_order <= max_order, "
-                             f"got min={min_order} max={max_order}")
-        self.max_order = max_order
-        self.min_order = min_order
-        self.tokens: list[int] = []
-        self._maps: dict[int, dict[tuple[int, ...], list[int]]] = {
-            n: {} for n in range(min_order, max_order + 1)}
-
-    def extend(self, ids: list[int]) -> None:
-        """Append committed tokens. Each new position p registers the n-grams ending at p-1."""
-        toks = self.tokens
-        for t in ids:
-            p = len(toks)
-            for n, m in self._maps.items():
-                if p >= n:
-                    m.setdefault(tuple(toks[p - n:p]), []).append(p)
-            toks.append(t)
-
-    def candidates(self, k: int, max_matches: int, order_weight: float) -> list[Candidate]:
-        """The k-token continuations of the suffix's most recent matches, best (longest, latest) first.
-
-        A copy that runs into the present continues through its own draft, as in NgramIndex.lookup.
-        """
-        toks = self.tokens
-        end = len(toks)
-        seen: set[int] = set()
-        out: list[Candidate] = []
-        for n in range(self.max_order, self.min_order - 1, -1):
-            if end < n:
+def candidates(index: NgramIndex, k: int, max_matches: int, order_weight: float) -> list[Candidate]:
+    """The k-token continuations of the suffix's most recent matches in `index`, best (longest, latest)
+    first; an occurrence already found at a higher order is counted once, at that order."""
+    seen: set[int] = set()
+    out: list[Candidate] = []
+    for n in range(index.max_order, index.min_order - 1, -1):
+        rank = 0
+        for start in reversed(index.matches(n)):
+            if rank == max_matches:
+                break
+            if start in seen:
                 continue
-            starts = self._maps[n].get(tuple(toks[-n:]), [])
-            rank = 0
-            for start in reversed(starts):
-                if rank == max_matches:
-                    break
-                if start in seen:
-                    continue
-                seen.add(start)
-                cont: list[int] = []
-                for p in range(start, start + k):
-                    cont.append(toks[p] if p < end else cont[p - end])
-                out.append(Candidate(cont, order_weight ** n / (1 + rank)))
-                rank += 1
-        return out
+            seen.add(start)
+            out.append(Candidate(index.continuation(start, k), order_weight ** n / (1 + rank)))
+            rank += 1
+    return out
 
 
 def merge(candidates: list[Candidate], budget: int, decay: float) -> tuple[list[int], list[int]]:
@@ -133,17 +102,14 @@ class NgramTreeDrafter(Drafter):
             raise ValueError(f"order_weight must be >= 1, got {order_weight}")
         self.max_order, self.min_order = max_order, min_order
         self.max_matches, self.order_weight, self.decay = max_matches, order_weight, decay
-        self.index = NgramTreeIndex(max_order, min_order)
+        self.index = NgramIndex(max_order, min_order)
 
     def reset(self) -> None:
-        self.index = NgramTreeIndex(self.max_order, self.min_order)
+        self.index = NgramIndex(self.max_order, self.min_order)
 
     def propose(self, context: list[int], k: int) -> Draft:
-        seen = len(self.index.tokens)
-        if seen > len(context):
-            raise ValueError("context shrank: call reset() before starting a new sequence")
-        self.index.extend(context[seen:])
-        cands = self.index.candidates(k, self.max_matches, self.order_weight)
+        self.index.follow(context)
+        cands = candidates(self.index, k, self.max_matches, self.order_weight)
         if not cands or k < 1:
             return Draft(tokens=[], drafter=self.name)
         tokens, parents = merge(cands, k, self.decay)
