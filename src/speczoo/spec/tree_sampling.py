@@ -21,7 +21,6 @@ randomness comes only from the generator.
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import Tensor
@@ -29,6 +28,7 @@ from torch import Tensor
 from speczoo.sampling import sample
 from speczoo.spec.tree import TreeLayout
 from speczoo.spec.types import Draft, Verdict
+from speczoo.spec.verify_sampling import prob_row
 
 
 def verify_tree_sampling(draft: Draft, layout: TreeLayout, target_probs: Tensor,
@@ -59,7 +59,7 @@ def verify_tree_sampling(draft: Draft, layout: TreeLayout, target_probs: Tensor,
                 row = c + 1
                 break
             if p is None:
-                p = _row(target_probs, row)
+                p = prob_row(target_probs, row)
             if draft.probs is None:
                 q = torch.zeros(v, dtype=torch.float64)  # [V] one-hot on the rejected token
                 q[tok] = 1.0
@@ -70,19 +70,9 @@ def verify_tree_sampling(draft: Draft, layout: TreeLayout, target_probs: Tensor,
             if total > 0.0:                              # 0 only when p == q up to rounding: keep p
                 p = residual / total
         else:
-            final = _row(target_probs, row) if p is None else p
+            final = prob_row(target_probs, row) if p is None else p
             nxt = int(sample(final[None], generator))
             return Verdict(accepted=len(path), next_token=nxt, path=path)
-
-
-def _row(probs: Tensor, i: int) -> Tensor:
-    """Row i as float64 [V], checked to sum to a positive finite number (NaN and inf show in the sum)."""
-    row = probs[i].double()
-    total = float(row.sum())
-    if not (math.isfinite(total) and total > 0):
-        raise ValueError(f"row {i} of the target probs sums to {total}, not a distribution; "
-                         f"pass speczoo.sampling.probs(...)")
-    return row
 
 
 def _check(draft: Draft, layout: TreeLayout, target_probs: Tensor) -> None:

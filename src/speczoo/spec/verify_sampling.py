@@ -47,22 +47,22 @@ def verify_sampling(draft: Draft, target_probs: Tensor, generator: torch.Generat
                 f"draft.probs must be the distribution the token was sampled from")
         if u[i] * q_tok[i] < p_tok[i]:                                     # u < p/q, no division
             continue
-        p = _row(target_probs, i, "target probs")                          # [V] float64
+        p = prob_row(target_probs, i)                                      # [V] float64
         if draft.probs is None:
             q = torch.zeros(v, dtype=torch.float64)                        # [V] one-hot on d_i
             q[tok] = 1.0
         else:
-            q = _row(draft.probs, i, "draft.probs")                        # [V]
+            q = prob_row(draft.probs, i, "draft.probs")                    # [V]
         residual = torch.clamp(p - q, min=0.0)                             # [V]
         if float(residual.sum()) <= 0.0:
             residual = p                                                   # p == q (rounding): p itself
         nxt = int(sample(residual[None], generator))
         return Verdict(accepted=i, next_token=nxt, path=list(range(i)))
-    bonus = int(sample(_row(target_probs, k, "target probs")[None], generator))
+    bonus = int(sample(prob_row(target_probs, k)[None], generator))
     return Verdict(accepted=k, next_token=bonus, path=list(range(k)))
 
 
-def _row(probs: Tensor, i: int, what: str) -> Tensor:
+def prob_row(probs: Tensor, i: int, what: str = "target probs") -> Tensor:
     """Row i as float64 [V], checked to sum to a positive finite number (NaN and inf show in the sum)."""
     row = probs[i].double()
     total = float(row.sum())
