@@ -368,3 +368,52 @@ def test_a_lagging_draft_pays_for_its_catch_up():
     ctl.choose()
     assert ctl.alternative("ngram", {"draft": 0}).drafter == "draft"      # in step: worth drafting
     assert ctl.alternative("ngram", {"draft": 80}).drafter == NONE        # far behind: a plain round
+
+
+def test_situations_keep_separate_estimates_seeded_by_priors():
+    costs = Costs(cv=CvCurve.measured({1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02}),
+                  draft_cost={"ngram": 0.0, "draft": 0.28})
+    priors = {"ngram": {"long": 0.95, "short": 0.15}}
+    ctl = Controller(costs, ["ngram", "draft"], k_max=8, priors=priors, reprobe_every=1000)
+    assert ctl.alpha("ngram", "long") == pytest.approx(0.95)
+    assert ctl.alpha("ngram", "short") == pytest.approx(0.15)
+    assert ctl.alpha("ngram", "unheard-of") == pytest.approx(0.5)        # no prior: prior_alpha
+    rng = random.Random(3)
+    truth = {"long": 0.95, "short": 0.03}
+    picks = Counter()
+    for r in range(400):
+        sit = "long" if r % 3 == 0 else "short"
+        c = ctl.choose(situations={"ngram": sit})
+        if r >= 100:
+            picks[sit, c.drafter] += 1
+        if c.drafting:
+            alpha = truth[sit] if c.drafter == "ngram" else 0.75
+            ctl.update(c.drafter, c.k, accepted_count(alpha, c.k, rng))
+    assert ctl.alpha("ngram", "long") > 0.85 and ctl.alpha("ngram", "short") < 0.15
+    # deep prompt lookup after a long match, the draft model (mostly) after a short one
+    assert picks["long", "ngram"] == 100
+    assert picks["short", "draft"] >= 0.8 * 200
+    long = ctl.choose(situations={"ngram": "long"})
+    assert long.drafter == "ngram" and long.k >= 6
+    # the update goes to the estimate of the situation the round was chosen in
+    before = ctl.alpha("ngram", "short")
+    ctl.choose(situations={"ngram": "long"})
+    ctl.update("ngram", 8, 0)
+    assert ctl.alpha("ngram", "short") == before and ctl.alpha("ngram", "long") < 0.95
+
+
+def test_a_drafter_with_nothing_to_propose_is_not_chosen():
+    ctl = Controller(Costs(cv=1.0, draft_cost={"ngram": 0.0, "draft": 0.3}), ["ngram", "draft"], k_max=4,
+                     reprobe_every=1)
+    for _ in range(20):
+        c = ctl.choose(situations={"ngram": None})
+        assert c.drafter != "ngram"
+        if c.drafting:
+            ctl.update(c.drafter, c.k, c.k)
+    assert ctl.choose(situations={"ngram": None, "draft": None}).drafter == NONE
+    assert ctl.alternative("draft").drafter == NONE                 # the same round's situations hold
+
+
+def test_situation_priors_must_be_probabilities():
+    with pytest.raises(ValueError, match="situation priors"):
+        Controller(Costs(cv=1.0, draft_cost={"ngram": 0.0}), ["ngram"], priors={"ngram": {"x": 1.0}})

@@ -76,3 +76,51 @@ def test_verify_empty_draft_is_plain_decoding():
     assert verify_greedy(Draft([]), [3]).next_token == 3
     with pytest.raises(ValueError):
         verify_greedy(Draft([1]), [3])
+
+
+def test_situation_names_match_length_and_agreement():
+    d = NgramDrafter(3)
+    assert d.situation([]) is None and d.situation([5]) is None          # nothing to look up yet
+    long = list(range(10, 30))
+    # the last 12 tokens occurred before (one occurrence, so its continuation trivially agrees)
+    assert d.situation(long + [99] + long[:12]) == "8+/agree"
+    d = NgramDrafter(3)
+    # "7" seen twice, followed by 1 then by 2: a one-token match whose occurrences disagree
+    assert d.situation([3, 7, 1, 4, 7, 2, 5, 7]) == "1/mixed"
+    d = NgramDrafter(3)
+    assert d.situation([3, 8, 7, 1, 4, 8, 7]) == "2-3/agree"             # "8 7" once before
+    d = NgramDrafter(3)
+    ctx = [1, 2, 3, 4, 5, 9, 2, 3, 4, 5, 6, 0, 2, 3, 4, 5]                 # latest occurrence: 4 tokens
+    assert d.situation(ctx) == "4-7/mixed"                                 # ... followed by 9, then by 6
+    assert d.propose(ctx, 1).tokens == [6]                                 # the lookup reads that occurrence
+
+
+def test_match_length_extends_backwards_up_to_the_cap():
+    idx = NgramIndex(2)
+    seq = list(range(40))
+    idx.extend(seq + [77] + seq)
+    start = idx.longest()[-1]
+    assert start == 40                                   # right after the first copy
+    assert idx.match_length(start) == 16                 # capped (MATCH_CAP)
+    assert idx.match_length(start, cap=100) == 40
+    assert NgramIndex(2).longest() == []
+
+
+def test_every_situation_has_a_prior():
+    from speczoo.spec.drafters.ngram import SITUATION_PRIORS
+    bands, kinds = ("1", "2-3", "4-7", "8+"), ("agree", "mixed")
+    assert set(SITUATION_PRIORS) == {f"{b}/{k}" for b in bands for k in kinds}
+    assert all(0 < a < 1 for a in SITUATION_PRIORS.values())
+    assert NgramDrafter.situation_priors is SITUATION_PRIORS
+
+
+def test_situation_replay_on_a_hand_made_answer():
+    from speczoo.bench.ngram_situations import replay
+    prompt = list(range(10, 30))
+    answer = list(range(10, 20)) + [5]           # copies the prompt's first ten tokens, then leaves it
+    got = replay(prompt, answer, k=4)
+    # after a0 = 10 the one-token match "10" proposes 11 12 13 14: all right; the match grows from there
+    assert got[0] == ("1/agree", 4)
+    assert [s for s, _ in got[:3]] == ["1/agree", "2-3/agree", "2-3/agree"]
+    assert got[-1] == ("8+/agree", 0)            # ... until the answer leaves the prompt (19 -> 5, not 20)
+    assert got[-2] == ("8+/agree", 1)

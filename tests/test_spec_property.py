@@ -85,3 +85,32 @@ def test_bad_requests_raise_before_any_event(kw, msg):
     with pytest.raises(Exception, match=msg):
         eng.generate(GenerationRequest(**args))
     assert model.forwards == 0
+
+
+def test_engine_asks_situations_and_never_asks_a_drafter_that_has_nothing():
+    """Each round the engine asks every drafter's situation before the controller chooses; a drafter in
+    situation None is not asked to propose, and the output stays the greedy one."""
+
+    class Recorder(NgramDrafter):
+        def __init__(self):
+            super().__init__(max_order=2)
+            self.asked, self.proposed_in = 0, []
+
+        def situation(self, context):
+            self.asked += 1
+            self._last = super().situation(context)
+            return self._last
+
+        def propose(self, context, k):
+            self.proposed_in.append(self._last)
+            return super().propose(context, k)
+
+    oracle = MarkovOracle(20, seed=5)
+    rec = Recorder()
+    eng = Engine(OracleModel(oracle), TokenCache(200), IdTokenizer(), {"ngram": lambda req: rec}, eos_ids=[],
+                 max_seq=120)
+    prompt = [1, 2, 3, 4] + reference_greedy(oracle, [1, 2, 3, 4], 30)
+    done = run(eng, prompt_ids=prompt, max_new_tokens=40, spec="ngram", k=4)
+    assert done.ids == reference_greedy(oracle, prompt, 40)
+    assert rec.asked >= done.stats.rounds - 1 and rec.proposed_in
+    assert None not in rec.proposed_in

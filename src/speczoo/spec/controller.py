@@ -18,7 +18,14 @@ drafter left unused for `reprobe_every` rounds is tried again (a probe, with an 
 beat the current choice at all (a probe that cannot win is pure cost). Choices are made at an optimistic
 α (the estimate plus `explore` standard errors), so a drafter judged on few tokens is tried again soon.
 An empty draft (an n-gram drafter with no candidate) is no evidence either way; the engine then asks for
-the `alternative`, the best other drafter, in the same round. The classic gate — one drafter,
+the `alternative`, the best other drafter, in the same round.
+
+Situations: a drafter may say, before it is chosen, how promising this round's proposal is (for prompt
+lookup: how long the match is and whether its earlier occurrences agree on what comes next; see
+Drafter.situation). The controller keeps one estimate per (drafter, situation), each starting from the
+drafter's prior for that situation, so a long agreeing match is drafted deep while a one-token match
+with conflicting continuations is left to the draft model or to plain decoding in the same text. A
+drafter whose situation is None has nothing to propose this round and is not considered. The classic gate — one drafter,
 fixed K, off after `gate_after` zero-accept rounds in a row, back on when a probe gets anything accepted —
 is `Controller.gate(drafter, k, gate_after, reprobe_every)`.
 
@@ -178,12 +185,14 @@ class Controller:
                     face of uncertainty: a drafter judged on few tokens gets the benefit of the doubt;
                     0 = decide on the point estimates).
     half_life, prior_alpha, prior_weight, reset_p: see AcceptanceEstimate.
+    priors:         per drafter, situation -> prior α of that situation's estimate (prior_alpha otherwise).
     """
 
     def __init__(self, costs: Costs | None, drafters: list[str], k_max: int = 8, *,
                  fixed_k: int | None = None, gate_after: int | None = None, reprobe_every: int = 16,
                  probe_alpha: float = 0.8, explore: float = 0.5, half_life: float = 32.0,
-                 prior_alpha: float = 0.5, prior_weight: float = 2.0, reset_p: float = 1e-3):
+                 prior_alpha: float = 0.5, prior_weight: float = 2.0, reset_p: float = 1e-3,
+                 priors: dict[str, dict[str, float]] | None = None):
         names = [d for d in drafters if d != NONE]
         if len(set(names)) != len(names):
             raise ValueError(f"drafter names must be unique, got {drafters}")
@@ -210,8 +219,13 @@ class Controller:
         if explore < 0:
             raise ValueError(f"explore must be >= 0 standard errors, got {explore}")
         self.explore = explore
-        self.estimates = {d: AcceptanceEstimate(half_life, prior_alpha, prior_weight, reset_p)
-                          for d in names}
+        self._estimate_args = (half_life, prior_alpha, prior_weight, reset_p)
+        self.priors = {d: dict((priors or {}).get(d, {})) for d in names}
+        bad = {(d, k): a for d, table in self.priors.items() for k, a in table.items() if not 0.0 < a < 1.0}
+        if bad:
+            raise ValueError(f"situation priors must be in (0, 1), got {bad}")
+        self.estimates: dict[tuple[str, str], AcceptanceEstimate] = {}   # (drafter, situation) -> estimate
+        self.situations: dict[str, str | None] = {}   # this round's situation per drafter (absent: "")
         self._probing = ""          # the drafter probed by the last choose(), if any
         self.round = 0
         # The round each drafter was last chosen; "long ago" at the start, so a drafter the cost model
@@ -225,11 +239,16 @@ class Controller:
         return cls(None, [drafter], k_max=k, fixed_k=k, gate_after=gate_after,
                    reprobe_every=reprobe_every)
 
-    def alpha(self, drafter: str) -> float:
-        return self._estimate(drafter).alpha
+    def alpha(self, drafter: str, situation: str | None = None) -> float:
+        """The α estimate of `drafter` in `situation` (default: its situation this round)."""
+        return self._estimate(drafter, situation).alpha
 
     def gated(self, drafter: str) -> bool:
         return self.gate_after is not None and self._estimate(drafter).zero_streak >= self.gate_after
+
+    def available(self, drafter: str) -> bool:
+        """Whether `drafter` has something to propose this round (its situation is not None)."""
+        return self.situations.get(drafter, "") is not None
 
     def rate(self, drafter: str, k: int, alpha: float | None = None, lag: int = 0) -> float:
         """Expected tokens per target step of a round with `drafter` and K (1.0 for plain decoding);
@@ -274,7 +293,7 @@ class Controller:
         """The drafter and K with the best rate at each drafter's optimistic α (see `explore`)."""
         best, best_rate = Choice(NONE, 0), 1.0
         for d in self.drafters:
-            if d == exclude or self.gated(d):
+            if d == exclude or not self.available(d) or self.gated(d):
                 continue
             a, lag = self._estimate(d).upper(self.explore), lags.get(d, 0)
             c = self.plan(d, a, lag)
@@ -301,25 +320,29 @@ class Controller:
         self._probing = ""
         return best
 
-    def choose(self, lags: dict[str, int] | None = None) -> Choice:
+    def choose(self, lags: dict[str, int] | None = None, situations: dict[str, str | None] | None = None
+               ) -> Choice:
         """This round's drafter and K; call once per round, then `update` with what happened.
 
         lags: per drafter, the ids it must feed before it can propose (Drafter.lag); their catch-up
-        cost counts against that drafter this round."""
+        cost counts against that drafter this round.
+        situations: per drafter, its Drafter.situation this round (None: nothing to propose; a drafter
+        not named is in its one default situation "")."""
         self.round += 1
         lags = lags or {}
+        self.situations = dict(situations or {})
         best, best_rate = self._best("", lags)
         stale = [d for d in self.drafters
-                 if d != best.drafter and self.round - self.last_chosen[d] >= self.reprobe_every
+                 if d != best.drafter and self.available(d) and self.round - self.last_chosen[d] >= self.reprobe_every
                  and self.could_beat(d, best_rate, lags.get(d, 0))]
         if stale:
             d = min(stale, key=lambda name: self.last_chosen[name])
             best = Choice(d, self.plan(d, max(self.alpha(d), self.probe_alpha), lags.get(d, 0)).k, probe=True)
         if best.drafter != NONE:
             self.last_chosen[best.drafter] = self.round
-        for d in self.drafters:
+        for (d, _), est in self.estimates.items():
             if d != best.drafter:
-                self.estimates[d].idle()
+                est.idle()
         self._probing = best.drafter if best.probe else ""
         return best
 
@@ -332,8 +355,14 @@ class Controller:
         self._estimate(drafter).update(drafted, accepted, probe=drafter == self._probing)
         self._probing = ""
 
-    def _estimate(self, drafter: str) -> AcceptanceEstimate:
-        est = self.estimates.get(drafter)
-        if est is None:
+    def _estimate(self, drafter: str, situation: str | None = None) -> AcceptanceEstimate:
+        """The estimate of `drafter` in `situation` (default: this round's), made on first use."""
+        if drafter not in self.priors:
             raise ValueError(f"unknown drafter {drafter!r}; this controller knows {self.drafters}")
+        key = (drafter, (self.situations.get(drafter) or "") if situation is None else situation)
+        est = self.estimates.get(key)
+        if est is None:
+            half_life, prior_alpha, prior_weight, reset_p = self._estimate_args
+            prior = self.priors[drafter].get(key[1], prior_alpha)
+            est = self.estimates[key] = AcceptanceEstimate(half_life, prior, prior_weight, reset_p)
         return est

@@ -106,7 +106,7 @@ class Engine:
         names = self._drafter_names(req.spec)
         for name in names:
             drafters[name] = self.drafters[name](req)
-        policy = make_policy(req, names, self.costs)
+        policy = make_policy(req, drafters, self.costs)
         taps = FeatureTaps(drafters.values())          # target hidden states the drafters read (EAGLE)
         stream = TextStream(self.tokenizer, req.stop)
         stats = Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec)
@@ -131,8 +131,10 @@ class Engine:
                     finish = "stop"
                     break
                 ctx = context + [pending]
-                lags = {name: d.lag(ctx) for name, d in drafters.items()} if remaining > 1 else {}
-                choice = policy.choose(lags) if remaining > 1 else None
+                choice = None
+                if remaining > 1:
+                    lags = {name: d.lag(ctx) for name, d in drafters.items()}
+                    choice = policy.choose(lags, {name: d.situation(ctx) for name, d in drafters.items()})
                 drafting = choice is not None and choice.drafting
                 draft = Draft(tokens=[])
                 if drafting:

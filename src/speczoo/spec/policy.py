@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from speczoo.events import GenerationRequest
 from speczoo.spec.controller import Controller, Costs
+from speczoo.spec.drafters.base import Drafter
 
 
-def make_policy(req: GenerationRequest, drafters: list[str], costs: Costs | None) -> Controller:
-    """costs None (engines on oracle models, in tests): verify as cheap as a step, drafts free.
+def make_policy(req: GenerationRequest, drafters: dict[str, Drafter], costs: Costs | None) -> Controller:
+    """drafters: this request's drafters by name (their situation priors seed the estimates).
+    costs None (engines on oracle models, in tests): verify as cheap as a step, drafts free.
     Measured costs must name every drafter; the controller says which one is missing."""
     if costs is None:
         costs = Costs(cv=1.0, draft_cost={d: 0.0 for d in drafters}, round_overhead=0.0)
-    return Controller(costs, drafters, k_max=req.k)
+    priors = {name: d.situation_priors for name, d in drafters.items()}
+    return Controller(costs, list(drafters), k_max=req.k, priors=priors)

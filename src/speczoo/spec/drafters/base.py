@@ -44,6 +44,16 @@ class Drafter(ABC):
     def commit(self, accepted: int) -> None:
         """The target accepted the first `accepted` tokens of the last draft (0..K)."""
 
+    # Prior acceptance α per situation (see `situation`): where the controller's estimate of a situation
+    # starts before this generation has judged any of its drafts.
+    situation_priors: dict[str, float] = {}
+
+    def situation(self, context: list[int]) -> str | None:
+        """A label for how promising this round's proposal would be, asked before the controller chooses
+        (context as for `propose`); the controller keeps a separate acceptance estimate per label. None:
+        nothing to propose this round. Default: always the one situation ""."""
+        return ""
+
     def lag(self, context: list[int]) -> int:
         """How many ids of `context` (as for `propose`) this drafter would have to feed before proposing,
         beyond the last one: its catch-up after sitting out rounds. Default: none."""

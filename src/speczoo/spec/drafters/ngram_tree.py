@@ -23,7 +23,7 @@ import heapq
 from dataclasses import dataclass
 
 from speczoo.spec.drafters.base import Drafter
-from speczoo.spec.drafters.ngram import NgramIndex
+from speczoo.spec.drafters.ngram import SITUATION_PRIORS, NgramIndex
 from speczoo.spec.types import Draft
 
 
@@ -106,6 +106,13 @@ class NgramTreeDrafter(Drafter):
 
     def reset(self) -> None:
         self.index = NgramIndex(self.max_order, self.min_order)
+
+    situation_priors = SITUATION_PRIORS   # those of the chain: a floor, since a tree also holds the chain
+
+    def situation(self, context: list[int]) -> str | None:
+        """The prompt-lookup situation of the index (see NgramIndex.situation); None: no match."""
+        self.index.follow(context)
+        return self.index.situation()
 
     def propose(self, context: list[int], k: int) -> Draft:
         self.index.follow(context)

@@ -1,0 +1,89 @@
+"""How often prompt lookup's first draft token is accepted, per n-gram situation, on real greedy outputs.
+
+    python -m speczoo.bench.ngram_situations [docs/suite/results.jsonl] [--k 8]
+
+Reads a suite's results (the `off` rows: the target's own greedy answers, turn by turn) and replays
+every answer through the n-gram index as the engine would see it: at each position the context is the
+prompt plus the answer so far, the drafter names its situation (NgramIndex.situation: match length band
+and whether the suffix's recent occurrences agree), and its lookup of K tokens is compared with what the
+target really wrote next. Prints, per situation and per group of categories (echo: output copies the
+input; prose: the rest), how many positions fell in it, P(first draft token accepted) and the mean
+accepted run. The drafter's SITUATION_PRIORS come from the "all" rows of this table. Model-free apart
+from the tokenizer; a measurement script, never imported by the runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from speczoo.bench.questions import builtin_questions, load_questions
+from speczoo.spec.drafters.ngram import NgramIndex
+
+ECHO = {"verbatim", "code_edit", "code_completion", "rag"}
+
+
+def replay(prompt: list[int], answer: list[int], k: int, order: int = 3) -> list[tuple[str, int]]:
+    """(situation, accepted run of a K-token lookup) at every answer position that has a match."""
+    idx = NgramIndex(order)
+    idx.extend(prompt)
+    out = []
+    for p in range(len(answer) - 1):
+        idx.extend([answer[p]])              # the round's a0 is committed; the draft follows it
+        sit = idx.situation()
+        if sit is None:
+            continue
+        run = 0
+        for guess, truth in zip(idx.lookup(k), answer[p + 1:p + 1 + k]):
+            if guess != truth:
+                break
+            run += 1
+        out.append((sit, run))
+    return out
+
+
+def table(results: Path, questions: str | None, k: int) -> dict[tuple[str, str], list[int]]:
+    """(group, situation) -> [positions, first accepted, accepted tokens]."""
+    from speczoo.runtime import load
+
+    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r["method"] == "off"]
+    if not rows:
+        raise SystemExit(f"{results} has no 'off' rows: run the suite with the off method first")
+    qs = {q.question_id: q for q in (load_questions(questions) if questions else builtin_questions())}
+    tok = load(rows[0]["target"]).tokenizer
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for row in rows:
+        q = qs[row["question_id"]]
+        group = "echo" if row["category"] in ECHO else "prose"
+        messages: list[dict] = []
+        for turn, answer, text in zip(q.turns, row["ids"], row["texts"]):
+            messages.append({"role": "user", "content": turn})
+            prompt = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
+            messages.append({"role": "assistant", "content": text})
+            for sit, run in replay(prompt, answer, k):
+                for key in ((group, sit), ("all", sit)):
+                    c = counts[key]
+                    c[0] += 1
+                    c[1] += run > 0
+                    c[2] += run
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results", nargs="?", default="docs/suite/results.jsonl", help="a suite's results.jsonl")
+    ap.add_argument("--questions", default=None, help="the suite's questions file (default: the built-in set)")
+    ap.add_argument("--k", type=int, default=8, help="draft length of the replayed lookups")
+    args = ap.parse_args(argv)
+    counts = table(Path(args.results), args.questions, args.k)
+    print(f"{'group':6} {'situation':10} {'positions':>9} {'P(first)':>9} {'mean run':>9}")
+    for (group, sit), (n, first, total) in sorted(counts.items()):
+        print(f"{group:6} {sit:10} {n:9d} {first / n:9.2f} {total / n:9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
