@@ -114,3 +114,23 @@ def test_engine_asks_situations_and_never_asks_a_drafter_that_has_nothing():
     assert done.ids == reference_greedy(oracle, prompt, 40)
     assert rec.asked >= done.stats.rounds - 1 and rec.proposed_in
     assert None not in rec.proposed_in
+
+
+def test_auto_leaves_out_the_excluded_drafters_but_they_stay_usable_by_name():
+    built = []
+
+    def factory(name):
+        def make(req):
+            built.append(name)
+            return NgramDrafter(max_order=req.ngram)
+        return make
+
+    oracle = MarkovOracle(20, seed=2)
+    eng = Engine(OracleModel(oracle), TokenCache(200), IdTokenizer(),
+                 {"ngram": factory("ngram"), "ngram-tree": factory("ngram-tree")}, eos_ids=[], max_seq=120,
+                 auto_excludes=frozenset({"ngram-tree"}))
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    done = run(eng, prompt_ids=prompt, max_new_tokens=20, spec="auto", k=4)
+    assert done.ids == reference_greedy(oracle, prompt, 20) and built == ["ngram"]
+    run(eng, prompt_ids=prompt, max_new_tokens=5, spec="ngram-tree", k=4)
+    assert built == ["ngram", "ngram-tree"]

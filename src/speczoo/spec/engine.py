@@ -42,10 +42,12 @@ class Engine:
     cache:  the target's KV cache (preallocated; capacity >= max_seq + MAX_K + 1).
     drafters: name -> factory of a Drafter (built per request: "ngram", "draft", ...).
     costs:  measured costs (target c_v curve, draft cost per token) for the per-round controller.
+    auto_excludes: drafters the "auto" mode does not offer the controller.
     """
 
     def __init__(self, target, cache, tokenizer, drafters: dict[str, Callable[[GenerationRequest], Drafter]],
-                 eos_ids: list[int], max_seq: int, costs: Costs | None = None):
+                 eos_ids: list[int], max_seq: int, costs: Costs | None = None,
+                 auto_excludes: frozenset[str] = frozenset()):
         self.target = target
         self.cache = cache
         self.tokenizer = tokenizer
@@ -53,6 +55,7 @@ class Engine:
         self.eos = set(eos_ids)
         self.max_seq = max_seq
         self.costs = costs            # measured c_v curve and draft costs for the controller
+        self.auto_excludes = auto_excludes   # drafters "auto" leaves out (still usable by name)
 
     # -- validation -------------------------------------------------------------------------
     def _check(self, req: GenerationRequest) -> None:
@@ -222,11 +225,11 @@ class Engine:
         return sampling.pick(logits, req.sampling, gen).tolist()
 
     def _drafter_names(self, spec: str) -> list[str]:
-        """Which drafters a spec mode may use: "off" none; "auto" every one available."""
+        """Which drafters a spec mode may use: "off" none; "auto" every one available but auto_excludes."""
         if spec == "off":
             return []
         if spec == "auto":
-            return list(self.drafters)
+            return [name for name in self.drafters if name not in self.auto_excludes]
         name = spec.split(":", 1)[0]
         if name not in self.drafters:
             raise ValueError(f"speculative mode {spec!r} is not available here; choose one of "
