@@ -417,3 +417,19 @@ def test_a_drafter_with_nothing_to_propose_is_not_chosen():
 def test_situation_priors_must_be_probabilities():
     with pytest.raises(ValueError, match="situation priors"):
         Controller(Costs(cv=1.0, draft_cost={"ngram": 0.0}), ["ngram"], priors={"ngram": {"x": 1.0}})
+
+
+def test_catch_up_is_charged_catch_up_weight_times():
+    costs = Costs(cv=CvCurve.measured({1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02}),
+                  draft_cost={"ngram": 0.0, "draft": 0.28})
+    once = Controller(costs, ["ngram", "draft"], k_max=8, catch_up_weight=1.0)
+    twice = Controller(costs, ["ngram", "draft"], k_max=8, catch_up_weight=2.0)
+    lag = 40
+    extra = once.catch_up("draft", lag)
+    base = speedup(0.8, 4, costs.cv, 0.28, 0.0)
+    assert once.rate("draft", 4, 0.8, lag) == pytest.approx(speedup(0.8, 4, costs.cv, 0.28, extra))
+    assert twice.rate("draft", 4, 0.8, lag) == pytest.approx(speedup(0.8, 4, costs.cv, 0.28, 2 * extra))
+    assert twice.rate("draft", 4, 0.8, lag) < once.rate("draft", 4, 0.8, lag) < base
+    assert twice.rate("draft", 4, 0.8, 0) == base                   # a drafter in step pays nothing extra
+    with pytest.raises(ValueError, match="catch_up_weight"):
+        Controller(costs, ["ngram", "draft"], catch_up_weight=0.5)
