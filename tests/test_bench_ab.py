@@ -31,3 +31,12 @@ def test_lines_pass_and_fail_with_diagnosis():
     assert bad.lines()[0] == "SPEC LOSSLESS 1/3 FAIL"
     assert "near-tie" in bad.lines()[2] and "not a bug" in bad.lines()[2]
     assert "NOT a near-tie" in Divergence(1, 2, 5, gap=3.0).describe()
+
+
+def test_sampled_runs_do_not_claim_a_token_match():
+    r = ABResult(greedy_ids=[1, 2, 3], spec_ids=[1, 7, 9], greedy_tok_s=[10], spec_tok_s=[20], sampled=True)
+    head = r.lines()[0]
+    assert head.startswith("SPEC LOSSLESS n/a when sampling") and "FAIL" not in head
+    assert head.endswith("reproducible from its seed across runs: yes")
+    r.lossless_runs = False
+    assert r.lines()[0].endswith("NO")
