@@ -40,3 +40,9 @@ def test_sampled_runs_do_not_claim_a_token_match():
     assert head.endswith("reproducible from its seed across runs: yes")
     r.lossless_runs = False
     assert r.lines()[0].endswith("NO")
+
+
+def test_drafters_bench_rejects_an_unknown_prompt_before_loading_anything():
+    from speczoo.bench import drafters
+    with pytest.raises(ValueError, match="unknown built-in prompt 'nope'"):
+        drafters.main(["qwen2.5-coder-1.5b", "--prompts", "verbatim,nope"])
