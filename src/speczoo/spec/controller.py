@@ -25,9 +25,10 @@ lookup: how long the match is and whether its earlier occurrences agree on what 
 Drafter.situation). The controller keeps one estimate per (drafter, situation), each starting from the
 drafter's prior for that situation, so a long agreeing match is drafted deep while a one-token match
 with conflicting continuations is left to the draft model or to plain decoding in the same text. A
-drafter whose situation is None has nothing to propose this round and is not considered. The classic gate — one drafter,
-fixed K, off after `gate_after` zero-accept rounds in a row, back on when a probe gets anything accepted —
-is `Controller.gate(drafter, k, gate_after, reprobe_every)`.
+drafter whose situation is None has nothing to propose this round and is not considered.
+
+The classic gate — one drafter, fixed K, off after `gate_after` zero-accept rounds in a row, back on when
+a probe gets anything accepted — is `Controller.gate(drafter, k, gate_after, reprobe_every)`.
 
 Pure decision logic: never touches a model, a cache or a clock; measured costs come in as `Costs`.
 """
@@ -342,7 +343,8 @@ class Controller:
         self.situations = dict(situations or {})
         best, best_rate = self._best("", lags)
         stale = [d for d in self.drafters
-                 if d != best.drafter and self.available(d) and self.round - self.last_chosen[d] >= self.reprobe_every
+                 if d != best.drafter and self.available(d)
+                 and self.round - self.last_chosen[d] >= self.reprobe_every
                  and self.could_beat(d, best_rate, lags.get(d, 0))]
         if stale:
             d = min(stale, key=lambda name: self.last_chosen[name])
