@@ -28,14 +28,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from speczoo.bench.ab import run_ab
     from speczoo.bench.prompts import builtin_prompt
-    from speczoo.commands._model_args import draft_for
+    from speczoo.commands.suite import draft_to_load
     from speczoo.runtime import load_runtime
 
     prompts = args.prompts.split(",")
     for name in prompts:
         builtin_prompt(name)                                   # unknown names fail before any loading
     modes = args.modes.split(",")
-    draft = draft_for(args.target, "auto", None) if any(m != "ngram" for m in modes) else None
+    draft = draft_to_load(args.target, modes, None)
     rt = load_runtime(args.target, draft, remeasure_costs=True)   # as `speczoo bench`: today's costs
     print(f"target {args.target}, draft {draft}, {args.gen} tokens, K <= {args.k}, {args.runs} run(s) per side")
     for name in prompts:

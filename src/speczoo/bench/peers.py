@@ -395,7 +395,8 @@ def render_markdown(summary: PeersSummary, title: str, notes: list[str]) -> str:
             "prefill's first token (new tokens − 1, + 1 when the answer ended at EOS). timing: first-token = "
             "seconds from the first new token to the last; engine = speczoo's own decode seconds; "
             "total-minus-prefill = the whole generate call minus the prefill time HF greedy took on the same "
-            "prompt (total = the whole call, when noise made that difference implausibly small); reported = the tool's own decode line. lossless x/y: x answers equal to the system's own "
+            "prompt (total = the whole call, when noise made that difference implausibly small); "
+            "reported = the tool's own decode line. lossless x/y: x answers equal to the system's own "
             "greedy (token ids; text for llama.cpp's tools, against llama:greedy) of y judged.", ""]
     return "\n".join(out)
 

@@ -21,7 +21,6 @@ randomness comes only from the generator.
 
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 

@@ -2,8 +2,8 @@
 context's last m tokens, falling back from order m to shorter orders.
 
 The index is a hash map per order n: (n-gram) -> the positions right after its occurrences; lookup
-takes the most recent. It is updated incrementally as committed tokens arrive (each new token adds one entry per order), so a
-round costs O(m + K) however long the history is. It never sees the target model.
+takes the most recent. It is updated incrementally as committed tokens arrive (each new token adds one
+entry per order), so a round costs O(m + K) however long the history is. It never sees the target model.
 
 Before the controller chooses, the drafter names its `situation`: the match's length (extended
 backwards) and whether the suffix's recent occurrences agree on the next token. On the built-in suite
@@ -106,7 +106,7 @@ class NgramIndex:
         n = self.match_length(starts[-1])
         band = "1" if n <= 1 else "2-3" if n < 4 else "4-7" if n < 8 else "8+"
         recent = starts[-AGREE_WINDOW:]
-        nxt = {self.tokens[s] if s < len(self.tokens) else None for s in recent}
+        nxt = {self.tokens[s] for s in recent}      # an occurrence is indexed when its next token arrives
         return f"{band}/{'agree' if len(nxt) == 1 else 'mixed'}"
 
 
