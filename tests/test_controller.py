@@ -433,3 +433,52 @@ def test_catch_up_is_charged_catch_up_weight_times():
     assert twice.rate("draft", 4, 0.8, 0) == base                   # a drafter in step pays nothing extra
     with pytest.raises(ValueError, match="catch_up_weight"):
         Controller(costs, ["ngram", "draft"], catch_up_weight=0.5)
+
+
+def test_a_confident_drafter_drafts_to_k_max_with_cost_priced_floors():
+    from speczoo.spec.controller import STOP_RATE
+
+    cv = {1: 1.0, 2: 1.02, 3: 1.06, 5: 1.22, 9: 1.79}
+    costs = Costs(cv=cv, draft_cost={"ngram": 0.0, "draft": 0.25})
+    ctl = Controller(costs, ["ngram", "draft"], k_max=6, confident={"draft"})
+    feed(ctl, "draft", 7)
+    c = ctl.choose(situations={"ngram": None})            # prompt lookup has nothing this round
+    assert c.drafter == "draft" and c.k == 6
+    curve = costs.cv
+    assert c.floors == pytest.approx([STOP_RATE * (0.25 + curve(i + 2) - curve(i + 1)) for i in range(1, 6)])
+    assert c.floors[0] < c.floors[-1]                      # deeper rows cost more to verify
+    n = ctl.choose(situations={"draft": None})             # the n-gram drafter has no confidence: no floors
+    assert n.drafter in ("ngram", "none") and n.floors == ()
+    assert Controller(costs, ["draft"], k_max=6).floors("draft", 6) == ()
+    with pytest.raises(ValueError, match="confident"):
+        Controller(costs, ["draft"], confident={"eagle"})
+
+
+def test_a_confident_drafter_is_judged_on_its_first_token():
+    # it drafts past the first token only when sure, so long accepted runs must not inflate α
+    costs = Costs(cv=1.0, draft_cost={"draft": 0.25})
+    ctl = Controller(costs, ["draft"], k_max=8, confident={"draft"}, half_life=1000, prior_weight=1e-6)
+    for _ in range(50):
+        ctl.update("draft", 6, 6)      # a sure run: one success
+        ctl.update("draft", 1, 0)      # an unsure first token: one failure
+    assert ctl.alpha("draft") == pytest.approx(0.5, abs=0.01)
+    plain = Controller(costs, ["draft"], k_max=8, half_life=1000, prior_weight=1e-6)
+    for _ in range(50):
+        plain.update("draft", 6, 6)
+        plain.update("draft", 1, 0)
+    assert plain.alpha("draft") > 0.8
+
+
+def test_a_miss_streak_is_no_collapse_for_a_confident_drafter():
+    # after an easy stretch, four first tokens missed in a row: prompt lookup's estimate is reset (the
+    # text stopped copying), a draft model's only drifts down and it keeps drafting
+    costs = Costs(cv=1.0, draft_cost={"draft": 0.25, "ngram": 0.0})
+    ctl = Controller(costs, ["draft", "ngram"], k_max=8, confident={"draft"})
+    for d in ("draft", "ngram"):
+        for _ in range(12):
+            ctl.update(d, 1, 1)
+        for _ in range(4):
+            ctl.update(d, 1, 0)
+    assert ctl.alpha("ngram") < 0.3
+    assert ctl.alpha("draft") > 0.6
+    assert ctl._estimate("draft").resets == 0 and ctl._estimate("ngram").resets == 1

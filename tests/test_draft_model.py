@@ -1,6 +1,9 @@
 """The draft-model drafter on oracle models: lossless, and its cache stays in step with the target."""
 
+import math
 import random
+
+import torch
 
 from speczoo.events import DoneEvent, GenerationRequest
 from speczoo.spec.drafters.draft_model import DraftModelDrafter
@@ -120,3 +123,52 @@ def test_lag_counts_the_ids_the_draft_has_not_seen():
     assert draft.lag(ctx + [5]) == 0                  # the last id is always fed with the proposal
     assert draft.lag(ctx + [5, 6]) == 1
     assert draft.lag([9, 9, 9, 9]) == 3               # another text altogether
+
+
+class SureOracle:
+    """Always proposes `len(ctx) % 7`, with probability SURE[len(ctx) - 3] (then 0.5 once past the list)."""
+    SURE = [0.9, 0.8, 0.6, 0.99, 0.99]
+
+    def logits(self, ctx):
+        v = 10
+        n = len(ctx) - 3
+        p = self.SURE[n] if 0 <= n < len(self.SURE) else 0.5
+        out = torch.zeros(v)
+        out[len(ctx) % 7] = math.log(p / (1 - p) * (v - 1))     # softmax probability exactly p
+        return out
+
+
+def test_confidence_floors_stop_the_draft():
+    # cumulative confidence 0.9, 0.72, 0.432: under floors of 0.5 the third token is the last drafted,
+    # and the draft model runs only the forwards those three tokens needed
+    model = OracleModel(SureOracle())
+    d = DraftModelDrafter(model, TokenCache(100))
+    assert d.propose([1, 2, 3], 5).tokens == [3, 4, 5, 6, 0]             # no floors: K tokens
+    model = OracleModel(SureOracle())
+    d = DraftModelDrafter(model, TokenCache(100))
+    draft = d.propose([1, 2, 3], 5, floors=(0.5, 0.5, 0.5, 0.5))
+    assert draft.tokens == [3, 4, 5] and model.forwards == 3
+    assert DraftModelDrafter(OracleModel(SureOracle()), TokenCache(100)).propose(
+        [1, 2, 3], 5, floors=(0.5,)).tokens == [3, 4, 5, 6, 0]          # no floor past the list's end
+    assert DraftModelDrafter(OracleModel(SureOracle()), TokenCache(100)).propose(
+        [1, 2, 3], 5, floors=(0.95,)).tokens == [3]
+
+
+def test_confidence_stops_stay_lossless():
+    """A priced draft step gives the draft model floors (it stops on low confidence); output unchanged."""
+    from speczoo.spec.controller import Costs
+
+    rng = random.Random(11)
+    short = 0
+    for case in range(120):
+        vocab = rng.choice([10, 40])
+        base = MarkovOracle(vocab, seed=case)
+        draft = NoisyOracle(base, miss=rng.choice([0.0, 0.3, 0.7]), seed=case)
+        eng, *_ = engine_with_draft(base, draft)
+        eng.costs = Costs(cv=1.0, draft_cost={"ngram": 0.0, "draft": rng.choice([0.1, 0.3, 0.6])})
+        prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 20))]
+        n, k = rng.randint(1, 40), rng.choice([2, 4, 8])
+        done = generate(eng, prompt_ids=prompt, max_new_tokens=n, spec="draft", k=k)
+        assert done.ids == reference_greedy(base, prompt, n), f"case {case}"
+        short += done.stats.drafted < k * done.stats.rounds
+    assert short > 30

@@ -13,6 +13,7 @@ import torch
 
 from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
 from speczoo.sampling import probs
+from speczoo.spec.controller import Costs
 from speczoo.spec.drafters.draft_model import DraftModelDrafter
 from speczoo.spec.drafters.ngram import NgramDrafter
 from speczoo.spec.engine import Engine
@@ -36,8 +37,12 @@ def exact_joint(oracle, n: int) -> dict:
     return out
 
 
-@pytest.mark.parametrize("spec", ["off", "ngram", "draft"])
+@pytest.mark.parametrize("spec", ["off", "ngram", "draft", "draft-stops"])
 def test_engine_sampling_matches_target_distribution(spec):
+    # "draft-stops": a priced draft step gives the draft model confidence floors of 0.75, so it often
+    # stops after its first sampled token (the stop reads only its own q; the output must not change)
+    costs = Costs(cv=1.0, draft_cost={"ngram": 0.0, "draft": 0.5}) if spec == "draft-stops" else None
+    spec = spec.split("-")[0]
     target = HashOracle(V, seed=11, order=2)
     draft_model = OracleModel(NoisyOracle(target, miss=0.4, seed=3))
     draft_cache = TokenCache(64)
@@ -49,9 +54,10 @@ def test_engine_sampling_matches_target_distribution(spec):
         return d
 
     drafters = {"ngram": lambda req: NgramDrafter(2), "draft": draft_factory}
-    eng = Engine(OracleModel(target), TokenCache(64), IdTokenizer(), drafters, eos_ids=[], max_seq=32)
+    eng = Engine(OracleModel(target), TokenCache(64), IdTokenizer(), drafters, eos_ids=[], max_seq=32,
+                 costs=costs)
     n, runs = 3, 8_000
-    counts, accepted = Counter(), 0
+    counts, accepted, drafted, rounds = Counter(), 0, 0, 0
     for seed in range(runs):
         req = GenerationRequest(prompt_ids=PROMPT, max_new_tokens=n, spec=spec, k=2,
                                 sampling=SamplingParams(PARAMS.temperature, PARAMS.top_k, seed=seed))
@@ -59,7 +65,11 @@ def test_engine_sampling_matches_target_distribution(spec):
         assert isinstance(done, DoneEvent) and len(done.ids) == n
         counts[tuple(done.ids)] += 1
         accepted += done.stats.accepted
+        drafted += done.stats.drafted
+        rounds += done.stats.rounds
     p = chi_square_p(counts, exact_joint(target, n), runs)
     assert p > 1e-3, f"{spec}: emitted joint differs from the target's (chi-square p={p:.2e})"
     if spec != "off":                        # drafts were really accepted along the way
         assert accepted > (runs // 4 if spec == "draft" else runs // 20)
+    if costs is not None:                    # ... and some drafts really stopped short of K = 2
+        assert rounds < drafted < 2 * rounds

@@ -101,9 +101,9 @@ def test_engine_asks_situations_and_never_asks_a_drafter_that_has_nothing():
             self._last = super().situation(context)
             return self._last
 
-        def propose(self, context, k):
+        def propose(self, context, k, floors=()):
             self.proposed_in.append(self._last)
-            return super().propose(context, k)
+            return super().propose(context, k, floors)
 
     oracle = MarkovOracle(20, seed=5)
     rec = Recorder()

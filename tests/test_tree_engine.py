@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -46,7 +47,7 @@ class ScriptedTree(Drafter):
     def reset(self) -> None:
         pass
 
-    def propose(self, context: list[int], k: int) -> Draft:
+    def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         rng = self.rng
         future = self.truth[len(context):]
         good = rng.randint(0, min(k, len(future)))          # how deep the true branch goes
@@ -231,7 +232,7 @@ class SampledTree(Drafter):
         q[without] = 0.0
         return q / q.sum()
 
-    def propose(self, context: list[int], k: int) -> Draft:
+    def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         tokens, parents, rows = [], [], []
         for _ in range(2):
             q = self._q(context, tokens)

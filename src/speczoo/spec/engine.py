@@ -142,12 +142,12 @@ class Engine:
                 draft = Draft(tokens=[])
                 if drafting:
                     k = min(choice.k, remaining - 1)
-                    draft = head(drafters[choice.drafter].propose(ctx, k), k)
+                    draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
                     if not draft.tokens:       # no candidate (prompt lookup found none): the next best drafter
                         alt = policy.alternative(choice.drafter, lags)
                         if alt.drafting:
                             choice, k = alt, min(alt.k, remaining - 1)
-                            draft = head(drafters[choice.drafter].propose(ctx, k), k)
+                            draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
                 if remaining == 1:
                     new = [pending]
                     accepted = 0

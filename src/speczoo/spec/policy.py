@@ -21,4 +21,5 @@ def make_policy(req: GenerationRequest, drafters: dict[str, Drafter], costs: Cos
     if costs is None:
         costs = Costs(cv=1.0, draft_cost={d: 0.0 for d in drafters}, round_overhead=0.0)
     priors = {name: d.situation_priors for name, d in drafters.items()}
-    return Controller(costs, list(drafters), k_max=req.k, priors=priors)
+    confident = {name for name, d in drafters.items() if d.stops_on_confidence}
+    return Controller(costs, list(drafters), k_max=req.k, priors=priors, confident=confident)

@@ -11,7 +11,7 @@ for them and hands over the committed positions' rows through `observe` (see Fea
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from torch import Tensor
 
@@ -21,6 +21,7 @@ from speczoo.spec.types import Draft
 class Drafter(ABC):
     name: str = ""
     hidden_layers: tuple[int, ...] = ()   # target layers (residual after layer i) read through `observe`
+    stops_on_confidence: bool = False     # honours `floors` in `propose` (knows how sure it is of each token)
 
     @abstractmethod
     def reset(self) -> None:
@@ -31,13 +32,16 @@ class Drafter(ABC):
         so its first proposal does not pay for the whole prompt). Default: nothing to do."""
 
     @abstractmethod
-    def propose(self, context: list[int], k: int) -> Draft:
+    def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         """Propose up to k tokens to follow `context`: a chain, or a token tree of at most k nodes
         (Draft.parents set, every parent before its children; see spec/tree.py).
 
         context: every committed id so far (prompt + output); its last id is the token the round's
         verify forward starts from (a0). The same growing list is passed every round, so a drafter
         only has to look at the ids it has not seen yet.
+        floors: for a drafter that `stops_on_confidence`: after its first i tokens it stops when the
+        product of the probabilities it gave them is below floors[i - 1] (no floor past the list's end).
+        Others ignore it.
         """
 
     @abstractmethod

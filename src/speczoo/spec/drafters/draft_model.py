@@ -5,11 +5,15 @@ it keeps the longest prefix of what it has fed that the committed context still 
 accepted draft tokens), drops the rest in O(1), and feeds only the new tail — the correction or bonus
 token the target added, which the draft has not seen yet. It never touches the target's cache.
 Greedy proposals return no probabilities; under sampling it returns q [K, V] for the verify rule.
+It stops on its own confidence (`floors`, set by the controller): once the product of the
+probabilities it gave its tokens (the argmax's softmax probability, or q of the sampled token) falls
+below the floor, one more draft step is unlikely to pay. The stop depends on the draft alone, so the
+verify rules stay exact.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -24,6 +28,7 @@ DRAFT_HEAD_VOCAB = 32768   # ids the draft proposes from (plus the prompt's own)
 
 class DraftModelDrafter(Drafter):
     name = "draft"
+    stops_on_confidence = True
 
     def __init__(self, model, cache, params: SamplingParams | None = None,
                  generator: torch.Generator | None = None, head: ReducedHead | None = None):
@@ -81,20 +86,26 @@ class DraftModelDrafter(Drafter):
         if len(rest) > 1:
             self._forward(rest[:-1])
 
-    def propose(self, context: list[int], k: int) -> Draft:
+    def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         if not context:
             raise ValueError("the draft model needs at least one context token")
         logits = self._forward(self._sync(context))[-1:]               # [1, V]
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
+        sure = 1.0                          # product of the probabilities given to the tokens so far
         for i in range(k):
             if self.params.greedy:
                 t = int(logits[0].argmax())
+                if i < len(floors):
+                    sure *= float(torch.softmax(logits[0], -1)[t])
             else:
                 q = sampling.probs(logits, self.params)                 # [1, V]
                 t = int(sampling.sample(q, self.generator)[0])
                 qs.append(q[0])
+                sure *= float(q[0, t])
             tokens.append(t)
+            if i + 1 < k and i < len(floors) and sure < floors[i]:
+                break
             if i + 1 < k:
                 logits = self._forward([t])
         probs = torch.stack(qs) if qs else None                         # [K, V]

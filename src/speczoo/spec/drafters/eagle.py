@@ -21,7 +21,7 @@ It never touches the target's cache and never decides acceptance.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -98,7 +98,7 @@ class EagleDrafter(Drafter):
             self.last = (out.hidden[-1:], out.logits[-1:])
         return n
 
-    def propose(self, context: list[int], k: int) -> Draft:
+    def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         n = self._catch_up(context)
         if n == 0 or k < 1:                      # no committed row yet: nothing to draft from
             return Draft(tokens=[], drafter=self.name)

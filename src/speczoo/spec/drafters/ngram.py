@@ -13,6 +13,8 @@ one-token match with conflicting continuations, so the controller keeps a separa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from speczoo.spec.drafters.base import Drafter
 from speczoo.spec.types import Draft
 
@@ -127,7 +129,7 @@ class NgramDrafter(Drafter):
         self.index.follow(context)
         return self.index.situation()
 
-    def propose(self, context: list[int], k: int) -> Draft:
+    def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         self.index.follow(context)
         return Draft(tokens=self.index.lookup(k), drafter=self.name)
 

@@ -20,6 +20,7 @@ target model.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from speczoo.spec.drafters.base import Drafter
@@ -114,7 +115,7 @@ class NgramTreeDrafter(Drafter):
         self.index.follow(context)
         return self.index.situation()
 
-    def propose(self, context: list[int], k: int) -> Draft:
+    def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         self.index.follow(context)
         cands = candidates(self.index, k, self.max_matches, self.order_weight)
         if not cands or k < 1:
