@@ -122,4 +122,4 @@ def runtime_costs(target, draft=None, round_overhead: float = 0.02, remeasure: b
         d = load_or_measure(draft, remeasure)
         draft_cost["draft"] = d.get("draft_ms", d["ms"]["1"]) / t["ms"]["1"]   # profiles before draft_ms: full head
     return Costs(cv=CvCurve.measured(t["cv"], source=str(profile_path(target))), draft_cost=draft_cost,
-                 round_overhead=round_overhead)
+                 round_overhead=round_overhead, step_ms=t["ms"]["1"])

@@ -66,11 +66,14 @@ class Costs:
     draft_cost:     per drafter name, the cost of proposing one token (n-gram ≈ 0; a draft model's
                     decode step relative to the target's, e.g. 0.71 for 0.5B drafting for 1.5B).
     round_overhead: fixed extra cost of a speculative round (draft bookkeeping, rollback, launching).
+    step_ms:        the target's decode step these costs are relative to, in ms, when it was measured
+                    (what online calibration, spec/calibrate.py, needs; None: not known).
     """
 
     cv: CvCurve | float
     draft_cost: dict[str, float] = field(default_factory=dict)
     round_overhead: float = 0.0
+    step_ms: float | None = None
 
     def __post_init__(self) -> None:
         self.cv = as_curve(self.cv)
@@ -79,6 +82,8 @@ class Costs:
                 raise ValueError(f"draft cost of {name!r} must be a finite number >= 0, got {c}")
         if not (self.round_overhead >= 0 and math.isfinite(self.round_overhead)):
             raise ValueError(f"round_overhead must be >= 0, got {self.round_overhead}")
+        if self.step_ms is not None and not (self.step_ms > 0 and math.isfinite(self.step_ms)):
+            raise ValueError(f"step_ms must be a positive number of milliseconds, got {self.step_ms}")
 
 
 @dataclass
@@ -270,6 +275,13 @@ class Controller:
         probed every `reprobe_every` rounds while off, back on when a probe gets anything accepted."""
         return cls(None, [drafter], k_max=k, fixed_k=k, gate_after=gate_after,
                    reprobe_every=reprobe_every)
+
+    def use_costs(self, costs: Costs) -> None:
+        """Decide with `costs` from now on (re-calibrated ones: the same drafters at today's prices)."""
+        missing = [d for d in self.drafters if d not in costs.draft_cost]
+        if self.costs is None or missing:
+            raise ValueError(f"new costs must price every drafter of a cost-model controller; missing {missing}")
+        self.costs = costs
 
     def alpha(self, drafter: str, situation: str | None = None) -> float:
         """The α estimate of `drafter` in `situation` (default: its situation this round)."""

@@ -22,8 +22,9 @@ import torch
 from speczoo.errors import CacheFullError
 from speczoo.events import DoneEvent, GenerationRequest, Stats, TokenEvent
 from speczoo import sampling
-from speczoo.spec.drafters.base import Drafter, FeatureTaps
+from speczoo.spec.calibrate import CostMeter
 from speczoo.spec.controller import Costs
+from speczoo.spec.drafters.base import Drafter, FeatureTaps
 from speczoo.spec.policy import make_policy
 from speczoo.spec.textstream import TextStream
 from speczoo.spec.tree import TreeLayout, head, is_chain, verify_tree_greedy
@@ -33,6 +34,7 @@ from speczoo.spec.verify import verify_greedy
 from speczoo.spec.verify_sampling import verify_sampling
 
 MAX_K = 64
+RECALIBRATE_EVERY = 4   # rounds between handing the controller re-calibrated costs
 
 
 class Engine:
@@ -41,7 +43,9 @@ class Engine:
     target: a model with the forward contract of speczoo.models (tokens, positions, cache -> logits).
     cache:  the target's KV cache (preallocated; capacity >= max_seq + MAX_K + 1).
     drafters: name -> factory of a Drafter (built per request: "ngram", "draft", ...).
-    costs:  measured costs (target c_v curve, draft cost per token) for the per-round controller.
+    costs:  measured costs (target c_v curve, draft cost per token) for the per-round controller; with
+            their step_ms known they are re-calibrated from this engine's own timings as it runs
+            (spec/calibrate.py), across requests.
     auto_excludes: drafters the "auto" mode does not offer the controller.
     """
 
@@ -55,6 +59,7 @@ class Engine:
         self.eos = set(eos_ids)
         self.max_seq = max_seq
         self.costs = costs            # measured c_v curve and draft costs for the controller
+        self.meter = CostMeter(costs) if costs is not None and costs.step_ms is not None else None
         self.auto_excludes = auto_excludes   # drafters "auto" leaves out (still usable by name)
 
     # -- validation -------------------------------------------------------------------------
@@ -109,7 +114,7 @@ class Engine:
         names = self._drafter_names(req.spec)
         for name in names:
             drafters[name] = self.drafters[name](req)
-        policy = make_policy(req, drafters, self.costs)
+        policy = make_policy(req, drafters, self.meter.costs() if self.meter is not None else self.costs)
         taps = FeatureTaps(drafters.values())          # target hidden states the drafters read (EAGLE)
         stream = TextStream(self.tokenizer, req.stop)
         stats = Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec)
@@ -142,7 +147,10 @@ class Engine:
                 draft = Draft(tokens=[])
                 if drafting:
                     k = min(choice.k, remaining - 1)
+                    t_draft = time.perf_counter()
                     draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
+                    if self.meter is not None and lags[choice.drafter] <= 2:   # in step: no catch-up
+                        self.meter.draft(choice.drafter, draft.k, time.perf_counter() - t_draft)
                     if not draft.tokens:       # no candidate (prompt lookup found none): the next best drafter
                         alt = policy.alternative(choice.drafter, lags)
                         if alt.drafting:
@@ -152,6 +160,7 @@ class Engine:
                     new = [pending]
                     accepted = 0
                 else:
+                    t_verify = time.perf_counter()
                     if is_chain(draft.parents):
                         base = self.cache.length
                         fwd = self._forward_out([pending] + draft.tokens, taps.layers)
@@ -173,6 +182,10 @@ class Engine:
                         new = [pending] + [draft.tokens[i] for i in verdict.path]
                         drafters[choice.drafter].commit_path(verdict.path)
                         policy.update(choice.drafter, judged, accepted)
+                    if self.meter is not None:
+                        self.meter.forward(1 + draft.k, time.perf_counter() - t_verify)
+                        if stats.rounds % RECALIBRATE_EVERY == 0:
+                            policy.use_costs(self.meter.costs())
                     stats.rounds += 1
                     stats.drafted += draft.k
                     stats.accepted += accepted

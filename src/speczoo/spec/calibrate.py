@@ -1,0 +1,102 @@
+"""Online calibration: the controller's costs kept in step with what the engine's rounds really take.
+
+A stored cost profile is measured once, but this machine's speed moves under it: between minutes of one
+run a plain decode step of the 1.5B went from 33 to 23 ms while a 5-token verify went from 33 to 40 ms
+(c_v(5) from 1.16 to 1.71), and the 0.5B draft step from 0.24 to 0.40 of a target step. Costs fitted
+to the wrong state pick the wrong drafter and K. The engine times every decode forward of the target
+(S tokens) and every proposal; this meter keeps a running mean per S and per drafter and turns them
+back into `Costs`, in target decode steps as the controller wants them:
+  * ms(S) is the running mean where S has been seen often enough, else the profile's ms(S) scaled by
+    the observed/profile ratio of the nearest S that has been seen (the profile alone before that);
+  * c_v(S) = ms(S) / ms(1), made non-decreasing in S (noise can make a 2-token forward look cheaper
+    than a 1-token one); a drafter's cost per proposed token = its running ms per token / ms(1).
+Pure bookkeeping: the engine hands in seconds, the controller gets Costs; neither clock nor model here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from speczoo.spec.controller import Costs
+from speczoo.spec.cost import CvCurve
+
+HALF_LIFE = 8.0        # observations of one S (or one drafter) after which an old one counts half
+MIN_WEIGHT = 1.5       # evidence (about two observations) before a running mean replaces the profile
+SIZES = (1, 2, 3, 5, 9, 17)   # forward sizes the curve is given at when the profile is a constant c_v
+
+
+class _Mean:
+    """An exponentially weighted running mean."""
+
+    def __init__(self, half_life: float):
+        self.decay = 0.5 ** (1.0 / half_life)
+        self.total = 0.0
+        self.weight = 0.0
+
+    def add(self, x: float, n: float = 1.0) -> None:
+        f = self.decay ** n
+        self.total = f * self.total + x * n
+        self.weight = f * self.weight + n
+
+    @property
+    def value(self) -> float:
+        return self.total / self.weight
+
+
+class CostMeter:
+    """Running costs of the target's forwards and the drafters' proposals, from measured seconds.
+
+    profile: the stored costs, with `step_ms` (the decode step they are relative to) set.
+    """
+
+    def __init__(self, profile: Costs, half_life: float = HALF_LIFE, min_weight: float = MIN_WEIGHT):
+        if profile.step_ms is None:
+            raise ValueError("calibrating needs the profile's decode step in ms (Costs.step_ms)")
+        self.profile = profile
+        self.half_life, self.min_weight = half_life, min_weight
+        self.forwards: dict[int, _Mean] = {}
+        self.drafts: dict[str, _Mean] = {}
+
+    def forward(self, s: int, seconds: float) -> None:
+        """A decode-time target forward over `s` tokens took `seconds`."""
+        if s >= 1 and seconds > 0 and math.isfinite(seconds):
+            self.forwards.setdefault(s, _Mean(self.half_life)).add(seconds * 1e3)
+
+    def draft(self, name: str, tokens: int, seconds: float) -> None:
+        """Drafter `name` proposed `tokens` tokens in `seconds` (a proposal without catch-up). Drafters
+        the profile counts as free (prompt lookup) stay free: their microseconds are round overhead."""
+        if tokens >= 1 and seconds > 0 and math.isfinite(seconds) and self.profile.draft_cost.get(name, 0.0) > 0:
+            self.drafts.setdefault(name, _Mean(self.half_life)).add(seconds * 1e3 / tokens, tokens)
+
+    def _profile_ms(self, s: int) -> float:
+        assert self.profile.step_ms is not None
+        return self.profile.step_ms * self.profile.cv(s)
+
+    def ms(self, s: int) -> float:
+        """The estimated ms of a target forward over `s` tokens now."""
+        seen = {k: m.value for k, m in self.forwards.items() if m.weight >= self.min_weight}
+        if s in seen:
+            return seen[s]
+        if not seen:
+            return self._profile_ms(s)
+        near = min(seen, key=lambda k: (abs(math.log(k / s)), k))
+        return self._profile_ms(s) * seen[near] / self._profile_ms(near)
+
+    def costs(self) -> Costs:
+        """The profile's costs re-expressed at the machine's present speed."""
+        p = self.profile
+        stored = {s for s, _ in p.cv.points} or set(SIZES)
+        sizes = sorted(s for s in stored | set(self.forwards) | {1} if p.cv.max_s is None or s <= p.cv.max_s)
+        ms: dict[int, float] = {}
+        top = 0.0
+        for s in sizes:                     # a forward never gets cheaper with more tokens (noise aside)
+            top = max(top, self.ms(s))
+            ms[s] = top
+        step = ms[1]
+        draft_cost = {}
+        for name, rel in p.draft_cost.items():
+            m = self.drafts.get(name)
+            own = m.value if m is not None and m.weight >= self.min_weight else rel * p.step_ms
+            draft_cost[name] = own / step
+        return Costs(cv=CvCurve.measured(ms, source="calibrated"), draft_cost=draft_cost,
+                     round_overhead=p.round_overhead, step_ms=step)

@@ -1,0 +1,92 @@
+"""Online cost calibration: running means of measured forwards and drafts, back into the controller's Costs."""
+
+import pytest
+
+from speczoo.events import DoneEvent, GenerationRequest
+from speczoo.spec.calibrate import CostMeter
+from speczoo.spec.controller import Costs
+from speczoo.spec.cost import CvCurve
+from speczoo.spec.drafters.draft_model import DraftModelDrafter
+from speczoo.spec.drafters.ngram import NgramDrafter
+from speczoo.spec.engine import Engine
+from speczoo.spec.reference import HashOracle, IdTokenizer, OracleModel, TokenCache, reference_greedy
+
+PROFILE = Costs(cv=CvCurve.measured({1: 30.0, 2: 30.6, 3: 31.8, 5: 36.0, 9: 54.0}),
+                draft_cost={"ngram": 0.0, "draft": 0.25}, round_overhead=0.02, step_ms=30.0)
+
+
+def test_without_observations_the_profile_stands():
+    c = CostMeter(PROFILE).costs()
+    assert [round(c.cv(s), 6) for s in (1, 2, 3, 5, 9)] == [1.0, 1.02, 1.06, 1.2, 1.8]
+    assert c.draft_cost == pytest.approx({"ngram": 0.0, "draft": 0.25})
+    assert c.step_ms == pytest.approx(30.0) and c.round_overhead == 0.02
+
+
+def test_observed_forwards_and_drafts_replace_the_profile():
+    m = CostMeter(PROFILE)
+    for _ in range(5):
+        m.forward(1, 0.020)                    # the machine got faster at one row ...
+        m.forward(5, 0.040)                    # ... and slower at five
+        m.draft("draft", 2, 0.016)             # 8 ms per drafted token
+        m.draft("ngram", 4, 0.001)             # prompt lookup stays free
+    c = m.costs()
+    assert c.step_ms == pytest.approx(20.0)
+    assert c.cv(5) == pytest.approx(2.0)
+    assert c.draft_cost["draft"] == pytest.approx(0.4) and c.draft_cost["ngram"] == 0.0
+    # an S never seen scales with its nearest seen neighbour: S = 9 as S = 5 did (40 / 36)
+    assert c.cv(9) == pytest.approx(54.0 * 40 / 36 / 20)
+
+
+def test_one_seen_size_rescales_the_rest():
+    m = CostMeter(PROFILE)
+    m.forward(2, 0.0245)
+    assert m.ms(2) == pytest.approx(30.6)      # one observation is not enough evidence yet
+    m.forward(2, 0.0245)
+    assert m.ms(2) == pytest.approx(24.5)
+    assert m.ms(1) == pytest.approx(30.0 * 24.5 / 30.6)
+
+
+def test_noise_never_makes_more_tokens_cheaper():
+    m = CostMeter(PROFILE)
+    for _ in range(3):
+        m.forward(1, 0.031)
+        m.forward(2, 0.029)
+    c = m.costs()
+    assert c.cv(2) == 1.0 and c.cv(3) >= 1.0
+    assert all(c.cv(s) <= c.cv(s + 1) for s in range(1, 9))
+
+
+def test_running_means_follow_the_machine():
+    m = CostMeter(PROFILE, half_life=4)
+    for _ in range(40):
+        m.forward(1, 0.030)
+    for _ in range(16):
+        m.forward(1, 0.020)
+    assert 20.0 < m.ms(1) < 21.0
+
+
+def test_a_profile_without_step_ms_cannot_be_calibrated():
+    with pytest.raises(ValueError, match="step_ms"):
+        CostMeter(Costs(cv=1.0))
+
+
+def test_the_engine_calibrates_its_controller_as_it_runs():
+    base = HashOracle(30, seed=3)
+    draft_model, draft_cache = OracleModel(base), TokenCache(300)
+
+    def factory(req):
+        d = DraftModelDrafter(draft_model, draft_cache, req.sampling)
+        d.reset()
+        return d
+
+    drafters = {"ngram": lambda req: NgramDrafter(req.ngram), "draft": factory}
+    eng = Engine(OracleModel(base), TokenCache(300), IdTokenizer(), drafters, [], 200, costs=PROFILE)
+    *_, done = eng.generate(GenerationRequest(prompt_ids=[1, 2, 3], max_new_tokens=60, spec="draft", k=4))
+    assert isinstance(done, DoneEvent) and done.ids == reference_greedy(base, [1, 2, 3], 60)
+    meter = eng.meter
+    assert meter.forwards[1].weight + meter.forwards[2].weight > 10     # the rounds were timed
+    assert meter.drafts["draft"].weight >= 2                            # and the drafts
+    costs = meter.costs()
+    assert costs.step_ms == pytest.approx(meter.forwards[1].value)      # oracles run far faster than 30 ms
+    assert costs.draft_cost["draft"] == pytest.approx(meter.drafts["draft"].value / meter.forwards[1].value)
+    assert Engine(OracleModel(base), TokenCache(300), IdTokenizer(), drafters, [], 200).meter is None
