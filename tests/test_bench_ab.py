@@ -46,3 +46,25 @@ def test_drafters_bench_rejects_an_unknown_prompt_before_loading_anything():
     from speczoo.bench import drafters
     with pytest.raises(ValueError, match="unknown built-in prompt 'nope'"):
         drafters.main(["qwen2.5-coder-1.5b", "--prompts", "verbatim,nope"])
+
+
+def test_drafters_bench_interleaves_modes_and_checks_every_run():
+    from fake_runtime import FakeRuntime
+
+    from speczoo.bench.drafters import OFF, interleaved, paired_ratio
+
+    rt = FakeRuntime()
+    seen = []
+    real = rt.generate
+
+    def spy(req):
+        seen.append((req.spec, req.max_new_tokens))
+        return real(req)
+
+    rt.generate = spy
+    res = interleaved(rt, rt.tokenizer.encode("hello"), ["ngram", "draft"], k=4, gen=20, runs=3)
+    runs = [s for s, n in seen if n == 20]
+    assert runs == ["off", "ngram", "draft", "ngram", "draft", "off", "draft", "off", "ngram"]   # rotating
+    assert [s for s, n in seen if n != 20] == ["off", "ngram", "draft"]                          # warm-up
+    assert all(len(r.tok_s) == 3 and r.lossless for r in res.values())
+    assert paired_ratio(res["ngram"], res[OFF]) > 0

@@ -86,7 +86,8 @@ class ABResult:
         return out
 
 
-def _run(runtime, req: GenerationRequest) -> DoneEvent:
+def run_request(runtime, req: GenerationRequest) -> DoneEvent:
+    """Run one request to its end; its DoneEvent."""
     done = None
     for ev in runtime.generate(req):
         done = ev
@@ -104,11 +105,11 @@ def run_ab(runtime, prompt_ids: list[int], spec: str, k: int = 8, ngram: int = 3
     plain = GenerationRequest(**{**base.__dict__, "spec": "off"})
     fast = GenerationRequest(**{**base.__dict__, "spec": spec})
     if warmup:
-        _run(runtime, GenerationRequest(**{**fast.__dict__, "max_new_tokens": min(8, gen)}))
+        run_request(runtime, GenerationRequest(**{**fast.__dict__, "max_new_tokens": min(8, gen)}))
     result: ABResult | None = None
     for r in range(runs):
         order = [plain, fast] if r % 2 == 0 else [fast, plain]
-        done = {id(req): _run(runtime, req) for req in order}
+        done = {id(req): run_request(runtime, req) for req in order}
         g, s = done[id(plain)], done[id(fast)]
         if result is None:
             result = ABResult(greedy_ids=g.ids, spec_ids=s.ids, sampled=not sampling.greedy)

@@ -1,19 +1,64 @@
-"""Drafters side by side: every built-in prompt × every speculative mode, A/B against greedy, one process.
+"""Drafters side by side: every built-in prompt × every speculative mode against greedy, interleaved.
 
     python -m speczoo.bench.drafters [TARGET] [--prompts verbatim,code_edit,extractive_qa,free_form]
-                                     [--modes ngram,draft,auto] [--gen 128] [--runs 1]
+                                     [--modes ngram,draft,auto] [--gen 128] [--runs 3]
 
-Each (prompt, mode) pair is the A/B of `speczoo bench TARGET --spec MODE --builtin PROMPT` (plain greedy and
-speculative runs alternated on the same runtime; medians of --runs each; costs re-measured at load, as the
-bench does), all in one process so that the modes share one load and one stretch of machine time. The draft model is the zoo's default draft of the
-target. Prints one line per pair and, per prompt, how far `auto` is from the best single mode. A
-measurement script, never imported by the runtime.
+This machine's speed drifts by a third within minutes (docs/results.md), so separate A/B runs per mode
+would compare modes measured in different states. Here each of --runs rounds runs greedy and every mode
+once, back to back, in a rotating order; a mode's speedup is the median over rounds of its tok/s over
+greedy's in the same round, and `auto` is compared with the best single mode the same way. Lossless:
+every run of every mode gives the greedy ids of the first round. One process, one load, costs
+re-measured at load (as `speczoo bench` does); the draft model is the zoo's default draft of the target.
+A measurement script, never imported by the runtime.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from dataclasses import dataclass, field
+
+from speczoo.bench.ab import run_request
+from speczoo.events import GenerationRequest
+
+OFF = "off"
+
+
+@dataclass
+class ModeRuns:
+    """One mode's runs on one prompt, round by round."""
+    tok_s: list[float] = field(default_factory=list)
+    accepted_per_round: list[float] = field(default_factory=list)
+    lossless: bool = True
+
+
+def interleaved(runtime, prompt_ids: list[int], modes: list[str], k: int, gen: int, runs: int
+                ) -> dict[str, ModeRuns]:
+    """`runs` rounds of greedy plus every mode, once each per round in a rotating order (after one short
+    warm-up of each). Returns per mode (greedy under "off") its runs; ids are checked against greedy's."""
+    if runs < 1:
+        raise ValueError(f"--runs must be >= 1, got {runs}")
+    order = [OFF, *modes]
+    base = GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=gen, k=k)
+    for mode in order:
+        run_request(runtime, GenerationRequest(**{**base.__dict__, "spec": mode, "max_new_tokens": min(8, gen)}))
+    out = {mode: ModeRuns() for mode in order}
+    reference: list[int] = []
+    for r in range(runs):
+        for mode in order[r % len(order):] + order[:r % len(order)]:   # round 0 starts with greedy
+            done = run_request(runtime, GenerationRequest(**{**base.__dict__, "spec": mode}))
+            if r == 0 and mode == OFF:
+                reference = done.ids
+            res = out[mode]
+            res.tok_s.append(done.stats.tok_s)
+            res.accepted_per_round.append(done.stats.accepted_per_round)
+            res.lossless = res.lossless and done.ids == reference
+    return out
+
+
+def paired_ratio(a: ModeRuns, b: ModeRuns) -> float:
+    """The median over rounds of a's tok/s over b's in the same round."""
+    return statistics.median(x / y for x, y in zip(a.tok_s, b.tok_s))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,11 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", default="verbatim,code_edit,extractive_qa,free_form", help="built-in prompts")
     ap.add_argument("--modes", default="ngram,draft,auto", help="speculative modes, compared side by side")
     ap.add_argument("--gen", type=int, default=128, help="new tokens per run")
-    ap.add_argument("--runs", type=int, default=1, help="runs of each side per pair; medians are reported")
+    ap.add_argument("--runs", type=int, default=3, help="rounds (greedy and every mode once each)")
     ap.add_argument("--k", type=int, default=8, help="max draft tokens per round")
     args = ap.parse_args(argv)
 
-    from speczoo.bench.ab import run_ab
     from speczoo.bench.prompts import builtin_prompt
     from speczoo.commands.suite import draft_to_load
     from speczoo.runtime import load_runtime
@@ -35,22 +79,28 @@ def main(argv: list[str] | None = None) -> int:
     for name in prompts:
         builtin_prompt(name)                                   # unknown names fail before any loading
     modes = args.modes.split(",")
+    if OFF in modes:
+        raise ValueError("greedy ('off') is the baseline every round already runs; leave it out of --modes")
     draft = draft_to_load(args.target, modes, None)
     rt = load_runtime(args.target, draft, remeasure_costs=True)   # as `speczoo bench`: today's costs
-    print(f"target {args.target}, draft {draft}, {args.gen} tokens, K <= {args.k}, {args.runs} run(s) per side")
+    print(f"target {args.target}, draft {draft}, {args.gen} tokens, K <= {args.k}, {args.runs} interleaved "
+          f"round(s); speedup = median over rounds of tok/s over greedy's in the same round")
     for name in prompts:
         ids = rt.chat_ids([{"role": "user", "content": builtin_prompt(name).message}])
-        spec = {}
+        res = interleaved(rt, ids, modes, args.k, args.gen, args.runs)
+        greedy = res[OFF]
+        print(f"{name:14s} greedy {statistics.median(greedy.tok_s):6.1f} tok/s "
+              f"(runs {', '.join(f'{x:.1f}' for x in greedy.tok_s)})", flush=True)
         for mode in modes:
-            r = run_ab(rt, ids, mode, k=args.k, gen=args.gen, runs=args.runs)
-            spec[mode] = statistics.median(r.spec_tok_s)
-            print(f"{name:14s} {mode:6s} greedy {statistics.median(r.greedy_tok_s):6.1f} tok/s  spec "
-                  f"{spec[mode]:6.1f} tok/s  speedup {r.speedup:.2f}x  accepted/round "
-                  f"{r.accepted_per_round:.2f}  lossless {'PASS' if r.lossless else 'FAIL'}", flush=True)
-        singles = {m: v for m, v in spec.items() if m != "auto"}
-        if "auto" in spec and singles:
-            best = max(singles, key=singles.get)
-            print(f"{name:14s} auto vs best single ({best}): {spec['auto'] / singles[best] - 1:+.1%}", flush=True)
+            r = res[mode]
+            print(f"{name:14s} {mode:6s} {statistics.median(r.tok_s):6.1f} tok/s  speedup "
+                  f"{paired_ratio(r, greedy):.2f}x  accepted/round {statistics.median(r.accepted_per_round):.2f}  "
+                  f"lossless {'PASS' if r.lossless else 'FAIL'}", flush=True)
+        singles = [m for m in modes if m != "auto"]
+        if "auto" in modes and singles:
+            best = max(singles, key=lambda m: paired_ratio(res[m], greedy))
+            print(f"{name:14s} auto vs best single ({best}): {paired_ratio(res['auto'], res[best]) - 1:+.1%}",
+                  flush=True)
     return 0
 
 
