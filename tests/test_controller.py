@@ -440,13 +440,19 @@ def test_a_confident_drafter_drafts_to_k_max_with_cost_priced_floors():
 
     cv = {1: 1.0, 2: 1.02, 3: 1.06, 5: 1.22, 9: 1.79}
     costs = Costs(cv=cv, draft_cost={"ngram": 0.0, "draft": 0.25})
-    ctl = Controller(costs, ["ngram", "draft"], k_max=6, confident={"draft"})
-    feed(ctl, "draft", 7)
-    c = ctl.choose(situations={"ngram": None})            # prompt lookup has nothing this round
+    alone = Controller(costs, ["draft"], k_max=6, confident={"draft"})
+    feed(alone, "draft", 7)
+    c = alone.choose()
     assert c.drafter == "draft" and c.k == 6
     curve = costs.cv
     assert c.floors == pytest.approx([STOP_RATE * (0.25 + curve(i + 2) - curve(i + 1)) for i in range(1, 6)])
     assert c.floors[0] < c.floors[-1]                      # deeper rows cost more to verify
+    # beside prompt lookup it keeps the plan's K (a long chain would preempt a copy resuming next round)
+    ctl = Controller(costs, ["ngram", "draft"], k_max=6, confident={"draft"})
+    feed(ctl, "draft", 7)
+    c = ctl.choose(situations={"ngram": None})            # prompt lookup has nothing this round
+    assert c.drafter == "draft" and c.k == ctl.plan("draft", ctl._estimate("draft").upper(ctl.explore)).k < 6
+    assert c.floors == pytest.approx([STOP_RATE * (0.25 + curve(i + 2) - curve(i + 1)) for i in range(1, c.k)])
     n = ctl.choose(situations={"draft": None})             # the n-gram drafter has no confidence: no floors
     assert n.drafter in ("ngram", "none") and n.floors == ()
     assert Controller(costs, ["draft"], k_max=6).floors("draft", 6) == ()

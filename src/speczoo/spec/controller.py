@@ -215,8 +215,8 @@ class Controller:
     half_life, prior_alpha, prior_weight, reset_p: see AcceptanceEstimate.
     catch_up_weight: how many times a round charges a lagging drafter's catch-up (CATCH_UP_WEIGHT).
     priors:         per drafter, situation -> prior α of that situation's estimate (prior_alpha otherwise).
-    confident:      drafters that stop on their own confidence: when chosen they are asked for up to
-                    k_max tokens, with the floors of `floors` (see STOP_RATE); their α is estimated
+    confident:      drafters that stop on their own confidence: when chosen they get the floors of
+                    `floors` (see STOP_RATE) and, if alone, up to k_max tokens; their α is estimated
                     from the first token of each draft only, without the collapse test: a draft
                     model's first-token acceptance drifts with the text, and its streaks of misses in
                     free-form text (three in a row after an easy stretch) are not the cliff prompt
@@ -338,13 +338,18 @@ class Controller:
         return tuple(STOP_RATE * (step + cv(i + 2) - cv(i + 1)) for i in range(1, k))
 
     def _finish(self, choice: Choice) -> Choice:
-        """A chosen drafter that stops on its own confidence drafts up to k_max tokens (as far as the
-        c_v curve reaches), with floors."""
+        """A chosen drafter that stops on its own confidence gets its floors; when it is the only drafter
+        it may also draft up to k_max tokens (as far as the c_v curve reaches). With other drafters in
+        play its K stays the plan's: a long chain would preempt them, and prompt lookup that has no
+        match this round often resumes a copy the next, at a fraction of the cost per token (verbatim
+        reproduction under `auto` lost 3-9% to one 8-token draft-model chain at the start)."""
         if not self.stops_on_confidence(choice.drafter):
             return choice
         assert self.costs is not None
-        top = self.costs.cv.max_s
-        k = max(choice.k, self.k_max if top is None else min(self.k_max, top - 1))
+        k = choice.k
+        if len(self.drafters) == 1:
+            top = self.costs.cv.max_s
+            k = max(k, self.k_max if top is None else min(self.k_max, top - 1))
         return replace(choice, k=k, floors=self.floors(choice.drafter, k))
 
     def _overhead(self, drafter: str, lag: int) -> float:
