@@ -1,6 +1,7 @@
 """Online cost calibration: running means of measured forwards and drafts, back into the controller's Costs."""
 
 import pytest
+import torch
 
 from speczoo.events import DoneEvent, GenerationRequest
 from speczoo.spec.calibrate import CostMeter
@@ -90,3 +91,26 @@ def test_the_engine_calibrates_its_controller_as_it_runs():
     assert costs.step_ms == pytest.approx(meter.forwards[1].value)      # oracles run far faster than 30 ms
     assert costs.draft_cost["draft"] == pytest.approx(meter.drafts["draft"].value / meter.forwards[1].value)
     assert Engine(OracleModel(base), TokenCache(300), IdTokenizer(), drafters, [], 200).meter is None
+
+
+def test_sampled_requests_decide_on_the_profile_so_a_seed_reproduces_its_text():
+    from speczoo.events import SamplingParams
+
+    base = HashOracle(30, seed=3)
+    draft_model, draft_cache = OracleModel(base), TokenCache(300)
+
+    def factory(req):
+        d = DraftModelDrafter(draft_model, draft_cache, req.sampling, torch.Generator().manual_seed(req.sampling.seed))
+        d.reset()
+        return d
+
+    eng = Engine(OracleModel(base), TokenCache(300), IdTokenizer(), {"draft": factory}, [], 200, costs=PROFILE)
+    req = GenerationRequest(prompt_ids=[1, 2, 3], max_new_tokens=30, spec="draft", k=4,
+                            sampling=SamplingParams(temperature=0.8, seed=5))
+    *_, first = eng.generate(req)
+    assert not eng.meter.forwards                     # nothing timed for the meter
+    for _ in range(5):                                # whatever the meter holds meanwhile ...
+        eng.meter.forward(2, 1.0)
+        eng.meter.forward(1, 0.001)
+        *_, again = eng.generate(req)
+        assert again.ids == first.ids                 # ... the seed gives the same text

@@ -44,8 +44,8 @@ class Engine:
     cache:  the target's KV cache (preallocated; capacity >= max_seq + MAX_K + 1).
     drafters: name -> factory of a Drafter (built per request: "ngram", "draft", ...).
     costs:  measured costs (target c_v curve, draft cost per token) for the per-round controller; with
-            their step_ms known they are re-calibrated from this engine's own timings as it runs
-            (spec/calibrate.py), across requests.
+            their step_ms known, greedy requests re-calibrate them from this engine's own timings as they
+            run (spec/calibrate.py), across requests; sampled requests keep them as loaded.
     auto_excludes: drafters the "auto" mode does not offer the controller.
     """
 
@@ -114,7 +114,11 @@ class Engine:
         names = self._drafter_names(req.spec)
         for name in names:
             drafters[name] = self.drafters[name](req)
-        policy = make_policy(req, drafters, self.meter.costs() if self.meter is not None else self.costs)
+        # Calibrated costs make the controller's choices depend on timing. Greedy output cannot change
+        # with them; a sampled text would (which draft tokens meet which random numbers), so a seeded
+        # request decides on the loaded profile alone and reproduces its text run after run.
+        meter = self.meter if greedy else None
+        policy = make_policy(req, drafters, meter.costs() if meter is not None else self.costs)
         taps = FeatureTaps(drafters.values())          # target hidden states the drafters read (EAGLE)
         stream = TextStream(self.tokenizer, req.stop)
         stats = Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec)
@@ -149,8 +153,8 @@ class Engine:
                     k = min(choice.k, remaining - 1)
                     t_draft = time.perf_counter()
                     draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
-                    if self.meter is not None and lags[choice.drafter] <= 2:   # in step: no catch-up
-                        self.meter.draft(choice.drafter, draft.k, time.perf_counter() - t_draft)
+                    if meter is not None and lags[choice.drafter] <= 2:   # in step: no catch-up
+                        meter.draft(choice.drafter, draft.k, time.perf_counter() - t_draft)
                     if not draft.tokens:       # no candidate (prompt lookup found none): the next best drafter
                         alt = policy.alternative(choice.drafter, lags)
                         if alt.drafting:
@@ -182,10 +186,10 @@ class Engine:
                         new = [pending] + [draft.tokens[i] for i in verdict.path]
                         drafters[choice.drafter].commit_path(verdict.path)
                         policy.update(choice.drafter, judged, accepted)
-                    if self.meter is not None:
-                        self.meter.forward(1 + draft.k, time.perf_counter() - t_verify)
+                    if meter is not None:
+                        meter.forward(1 + draft.k, time.perf_counter() - t_verify)
                         if stats.rounds % RECALIBRATE_EVERY == 0:
-                            policy.use_costs(self.meter.costs())
+                            policy.use_costs(meter.costs())
                     stats.rounds += 1
                     stats.drafted += draft.k
                     stats.accepted += accepted
