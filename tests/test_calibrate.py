@@ -100,7 +100,8 @@ def test_sampled_requests_decide_on_the_profile_so_a_seed_reproduces_its_text():
     draft_model, draft_cache = OracleModel(base), TokenCache(300)
 
     def factory(req):
-        d = DraftModelDrafter(draft_model, draft_cache, req.sampling, torch.Generator().manual_seed(req.sampling.seed))
+        gen = torch.Generator().manual_seed(req.sampling.seed or 0)
+        d = DraftModelDrafter(draft_model, draft_cache, req.sampling, gen)
         d.reset()
         return d
 
@@ -114,3 +115,7 @@ def test_sampled_requests_decide_on_the_profile_so_a_seed_reproduces_its_text():
         eng.meter.forward(1, 0.001)
         *_, again = eng.generate(req)
         assert again.ids == first.ids                 # ... the seed gives the same text
+    unseeded = GenerationRequest(**{**req.__dict__, "sampling": SamplingParams(temperature=0.8)})
+    before = {s: m.total for s, m in eng.meter.forwards.items()}
+    *_, done = eng.generate(unseeded)                 # no seed, nothing to reproduce: it calibrates
+    assert {s: m.total for s, m in eng.meter.forwards.items()} != before

@@ -45,7 +45,7 @@ class Engine:
     drafters: name -> factory of a Drafter (built per request: "ngram", "draft", ...).
     costs:  measured costs (target c_v curve, draft cost per token) for the per-round controller; with
             their step_ms known, greedy requests re-calibrate them from this engine's own timings as they
-            run (spec/calibrate.py), across requests; sampled requests keep them as loaded.
+            run (spec/calibrate.py), across requests; seeded sampled requests keep them as loaded.
     auto_excludes: drafters the "auto" mode does not offer the controller.
     """
 
@@ -115,9 +115,9 @@ class Engine:
         for name in names:
             drafters[name] = self.drafters[name](req)
         # Calibrated costs make the controller's choices depend on timing. Greedy output cannot change
-        # with them; a sampled text would (which draft tokens meet which random numbers), so a seeded
-        # request decides on the loaded profile alone and reproduces its text run after run.
-        meter = self.meter if greedy else None
+        # with them; a sampled text would (which draft tokens meet which random numbers), so a request
+        # that sampled with a seed decides on the loaded profile alone and reproduces its text run after run.
+        meter = self.meter if greedy or req.sampling.seed is None else None
         policy = make_policy(req, drafters, meter.costs() if meter is not None else self.costs)
         taps = FeatureTaps(drafters.values())          # target hidden states the drafters read (EAGLE)
         stream = TextStream(self.tokenizer, req.stop)
