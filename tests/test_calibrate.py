@@ -119,3 +119,14 @@ def test_sampled_requests_decide_on_the_profile_so_a_seed_reproduces_its_text():
     before = {s: m.total for s, m in eng.meter.forwards.items()}
     *_, done = eng.generate(unseeded)                 # no seed, nothing to reproduce: it calibrates
     assert {s: m.total for s, m in eng.meter.forwards.items()} != before
+
+
+def test_replacing_the_engines_costs_replaces_their_calibration():
+    eng = Engine(OracleModel(HashOracle(10, seed=1)), TokenCache(50), IdTokenizer(), {}, [], 20, costs=PROFILE)
+    first = eng.meter
+    first.forward(1, 0.01)
+    assert eng.meter is first
+    eng.costs = None                                  # no cost model: nothing to calibrate
+    assert eng.meter is None
+    eng.costs = Costs(cv=1.0, draft_cost={}, step_ms=5.0)
+    assert eng.meter is not first and not eng.meter.forwards

@@ -59,8 +59,18 @@ class Engine:
         self.eos = set(eos_ids)
         self.max_seq = max_seq
         self.costs = costs            # measured c_v curve and draft costs for the controller
-        self.meter = CostMeter(costs) if costs is not None and costs.step_ms is not None else None
+        self._meter: CostMeter | None = None
         self.auto_excludes = auto_excludes   # drafters "auto" leaves out (still usable by name)
+
+    @property
+    def meter(self) -> CostMeter | None:
+        """The online calibration of `costs` (None without costs or their step_ms); it starts afresh
+        when `costs` is replaced."""
+        if self.costs is None or self.costs.step_ms is None:
+            return None
+        if self._meter is None or self._meter.profile is not self.costs:
+            self._meter = CostMeter(self.costs)
+        return self._meter
 
     # -- validation -------------------------------------------------------------------------
     def _check(self, req: GenerationRequest) -> None:
