@@ -68,3 +68,21 @@ def test_drafters_bench_interleaves_modes_and_checks_every_run():
     assert [s for s, n in seen if n != 20] == ["off", "ngram", "draft"]                          # warm-up
     assert all(len(r.tok_s) == 3 and r.lossless for r in res.values())
     assert paired_ratio(res["ngram"], res[OFF]) > 0
+
+
+def test_draft_replay_charges_fixed_k_and_floors_as_the_engine_would():
+    from speczoo.bench.draft_replay import Teacher, replay
+    from speczoo.spec.controller import Costs
+
+    out = list(range(20))
+    free = Costs(cv=1.0, draft_cost={"draft": 0.0})
+    perfect = Teacher(out=out, guess=list(out), sure=[1.0] * 20)
+    # K = 4, every token right: 4 rounds of 5 tokens (pending + 4), one verify each
+    assert replay(perfect, free, 4, None) == pytest.approx(20 / 4)
+    priced = Costs(cv=1.0, draft_cost={"draft": 0.5})
+    assert replay(perfect, priced, 4, None) == pytest.approx(20 / (4 * (4 * 0.5 + 1.0)))
+    unsure = Teacher(out=out, guess=list(out), sure=[0.5] * 20)
+    # floors of 0.6: every round stops after its first token (accepted), so rounds of 2 tokens
+    assert replay(unsure, priced, 4, (0.6, 0.6, 0.6)) == pytest.approx(20 / (10 * 1.5))
+    wrong = Teacher(out=out, guess=[-1] * 20, sure=[1.0] * 20)
+    assert replay(wrong, priced, 4, None) < 1 < replay(perfect, priced, 4, None)

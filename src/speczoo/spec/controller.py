@@ -59,8 +59,9 @@ CATCH_UP_WEIGHT = 2.0
 # floor after i tokens is STOP_RATE × (draft step + c_v(i + 2) − c_v(i + 1)), the round's marginal cost
 # priced at a typical speculative rate. Chosen by replaying the built-in prompts offline (the 0.5B's
 # teacher-forced confidences over the 1.5B's greedy output, under the costs of both host speeds seen on
-# 2026-11-30; a throwaway script): rates from 1.3 to 1.6 were best on every prompt, and on free-form
-# writing floors beat the best fixed K by about 5%. `python -m speczoo.bench.drafters` measures the result.
+# 2026-11-30): rates from 1.3 to 1.6 were best on every prompt, and on free-form writing floors beat the
+# best fixed K by about 5%. `python -m speczoo.bench.draft_replay` repeats that replay on today's machine;
+# `python -m speczoo.bench.drafters` measures the real thing.
 STOP_RATE = 1.5
 
 
@@ -221,6 +222,7 @@ class Controller:
                     model's first-token acceptance drifts with the text, and its streaks of misses in
                     free-form text (three in a row after an easy stretch) are not the cliff prompt
                     lookup falls off when the text stops copying.
+    stop_rate:      the rate that prices the confidence floors (STOP_RATE).
     """
 
     def __init__(self, costs: Costs | None, drafters: list[str], k_max: int = 8, *,
@@ -228,7 +230,7 @@ class Controller:
                  probe_alpha: float = 0.8, explore: float = 0.5, half_life: float = 32.0,
                  prior_alpha: float = 0.5, prior_weight: float = 2.0, reset_p: float = 1e-3,
                  priors: dict[str, dict[str, float]] | None = None, catch_up_weight: float = CATCH_UP_WEIGHT,
-                 confident: frozenset[str] | set[str] = frozenset()):
+                 confident: frozenset[str] | set[str] = frozenset(), stop_rate: float = STOP_RATE):
         names = [d for d in drafters if d != NONE]
         if len(set(names)) != len(names):
             raise ValueError(f"drafter names must be unique, got {drafters}")
@@ -262,6 +264,9 @@ class Controller:
         if unknown:
             raise ValueError(f"confident drafters {sorted(unknown)} are not among the drafters {names}")
         self.confident = frozenset(confident)
+        if not stop_rate >= 0:
+            raise ValueError(f"stop_rate must be >= 0, got {stop_rate}")
+        self.stop_rate = stop_rate
         self._estimate_args = (half_life, prior_alpha, prior_weight, reset_p)
         self.priors = {d: dict((priors or {}).get(d, {})) for d in names}
         bad = {(d, k): a for d, table in self.priors.items() for k, a in table.items() if not 0.0 < a < 1.0}
@@ -335,7 +340,7 @@ class Controller:
             return ()
         assert self.costs is not None
         cv, step = self.costs.cv, self.costs.draft_cost[drafter]
-        return tuple(STOP_RATE * (step + cv(i + 2) - cv(i + 1)) for i in range(1, k))
+        return tuple(self.stop_rate * (step + cv(i + 2) - cv(i + 1)) for i in range(1, k))
 
     def _finish(self, choice: Choice) -> Choice:
         """A chosen drafter that stops on its own confidence gets its floors; when it is the only drafter
