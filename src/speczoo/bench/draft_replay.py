@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from speczoo.spec.cost import round_cost
+
 
 @dataclass
 class Teacher:
@@ -52,7 +54,7 @@ def replay(t: Teacher, costs, k: int, floors: tuple[float, ...] | None) -> float
         if drafted == 0:                                    # the last token: a plain step
             time, i = time + 1.0, i + 1
             continue
-        time += drafted * costs.draft_cost["draft"] + costs.cv(drafted + 1) + costs.round_overhead
+        time += round_cost(drafted, costs.cv, costs.draft_cost["draft"], costs.round_overhead)
         i += 1 + accepted
     return n / time
 

@@ -98,7 +98,7 @@ class Choice:
     drafter: str            # a drafter name, or "none" for plain decoding
     k: int                  # draft tokens to ask for (0 with "none"); a cap when `floors` are given
     probe: bool = False     # a re-probe of a drafter the controller had stopped using
-    floors: tuple[float, ...] = ()   # confidence floors (see Drafter.propose); () for drafters without
+    floors: tuple[float, ...] = ()   # confidence floors (see Drafter.propose); () when not confident
 
     @property
     def drafting(self) -> bool:
