@@ -43,6 +43,7 @@ class NgramIndex:
         self.tokens: list[int] = []
         self._maps: dict[int, dict[tuple[int, ...], list[int]]] = {
             n: {} for n in range(min_order, max_order + 1)}
+        self._longest: tuple[int, list[int]] = (-1, [])     # (history length, longest()) last computed
 
     def extend(self, ids: list[int]) -> None:
         """Append committed tokens. Each new position p registers the n-grams ending at p-1."""
@@ -78,12 +79,17 @@ class NgramIndex:
         return out
 
     def longest(self) -> list[int]:
-        """The occurrences (`matches`) of the longest suffix order that has any; [] when none has."""
+        """The occurrences (`matches`) of the longest suffix order that has any; [] when none has.
+        Remembered until the history grows (a round asks for it twice: situation, then lookup)."""
+        if self._longest[0] == len(self.tokens):
+            return self._longest[1]
+        starts: list[int] = []
         for n in range(self.max_order, self.min_order - 1, -1):
             starts = self.matches(n)
             if starts:
-                return starts
-        return []
+                break
+        self._longest = (len(self.tokens), starts)
+        return starts
 
     def lookup(self, k: int) -> list[int]:
         """k tokens that followed the latest earlier occurrence of the longest matching suffix."""
@@ -112,8 +118,11 @@ class NgramIndex:
         return f"{band}/{'agree' if len(nxt) == 1 else 'mixed'}"
 
 
-class NgramDrafter(Drafter):
-    name = "ngram"
+class PromptLookup(Drafter):
+    """What the chain and tree prompt-lookup drafters share: one NgramIndex over the committed ids,
+    its situation, and nothing to undo after a round (the index holds committed tokens only)."""
+
+    situation_priors = SITUATION_PRIORS
 
     def __init__(self, max_order: int = 3, min_order: int = 1):
         self.max_order = max_order
@@ -123,15 +132,18 @@ class NgramDrafter(Drafter):
     def reset(self) -> None:
         self.index = NgramIndex(self.max_order, self.min_order)
 
-    situation_priors = SITUATION_PRIORS
-
     def situation(self, context: list[int]) -> str | None:
+        """The prompt-lookup situation of the index (see NgramIndex.situation); None: no match."""
         self.index.follow(context)
         return self.index.situation()
+
+    def commit(self, accepted: int) -> None:
+        """Nothing to undo: the index holds committed tokens only."""
+
+
+class NgramDrafter(PromptLookup):
+    name = "ngram"
 
     def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         self.index.follow(context)
         return Draft(tokens=self.index.lookup(k), drafter=self.name)
-
-    def commit(self, accepted: int) -> None:
-        """Nothing to undo: the index holds committed tokens only."""

@@ -23,8 +23,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from speczoo.spec.drafters.base import Drafter
-from speczoo.spec.drafters.ngram import SITUATION_PRIORS, NgramIndex
+from speczoo.spec.drafters.ngram import NgramIndex, PromptLookup
 from speczoo.spec.types import Draft
 
 
@@ -88,8 +87,9 @@ def merge(candidates: list[Candidate], budget: int, decay: float) -> tuple[list[
     return tokens, parents
 
 
-class NgramTreeDrafter(Drafter):
-    """Prompt lookup proposing a token tree of at most K nodes (K: the round's draft budget)."""
+class NgramTreeDrafter(PromptLookup):
+    """Prompt lookup proposing a token tree of at most K nodes (K: the round's draft budget). Its
+    situation priors are the chain's: a floor, since a tree also holds the chain."""
 
     name = "ngram-tree"
 
@@ -101,19 +101,8 @@ class NgramTreeDrafter(Drafter):
             raise ValueError(f"decay must be in (0, 1), got {decay}")
         if not order_weight >= 1.0:
             raise ValueError(f"order_weight must be >= 1, got {order_weight}")
-        self.max_order, self.min_order = max_order, min_order
+        super().__init__(max_order, min_order)
         self.max_matches, self.order_weight, self.decay = max_matches, order_weight, decay
-        self.index = NgramIndex(max_order, min_order)
-
-    def reset(self) -> None:
-        self.index = NgramIndex(self.max_order, self.min_order)
-
-    situation_priors = SITUATION_PRIORS   # those of the chain: a floor, since a tree also holds the chain
-
-    def situation(self, context: list[int]) -> str | None:
-        """The prompt-lookup situation of the index (see NgramIndex.situation); None: no match."""
-        self.index.follow(context)
-        return self.index.situation()
 
     def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         self.index.follow(context)
@@ -122,6 +111,3 @@ class NgramTreeDrafter(Drafter):
             return Draft(tokens=[], drafter=self.name)
         tokens, parents = merge(cands, k, self.decay)
         return Draft(tokens=tokens, parents=parents, drafter=self.name)
-
-    def commit(self, accepted: int) -> None:
-        """Nothing to undo: the index holds committed tokens only."""
