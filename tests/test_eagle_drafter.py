@@ -200,3 +200,25 @@ def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
         assert got == plain, spec
     with pytest.raises(UnknownModelError):
         rt.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=5, spec="eagle:nope-eagle"))
+
+
+def test_chain_stops_on_its_confidence(trained):
+    """Floors stop the chain once the product of the head's probabilities falls below them; the tokens
+    drafted are the unstopped chain's prefix, the cache is left with the committed rows only, and the
+    engine with floors (the controller's, from its costs) stays lossless."""
+    model, args, head = trained
+    ctx = PROMPT + [3]
+    full = feed(head, model, args, ctx).propose(ctx, 5)
+    assert len(full.tokens) == 5
+    d = feed(head, model, args, ctx)
+    assert d.stops_on_confidence and not EagleDrafter(head, KVCache(head.kv_args(), 8), tree=TreeShape()
+                                                      ).stops_on_confidence
+    stopped = d.propose(ctx, 5, floors=(1.0,) * 4)          # no product of probabilities reaches 1.0
+    assert stopped.tokens == full.tokens[:1] and d.cache.length == len(ctx) - 1
+    assert feed(head, model, args, ctx).propose(ctx, 5, floors=(0.0,) * 4).tokens == full.tokens
+    from speczoo.spec.controller import Costs
+    eng = engine(model, args, head)
+    plain = run(eng, prompt_ids=PROMPT, max_new_tokens=40)
+    eng.costs = Costs(cv={1: 1.0, 2: 1.05, 9: 1.6}, draft_cost={"eagle": 0.05})
+    spec = run(eng, prompt_ids=PROMPT, max_new_tokens=40, spec="eagle", k=6)
+    assert spec.ids == plain.ids and spec.stats.rounds < 40

@@ -11,7 +11,9 @@ target's without being told what was accepted.
 
 Proposals:
   chain  K tokens, each the head's argmax (greedy) or a draw from its distribution mapped onto the
-         target vocabulary (sampling; q returned for the verify rule);
+         target vocabulary (sampling; q returned for the verify rule); it stops early once the product
+         of the head's probabilities for its tokens falls below the controller's floors (as the draft
+         model does: the stop reads only the head's own numbers, so verification stays exact);
   tree   EAGLE-2's dynamic tree: expand the `branch` most probable nodes of each depth by their
          top-`branch` children (score = the path's summed log-probability), up to `depth`; the round's
          K nodes are the K best-scoring ones (a child never outscores its parent, so the tree stays
@@ -61,6 +63,7 @@ class EagleDrafter(Drafter):
         self.generator = generator
         self.tree = tree
         self.name = "eagle" if tree is None else "eagle-tree"
+        self.stops_on_confidence = tree is None  # a chain stops when unsure; a tree ranks its nodes instead
         self.hidden_layers = head.cfg.target_layers
         self.d2t_ids = head.draft_to_target                 # [Vd] target id of each draft id
         self.vocab = head.cfg.target_vocab
@@ -105,22 +108,29 @@ class EagleDrafter(Drafter):
         try:
             if self.tree is not None:
                 return self._tree(n, k)
-            return self._chain(n, k)
+            return self._chain(n, k, floors)
         finally:
             self.cache.truncate(n)
 
-    def _chain(self, n: int, k: int) -> Draft:
+    def _chain(self, n: int, k: int, floors: Sequence[float] = ()) -> Draft:
         hidden, logits = self.last
         tokens: list[int] = []
         qs: list[Tensor] = []
+        sure = 1.0                          # product of the probabilities the head gave the tokens so far
         for i in range(k):
             if self.params.greedy:
-                t = int(self.d2t_ids[int(logits[0].argmax())])
+                j = int(logits[0].argmax())
+                t = int(self.d2t_ids[j])
+                if i < len(floors):
+                    sure *= float(torch.softmax(logits[0].float(), -1)[j])
             else:
                 q = sampling.probs(self._full(logits), self.params)           # [1, V]
                 t = int(sampling.sample(q, self.generator)[0])
                 qs.append(q[0])
+                sure *= float(q[0, t])
             tokens.append(t)
+            if i + 1 < k and i < len(floors) and sure < floors[i]:
+                break
             if i + 1 < k:
                 out = self.head.step(torch.tensor([t]), hidden, torch.tensor([n + 1 + i]), self.cache)
                 self.steps += 1
