@@ -95,3 +95,12 @@ def test_eagle_for_reads_the_head_name_of_a_spec():
     from speczoo.commands._model_args import eagle_for
     assert eagle_for("eagle:my-eagle") == "my-eagle" and eagle_for("eagle-tree:my-eagle") == "my-eagle"
     assert eagle_for("eagle") is None and eagle_for("draft:x") is None and eagle_for("auto") is None
+
+
+def test_eagle_alpha_takes_one_prompt_source(capsys):
+    from speczoo import cli
+    for argv in (["--prompt", "hi", "--builtin", "free_form"], [], ["--builtin", "no-such-prompt"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["eagle-alpha", "qwen2.5-coder-1.5b", "--head", "h", *argv])
+        assert e.value.code == 2
+    assert "--builtin" in capsys.readouterr().err

@@ -1,9 +1,11 @@
-"""`speczoo eagle-alpha TARGET --head NAME --prompt TEXT`: how many tokens an EAGLE head's drafts would
+"""`speczoo eagle-alpha TARGET --head NAME --prompt TEXT|--builtin NAME`: how many tokens an EAGLE head's drafts would
 get accepted per round on the target's own greedy continuation (replayed, every round drafting)."""
 
 from __future__ import annotations
 
 import time
+
+from speczoo.bench.prompts import BUILTIN_PROMPTS, builtin_prompt
 
 
 def register(sub) -> None:
@@ -14,7 +16,9 @@ def register(sub) -> None:
                                    "verify forwards: the head's acceptance alone.")
     p.add_argument("target", help="target model: zoo name or path")
     p.add_argument("--head", required=True, help="installed EAGLE head name, or a head directory")
-    p.add_argument("--prompt", required=True, help="prompt text (one user message through the chat template)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text (one user message through the chat template)")
+    src.add_argument("--builtin", choices=[b.name for b in BUILTIN_PROMPTS], help="a built-in prompt")
     p.add_argument("--raw", action="store_true", help="do not wrap the prompt in the chat template")
     p.add_argument("-n", "--max-tokens", type=int, default=64, help="greedy tokens to replay on (default 64)")
     p.add_argument("--k", type=int, default=6, help="draft tokens per round (tree: node budget) (default 6)")
@@ -38,13 +42,14 @@ def run(args) -> int:
         except ValueError:
             raise ValueError(f"--tree takes DEPTH,BRANCH (e.g. 6,4), got {args.tree!r}") from None
         tree = TreeShape(depth=depth, branch=branch)
+    text = builtin_prompt(args.builtin).message if args.builtin else args.prompt
     t = load(args.target, args.backend)
     heads = EagleHeads(args.target, t.model, max_seq=4096, backend=t.backend)
     head = heads.head(find_head(args.head))
     if args.raw:
-        prompt = t.tokenizer.encode(args.prompt, add_special=True)
+        prompt = t.tokenizer.encode(text, add_special=True)
     else:
-        prompt = t.tokenizer.encode(t.tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}]))
+        prompt = t.tokenizer.encode(t.tokenizer.apply_chat_template([{"role": "user", "content": text}]))
     t0 = time.perf_counter()
     ids, hidden = greedy_with_features(t.model, prompt, args.max_tokens, head.cfg.target_layers)
     t1 = time.perf_counter()
