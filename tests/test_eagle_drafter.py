@@ -222,3 +222,36 @@ def test_chain_stops_on_its_confidence(trained):
     eng.costs = Costs(cv={1: 1.0, 2: 1.05, 9: 1.6}, draft_cost={"eagle": 0.05})
     spec = run(eng, prompt_ids=PROMPT, max_new_tokens=40, spec="eagle", k=6)
     assert spec.ids == plain.ids and spec.stats.rounds < 40
+
+
+def test_prompt_rows_are_fed_in_prefill_and_lag_counts_the_rest(trained):
+    """The engine hands over the prompt's features before the drafters' prefill, so the head ingests the
+    prompt there (not in the first round's timed proposal); rows it has not fed since count as its lag,
+    which the controller charges as catch-up."""
+    model, args, head = trained
+    made: list[EagleDrafter] = []
+    factory = make_eagle_drafter(head, 128)
+    seen: list[tuple[int, int]] = []
+
+    def spy(req):
+        d = factory(req)
+        made.append(d)
+        prefill = d.prefill
+
+        def logged(prompt):
+            prefill(prompt)
+            seen.append((d.cache.length, d.observed))
+        d.prefill = logged
+        return d
+    eng = engine(model, args, head)
+    eng.drafters = {"eagle": spy}
+    plain = run(eng, prompt_ids=PROMPT, max_new_tokens=20)
+    assert run(eng, prompt_ids=PROMPT, max_new_tokens=20, spec="eagle", k=4).ids == plain.ids
+    assert seen == [(len(PROMPT) - 1, len(PROMPT))]           # every prompt row but the last one, in prefill
+    d = feed(head, model, args, PROMPT + [3])                    # features of the prompt only, none fed yet
+    ctx = PROMPT + [3]
+    assert d.lag(ctx) == len(ctx) - 2 and d.cache.length == 0
+    d.prefill(PROMPT)
+    assert d.cache.length == len(PROMPT) - 1 and d.lag(ctx) == 0
+    fresh = feed(head, model, args, ctx)
+    assert d.propose(ctx, 4).tokens == fresh.propose(ctx, 4).tokens   # fed in two parts == fed at once

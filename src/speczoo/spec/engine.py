@@ -138,9 +138,9 @@ class Engine:
         fwd = self._forward_out(req.prompt_ids, taps.layers, logit_rows=slice(-1, None))  # the last row's logits
         logits = fwd.logits[-1:]                                         # [1, V]
         pending = self._pick(logits, req, gen)[0]
+        taps.send(fwd.hidden)                  # the prompt's features first: a head ingests them in prefill
         for d in drafters.values():
             d.prefill(req.prompt_ids)
-        taps.send(fwd.hidden)
         t1 = time.perf_counter()
         stats.prefill_seconds = t1 - t0
         context = list(req.prompt_ids)

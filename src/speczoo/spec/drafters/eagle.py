@@ -84,6 +84,29 @@ class EagleDrafter(Drafter):
         self.pending.append(torch.cat(hidden, dim=-1))     # [R, 3D]
         self.observed += hidden[0].shape[0]
 
+    def prefill(self, prompt: list[int]) -> None:
+        """Feed the prompt's rows while the target prefills (the engine hands over the prompt's features
+        first), so the first proposal pays only for its own rows. The last prompt row waits for the
+        first generated token."""
+        if self.observed >= len(prompt) > 1:
+            self._feed(prompt, len(prompt) - 1)
+
+    def lag(self, context: list[int]) -> int:
+        """Committed rows the head has not fed yet, beyond the last one (its catch-up after sitting out)."""
+        return max(0, len(context) - 2 - self.cache.length) if context else 0
+
+    def _feed(self, context: list[int], n: int) -> None:
+        """Feed the head rows cache.length .. n - 1 (row t: feature of t, token context[t + 1])."""
+        l0 = self.cache.length
+        if l0 >= n:
+            return
+        feats = torch.cat(self.pending)                                      # [observed - l0, 3D]
+        self.pending = [feats[n - l0:]] if self.observed > n else []
+        tokens = torch.tensor(context[l0 + 1:n + 1], dtype=torch.long)
+        out = self.head.step(tokens, self.head.fuse(feats[:n - l0]), torch.arange(l0 + 1, n + 1), self.cache)
+        self.steps += 1
+        self.last = (out.hidden[-1:], out.logits[-1:])
+
     def _catch_up(self, context: list[int]) -> int:
         """Feed the committed rows not in the head cache yet; returns n, the committed row count."""
         n = len(context) - 1
@@ -91,14 +114,7 @@ class EagleDrafter(Drafter):
             raise RuntimeError(f"the EAGLE drafter holds target features for {self.observed} positions but the "
                                f"context commits {n}: the engine must pass the hidden states of every committed "
                                "position to observe()")
-        l0 = self.cache.length
-        if l0 < n:
-            feats = torch.cat(self.pending)                                  # [n - l0, 3D]
-            self.pending = []
-            tokens = torch.tensor(context[l0 + 1:n + 1], dtype=torch.long)
-            out = self.head.step(tokens, self.head.fuse(feats), torch.arange(l0 + 1, n + 1), self.cache)
-            self.steps += 1
-            self.last = (out.hidden[-1:], out.logits[-1:])
+        self._feed(context, n)
         return n
 
     def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
