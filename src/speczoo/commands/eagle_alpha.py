@@ -1,5 +1,6 @@
-"""`speczoo eagle-alpha TARGET --head NAME --prompt TEXT|--builtin NAME`: how many tokens an EAGLE head's drafts would
-get accepted per round on the target's own greedy continuation (replayed, every round drafting)."""
+"""`speczoo eagle-alpha TARGET --head NAME --prompt TEXT|--builtin NAME`: how many tokens an EAGLE head's
+drafts would get accepted per round on the target's own greedy continuation (replayed, every round
+drafting)."""
 
 from __future__ import annotations
 
