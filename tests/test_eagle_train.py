@@ -100,3 +100,51 @@ def test_features_hold_the_targets_hidden_states(tmp_path, corpus):
     torch.testing.assert_close(feats[0], torch.cat(out.hidden, -1).to(torch.bfloat16).float())
     assert torch.equal(top1[0], out.logits.argmax(-1))
     assert tiny_args("qwen2").dim * 3 == feats.shape[-1]
+
+
+def test_prompts_are_answered_by_the_target_and_come_first(tmp_path, corpus):
+    """--prompts: the target's answers (prompt + reply ids) are chunked before the corpus; with no
+    corpus they are the only data; the cache's digest tells prompt sets apart; bad prompt files fail."""
+    from speczoo.spec.eagle.features import chunk_stream, read_prompts
+    from speczoo.spec.eagle.pipeline import training_chunks
+
+    assert list(chunk_stream([[1, 2, 3], [4, 5]], 3, separator=0)) == [[1, 2, 3], [0, 4, 5]]
+    asked: list[str] = []
+
+    def answer(text: str) -> list[int]:
+        asked.append(text)
+        return [7] * 40 + [8] * 40                  # a conversation of 80 ids
+    target = tiny_target()
+    target.answer = answer
+    opts = options(tmp_path / "run", corpus, steps=1)
+    opts.prompts = ["first", "second"]
+    chunks, digest = training_chunks(target, opts)
+    first = next(chunks)
+    assert first[:40] == [7] * 40 and asked == ["first"]          # answered lazily, first prompt first
+    rest = list(chunks)
+    assert len(rest) > 3 and asked == ["first", "second"] and digest.startswith("prompts:")
+    only = EagleTrainOptions(out=tmp_path / "x", prompts=["first", "second"], seq_len=64)
+    only_chunks, only_digest = training_chunks(target, only)
+    assert len(list(only_chunks)) == (2 * 81) // 64 and "+" not in only_digest
+    other = EagleTrainOptions(out=tmp_path / "x", prompts=["first"], seq_len=64)
+    assert training_chunks(target, other)[1] != only_digest
+    target.answer = None
+    with pytest.raises(ValueError, match="answers"):
+        training_chunks(target, only)
+    f = tmp_path / "p.txt"
+    f.write_text('plain line\n\n{"prompt": "json prompt"}\n{"question_id": 1, "turns": ["a turn", "b"]}\n')
+    assert read_prompts(f) == ["plain line", "json prompt", "a turn"]
+    f.write_text("\n\n")
+    with pytest.raises(ValueError, match="no prompts"):
+        read_prompts(f)
+
+
+def test_train_eagle_on_answers_end_to_end(tmp_path, corpus):
+    target = tiny_target()
+    g = torch.Generator().manual_seed(1)
+    target.answer = lambda text: torch.randint(0, 60, (200,), generator=g).tolist()
+    opts = options(tmp_path / "run", corpus, steps=10)
+    opts.corpus, opts.prompts = None, [f"p{i}" for i in range(12)]
+    rep = train_eagle(target, opts)
+    assert rep.features.tokens == 64 * 30 and len(rep.result.state.losses) == 10
+    assert FeatureSet(tmp_path / "run" / "features").manifest.corpus.startswith("prompts:")

@@ -16,6 +16,11 @@ def register(sub) -> None:
     p.add_argument("target", help="target model: zoo name or path (pulled)")
     p.add_argument("--corpus", nargs="+", type=Path, default=None,
                    help="files or directories of text (default: the Python standard library's source)")
+    p.add_argument("--prompts", type=Path, default=None,
+                   help="a file of prompts (one per line, or JSONL with \"prompt\"/\"turns\"): the target answers "
+                        "each through its chat template and trains on those conversations first (with no "
+                        "--corpus, on them alone)")
+    p.add_argument("--answer-tokens", type=int, default=256, help="greedy tokens per answer (default 256)")
     p.add_argument("--out", required=True, type=Path, help="work directory (features, checkpoints, head)")
     p.add_argument("--name", default=None,
                    help="install the head as this zoo entry (must contain 'eagle'; default TARGET-eagle3)")
@@ -42,6 +47,7 @@ def run(args) -> int:
     from safetensors.torch import load_file
 
     from speczoo.runtime import load
+    from speczoo.spec.eagle.features import read_prompts
     from speczoo.spec.eagle.pipeline import EagleTrainOptions, Target, train_eagle
     from speczoo.spec.eagle.train import TrainConfig
 
@@ -52,13 +58,16 @@ def run(args) -> int:
         if not torch.cuda.is_available():
             raise ValueError("--device cuda: this torch build sees no CUDA device; use --device cpu")
     name = args.name or f"{Path(args.target).name}-eagle3"
+    if args.answer_tokens < 1:
+        raise ValueError(f"--answer-tokens must be >= 1, got {args.answer_tokens}")
+    prompts = read_prompts(args.prompts) if args.prompts else None
     t = load(args.target, args.backend)
     tok = t.tokenizer
     target = Target(name=args.target, model=t.model, tensors=load_file(str(t.path / "weights.safetensors")),
                     encode=tok.encode, separator=min(tok.eos_ids) if tok.eos_ids else None,
-                    eos_ids=tuple(tok.eos_ids))
+                    eos_ids=tuple(tok.eos_ids), answer=answerer(t, args.answer_tokens) if prompts else None)
     opts = EagleTrainOptions(
-        out=args.out, corpus=args.corpus, max_tokens=args.tokens, seq_len=args.seq_len,
+        out=args.out, corpus=args.corpus, prompts=prompts, max_tokens=args.tokens, seq_len=args.seq_len,
         draft_vocab=args.draft_vocab, ffn_dim=args.ffn_dim, name=name, resume=args.resume,
         train=TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, ttt_steps=args.ttt_steps,
                           seed=args.seed, device=args.device, dtype=args.dtype, checkpoint_every=args.checkpoint_every))
@@ -72,3 +81,19 @@ def run(args) -> int:
     print(f"head: {rep.head_dir}" + (f", installed as {rep.installed.name} (--spec eagle:{rep.installed.name})"
                                      if rep.installed else ""))
     return 0
+
+
+def answerer(target, max_tokens: int):
+    """prompt -> its conversation ids: the chat-formatted prompt and the target's greedy answer (generated
+    with prompt lookup, which is lossless, so the answer is exactly plain greedy's)."""
+    from speczoo.bench.ab import run_request
+    from speczoo.events import GenerationRequest
+    from speczoo.runtime import Runtime
+
+    rt = Runtime(target)
+
+    def answer(text: str) -> list[int]:
+        ids = rt.chat_ids([{"role": "user", "content": text}])
+        return ids + run_request(rt, GenerationRequest(prompt_ids=ids, max_new_tokens=max_tokens, spec="ngram")).ids
+
+    return answer

@@ -64,23 +64,60 @@ def corpus_digest(files: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def corpus_chunks(encode: Callable[[str], list[int]], files: list[Path], seq_len: int, seed: int = 0,
-                  separator: int | None = None) -> Iterator[list[int]]:
-    """Chunks of exactly seq_len ids: the files in a seeded random order, each tokenized and followed by
-    `separator` (e.g. an end-of-text id), as one stream. Deterministic for the same arguments."""
-    order = list(files)
-    random.Random(seed).shuffle(order)
+def chunk_stream(pieces: Iterable[list[int]], seq_len: int, separator: int | None = None) -> Iterator[list[int]]:
+    """Chunks of exactly seq_len ids from pieces of ids, each followed by `separator` (e.g. an end-of-text
+    id), as one stream; a tail shorter than seq_len is dropped."""
     buf: list[int] = []
-    for f in order:
-        text = f.read_text(encoding="utf-8", errors="replace")
-        if not text.strip():
-            continue
-        buf.extend(encode(text))
+    for ids in pieces:
+        buf.extend(ids)
         if separator is not None:
             buf.append(separator)
         while len(buf) >= seq_len:
             yield buf[:seq_len]
             del buf[:seq_len]
+
+
+def corpus_chunks(encode: Callable[[str], list[int]], files: list[Path], seq_len: int, seed: int = 0,
+                  separator: int | None = None) -> Iterator[list[int]]:
+    """Chunks of exactly seq_len ids: the files in a seeded random order, each tokenized and followed by
+    `separator`, as one stream. Deterministic for the same arguments."""
+    order = list(files)
+    random.Random(seed).shuffle(order)
+    texts = (f.read_text(encoding="utf-8", errors="replace") for f in order)
+    return chunk_stream((encode(t) for t in texts if t.strip()), seq_len, separator)
+
+
+def answer_chunks(answer: Callable[[str], list[int]], prompts: list[str], seq_len: int,
+                  separator: int | None = None) -> Iterator[list[int]]:
+    """Chunks of exactly seq_len ids from the target's own answers: `answer(prompt)` gives a prompt's
+    whole conversation ids (the chat-formatted prompt and the target's greedy reply), so the head
+    learns from the text it will draft for. Lazy: a prompt is answered when its chunks are needed."""
+    return chunk_stream((answer(p) for p in prompts), seq_len, separator)
+
+
+def read_prompts(path: Path) -> list[str]:
+    """Prompts for `answer_chunks`: one per non-empty line of a text file (a JSONL line with a "prompt"
+    field, or the turns of a Spec-Bench question, is read as that text)."""
+    out: list[str] = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            row = json.loads(line)
+            text = row.get("prompt") or " ".join(row.get("turns", [])[:1])
+            if not text:
+                raise ValueError(f"{path}: a JSON line needs a \"prompt\" or \"turns\" field: {line[:80]}")
+            out.append(text)
+        else:
+            out.append(line)
+    if not out:
+        raise ValueError(f"{path} holds no prompts")
+    return out
+
+
+def prompts_digest(prompts: list[str]) -> str:
+    return hashlib.sha256("\0".join(prompts).encode()).hexdigest()[:16]
 
 
 @dataclass

@@ -11,18 +11,35 @@ This module wires the stages together; each stage lives in its own module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from torch import Tensor
 
 from speczoo.spec.eagle.config import head_config_for
-from speczoo.spec.eagle.features import (ExtractStats, FeatureManifest, FeatureSet, corpus_chunks, corpus_digest,
-                                         corpus_files, default_corpus, extract)
+from speczoo.spec.eagle.features import (
+    ExtractStats,
+    FeatureManifest,
+    FeatureSet,
+    answer_chunks,
+    corpus_chunks,
+    corpus_digest,
+    corpus_files,
+    default_corpus,
+    extract,
+    prompts_digest,
+)
 from speczoo.spec.eagle.head import EagleHead
 from speczoo.spec.eagle.io import save_head
-from speczoo.spec.eagle.train import CHECKPOINT, TrainConfig, TrainResult, load_checkpoint, train
+from speczoo.spec.eagle.train import (
+    CHECKPOINT,
+    TrainConfig,
+    TrainResult,
+    load_checkpoint,
+    train,
+)
 from speczoo.spec.eagle.vocab import draft_vocab
 from speczoo.zoo.heads import HeadEntry, check_name, install_head
 
@@ -30,7 +47,8 @@ from speczoo.zoo.heads import HeadEntry, check_name, install_head
 @dataclass
 class EagleTrainOptions:
     out: Path
-    corpus: list[Path] | None = None       # None: the Python standard library on this machine
+    corpus: list[Path] | None = None       # None: the standard library on this machine, unless prompts are given
+    prompts: list[str] | None = None       # answered by the target first (Target.answer): chat-style data
     max_tokens: int = 200_000              # tokens of features to extract
     seq_len: int = 512                     # chunk length L
     shard_seqs: int = 8                    # chunks per feature shard
@@ -58,6 +76,7 @@ class Target:
     encode: Callable[[str], list[int]]
     separator: int | None                  # id between corpus files (an end-of-text id)
     eos_ids: tuple[int, ...] = ()
+    answer: Callable[[str], list[int]] | None = None   # prompt -> conversation ids (chat prompt + greedy reply)
 
 
 def train_eagle(target: Target, opts: EagleTrainOptions) -> EagleTrainReport:
@@ -69,11 +88,10 @@ def train_eagle(target: Target, opts: EagleTrainOptions) -> EagleTrainReport:
                          "it or choose another --out")
     args = target.model.args
     cfg = head_config_for(target.name, args, opts.draft_vocab, opts.ffn_dim, opts.train.ttt_steps)
-    files = corpus_files(opts.corpus or default_corpus())
+    chunks, digest = training_chunks(target, opts)
     want = FeatureManifest(target=target.name, layers=list(cfg.target_layers), hidden=args.dim,
-                           vocab=args.vocab_size, seq_len=opts.seq_len, corpus=corpus_digest(files),
+                           vocab=args.vocab_size, seq_len=opts.seq_len, corpus=digest,
                            seed=opts.train.seed, shard_seqs=opts.shard_seqs)
-    chunks = corpus_chunks(target.encode, files, opts.seq_len, opts.train.seed, target.separator)
     stats = extract(target.model, chunks, want, out / "features", opts.max_tokens, opts.train.progress)
     data = FeatureSet(out / "features")
     device = opts.train.device
@@ -90,6 +108,23 @@ def train_eagle(target: Target, opts: EagleTrainOptions) -> EagleTrainReport:
     head_dir = save_head(head.cpu(), out / "head")
     installed = install_head(head_dir, opts.name) if opts.name else None
     return EagleTrainReport(features=stats, result=result, head_dir=head_dir, installed=installed)
+
+
+def training_chunks(target: Target, opts: EagleTrainOptions) -> tuple[Iterator[list[int]], str]:
+    """The chunk stream features are extracted from, and its digest: the target's answers to the prompts
+    first (when given), then the corpus files (the standard library when neither is given)."""
+    streams: list[Iterator[list[int]]] = []
+    digest = ""
+    if opts.prompts:
+        if target.answer is None:
+            raise ValueError("training on prompts needs the target's answers (Target.answer)")
+        streams.append(answer_chunks(target.answer, opts.prompts, opts.seq_len, target.separator))
+        digest = "prompts:" + prompts_digest(opts.prompts)
+    if opts.corpus or not opts.prompts:
+        files = corpus_files(opts.corpus or default_corpus())
+        streams.append(corpus_chunks(target.encode, files, opts.seq_len, opts.train.seed, target.separator))
+        digest = (digest + "+" if digest else "") + corpus_digest(files)
+    return itertools.chain(*streams), digest
 
 
 def new_head(target: Target, cfg, data: FeatureSet, seed: int = 0) -> EagleHead:
