@@ -19,27 +19,11 @@ from pathlib import Path
 from torch import Tensor
 
 from speczoo.spec.eagle.config import head_config_for
-from speczoo.spec.eagle.features import (
-    ExtractStats,
-    FeatureManifest,
-    FeatureSet,
-    answer_chunks,
-    corpus_chunks,
-    corpus_digest,
-    corpus_files,
-    default_corpus,
-    extract,
-    prompts_digest,
-)
+from speczoo.spec.eagle.features import (ExtractStats, FeatureManifest, FeatureSet, answer_chunks, corpus_chunks,
+                                         corpus_digest, corpus_files, default_corpus, extract, prompts_digest)
 from speczoo.spec.eagle.head import EagleHead
 from speczoo.spec.eagle.io import save_head
-from speczoo.spec.eagle.train import (
-    CHECKPOINT,
-    TrainConfig,
-    TrainResult,
-    load_checkpoint,
-    train,
-)
+from speczoo.spec.eagle.train import CHECKPOINT, TrainConfig, TrainResult, load_checkpoint, train
 from speczoo.spec.eagle.vocab import draft_vocab
 from speczoo.zoo.heads import HeadEntry, check_name, install_head
 
