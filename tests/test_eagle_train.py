@@ -137,6 +137,11 @@ def test_prompts_are_answered_by_the_target_and_come_first(tmp_path, corpus):
     f.write_text("\n\n")
     with pytest.raises(ValueError, match="no prompts"):
         read_prompts(f)
+    for bad, why in (('{"prompt": 3}', "field of text"), ('{"turns": []}', "field of text"),
+                     ("{not json", "not a JSON object")):
+        f.write_text("fine\n" + bad + "\n")
+        with pytest.raises(ValueError, match=f"p.txt:2: .*{why}"):
+            read_prompts(f)
 
 
 def test_train_eagle_on_answers_end_to_end(tmp_path, corpus):

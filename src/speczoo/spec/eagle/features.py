@@ -99,15 +99,20 @@ def read_prompts(path: Path) -> list[str]:
     """Prompts for `answer_chunks`: one per non-empty line of a text file (a JSONL line with a "prompt"
     field, or the turns of a Spec-Bench question, is read as that text)."""
     out: list[str] = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         line = line.strip()
         if not line:
             continue
         if line.startswith("{"):
-            row = json.loads(line)
-            text = row.get("prompt") or " ".join(row.get("turns", [])[:1])
-            if not text:
-                raise ValueError(f"{path}: a JSON line needs a \"prompt\" or \"turns\" field: {line[:80]}")
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not a JSON object ({e.msg})") from None
+            turns = row.get("turns")
+            text = row.get("prompt") or (turns[0] if isinstance(turns, list) and turns else None)
+            if not isinstance(text, str) or not text:
+                raise ValueError(f"{path}:{n}: a JSON line needs a \"prompt\" or \"turns\" field of text: "
+                                 f"{line[:80]}")
             out.append(text)
         else:
             out.append(line)

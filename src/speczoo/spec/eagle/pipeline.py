@@ -98,17 +98,17 @@ def training_chunks(target: Target, opts: EagleTrainOptions) -> tuple[Iterator[l
     """The chunk stream features are extracted from, and its digest: the target's answers to the prompts
     first (when given), then the corpus files (the standard library when neither is given)."""
     streams: list[Iterator[list[int]]] = []
-    digest = ""
+    sources: list[str] = []
     if opts.prompts:
         if target.answer is None:
             raise ValueError("training on prompts needs the target's answers (Target.answer)")
         streams.append(answer_chunks(target.answer, opts.prompts, opts.seq_len, target.separator))
-        digest = "prompts:" + prompts_digest(opts.prompts)
+        sources.append("prompts:" + prompts_digest(opts.prompts))
     if opts.corpus or not opts.prompts:
         files = corpus_files(opts.corpus or default_corpus())
         streams.append(corpus_chunks(target.encode, files, opts.seq_len, opts.train.seed, target.separator))
-        digest = (digest + "+" if digest else "") + corpus_digest(files)
-    return itertools.chain(*streams), digest
+        sources.append(corpus_digest(files))
+    return itertools.chain(*streams), "+".join(sources)
 
 
 def new_head(target: Target, cfg, data: FeatureSet, seed: int = 0) -> EagleHead:
