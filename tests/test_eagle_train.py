@@ -153,3 +153,21 @@ def test_train_eagle_on_answers_end_to_end(tmp_path, corpus):
     rep = train_eagle(target, opts)
     assert rep.features.tokens == 64 * 30 and len(rep.result.state.losses) == 10
     assert FeatureSet(tmp_path / "run" / "features").manifest.corpus.startswith("prompts:")
+
+
+def test_the_shipped_chat_prompts_are_many_distinct_and_not_the_benchmarks():
+    """`train-eagle --prompts builtin`: ~300 distinct chat requests, none of them a benchmark prompt or
+    question (a head trained on those would flatter every figure measured with them)."""
+    from speczoo.bench.prompts import BUILTIN_PROMPTS
+    from speczoo.bench.questions import builtin_questions
+    from speczoo.spec.eagle.features import builtin_prompts, read_prompts
+
+    prompts = read_prompts(builtin_prompts())
+    assert len(prompts) >= 300 and len(set(prompts)) == len(prompts)
+    bench = [p.message for p in BUILTIN_PROMPTS] + [t for q in builtin_questions() for t in q.turns]
+    words = {p: set(p.lower().split()) for p in prompts}
+    for b in bench:
+        bw = set(b.lower().split())
+        assert b not in prompts and all(len(bw & w) < 0.8 * len(w) for w in words.values()), b[:80]
+    kinds = ("story", "Explain", "essay", "email", "tips", "poem", "Python function", "code")
+    assert all(sum(k in p for p in prompts) >= 5 for k in kinds)

@@ -16,10 +16,11 @@ def register(sub) -> None:
     p.add_argument("target", help="target model: zoo name or path (pulled)")
     p.add_argument("--corpus", nargs="+", type=Path, default=None,
                    help="files or directories of text (default: the Python standard library's source)")
-    p.add_argument("--prompts", type=Path, default=None,
-                   help="a file of prompts (one per line, or JSONL with \"prompt\"/\"turns\"): the target answers "
-                        "each through its chat template and trains on those conversations first (with no "
-                        "--corpus, on them alone)")
+    p.add_argument("--prompts", default=None,
+                   help="a file of prompts (one per line, or JSONL with \"prompt\"/\"turns\"), or 'builtin' for "
+                        "the shipped set of ~300 chat prompts (stories, explanations, essays, emails, code): the "
+                        "target answers each through its chat template and trains on those conversations first "
+                        "(with no --corpus, on them alone)")
     p.add_argument("--answer-tokens", type=int, default=256, help="greedy tokens per answer (default 256)")
     p.add_argument("--out", required=True, type=Path, help="work directory (features, checkpoints, head)")
     p.add_argument("--name", default=None,
@@ -47,7 +48,7 @@ def run(args) -> int:
     from safetensors.torch import load_file
 
     from speczoo.runtime import load
-    from speczoo.spec.eagle.features import read_prompts
+    from speczoo.spec.eagle.features import builtin_prompts, read_prompts
     from speczoo.spec.eagle.pipeline import EagleTrainOptions, Target, train_eagle
     from speczoo.spec.eagle.train import TrainConfig
 
@@ -60,7 +61,9 @@ def run(args) -> int:
     name = args.name or f"{Path(args.target).name}-eagle3"
     if args.answer_tokens < 1:
         raise ValueError(f"--answer-tokens must be >= 1, got {args.answer_tokens}")
-    prompts = read_prompts(args.prompts) if args.prompts else None
+    prompts = None
+    if args.prompts:
+        prompts = read_prompts(builtin_prompts() if args.prompts == "builtin" else Path(args.prompts))
     t = load(args.target, args.backend)
     tok = t.tokenizer
     target = Target(name=args.target, model=t.model, tensors=load_file(str(t.path / "weights.safetensors")),
@@ -84,16 +87,25 @@ def run(args) -> int:
 
 
 def answerer(target, max_tokens: int):
-    """prompt -> its conversation ids: the chat-formatted prompt and the target's greedy answer (generated
-    with prompt lookup, which is lossless, so the answer is exactly plain greedy's)."""
+    """prompt -> its conversation ids: the chat-formatted prompt and the target's greedy answer. The answer
+    is generated with lossless speculation (`auto`, with the zoo's draft model for the target when it has
+    one), so it is exactly plain greedy's, only sooner."""
     from speczoo.bench.ab import run_request
     from speczoo.events import GenerationRequest
-    from speczoo.runtime import Runtime
+    from speczoo.errors import NotPulledError
+    from speczoo.runtime import Runtime, load
+    from speczoo.zoo.registry import default_draft
 
-    rt = Runtime(target)
+    draft = default_draft(target.name)
+    try:
+        d = load(draft) if draft else None
+    except NotPulledError as e:
+        print(f"answers without the draft model ({e}); prompt lookup only", file=sys.stderr)
+        d = None
+    rt = Runtime(target, draft=d)
 
     def answer(text: str) -> list[int]:
         ids = rt.chat_ids([{"role": "user", "content": text}])
-        return ids + run_request(rt, GenerationRequest(prompt_ids=ids, max_new_tokens=max_tokens, spec="ngram")).ids
+        return ids + run_request(rt, GenerationRequest(prompt_ids=ids, max_new_tokens=max_tokens, spec="auto")).ids
 
     return answer

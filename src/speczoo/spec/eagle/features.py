@@ -22,6 +22,7 @@ import sysconfig
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -119,6 +120,13 @@ def read_prompts(path: Path) -> list[str]:
     if not out:
         raise ValueError(f"{path} holds no prompts")
     return out
+
+
+def builtin_prompts() -> Path:
+    """The shipped prompt set for `train-eagle --prompts builtin`: ~300 chat requests of the kinds a
+    local assistant gets (stories, explanations, essays, emails, advice, poems, code to write, explain or
+    review), written for this project and kept apart from the benchmark prompts and questions."""
+    return Path(str(resources.files("speczoo.spec.eagle") / "data" / "chat_prompts.jsonl"))
 
 
 def prompts_digest(prompts: list[str]) -> str:
