@@ -460,6 +460,32 @@ def test_a_confident_drafter_drafts_to_k_max_with_cost_priced_floors():
         Controller(costs, ["draft"], confident={"eagle"})
 
 
+def test_a_confident_drafter_that_keeps_the_floor_drafts_deep_beside_prompt_lookup():
+    """Once the draft model's runs of rounds reach DEEP_RUN (prompt lookup rarely takes a round from
+    it), it may draft up to k_max under its floors; a run broken after one round takes that back."""
+    from speczoo.spec.runs import DEEP_RUN
+
+    costs = Costs(cv={1: 1.0, 2: 1.02, 3: 1.06, 5: 1.22, 9: 1.79}, draft_cost={"ngram": 0.0, "draft": 0.25})
+    ctl = Controller(costs, ["ngram", "draft"], k_max=6, confident={"draft"})
+    feed(ctl, "draft", 7)
+    shallow = ctl.plan("draft", ctl._estimate("draft").upper(ctl.explore)).k
+    ks = []
+    for _ in range(4):                                     # one run of four draft rounds ...
+        c = ctl.choose(situations={"ngram": None})
+        assert c.drafter == "draft"
+        ks.append(c.k)
+        ctl.update("draft", c.k, 1)
+    assert ks == [shallow] * 4 and shallow < 6
+    ctl.choose(situations={"draft": None})                 # ... ended by a round of something else
+    c = ctl.choose(situations={"ngram": None})
+    assert ctl.runs.expected("draft") >= DEEP_RUN
+    assert c.drafter == "draft" and c.k == 6 and len(c.floors) == 5
+    for _ in range(6):                                     # runs of one round: back to the plan's K
+        ctl.choose(situations={"draft": None})
+        c = ctl.choose(situations={"ngram": None})
+    assert ctl.runs.expected("draft") < DEEP_RUN and c.k == shallow
+
+
 def test_a_confident_drafter_is_judged_on_its_first_token():
     # it drafts past the first token only when sure, so long accepted runs must not inflate α
     costs = Costs(cv=1.0, draft_cost={"draft": 0.25})

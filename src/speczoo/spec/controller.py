@@ -44,6 +44,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from speczoo.spec.cost import CvCurve, as_curve, best_k, speedup
+from speczoo.spec.runs import DEEP_RUN, RunLengths
 
 NONE = "none"           # the choice "no drafter": a plain decode round
 COLLAPSE = 0.1          # the alternative the change detector watches for: α dropping to a tenth
@@ -215,6 +216,8 @@ class Controller:
                     0 = decide on the point estimates).
     half_life, prior_alpha, prior_weight, reset_p: see AcceptanceEstimate.
     catch_up_weight: how many times a round charges a lagging drafter's catch-up (CATCH_UP_WEIGHT).
+    runs:           the running mean of each drafter's runs of rounds (spec/runs.py), which lets a
+                    confident drafter that keeps the floor draft deep (see `_finish`).
     priors:         per drafter, situation -> prior α of that situation's estimate (prior_alpha otherwise).
     confident:      drafters that stop on their own confidence: when chosen they get the floors of
                     `floors` (see STOP_RATE) and, if alone, up to k_max tokens; their α is estimated
@@ -230,7 +233,8 @@ class Controller:
                  probe_alpha: float = 0.8, explore: float = 0.5, half_life: float = 32.0,
                  prior_alpha: float = 0.5, prior_weight: float = 2.0, reset_p: float = 1e-3,
                  priors: dict[str, dict[str, float]] | None = None, catch_up_weight: float = CATCH_UP_WEIGHT,
-                 confident: frozenset[str] | set[str] = frozenset(), stop_rate: float = STOP_RATE):
+                 confident: frozenset[str] | set[str] = frozenset(), stop_rate: float = STOP_RATE,
+                 runs: RunLengths | None = None):
         names = [d for d in drafters if d != NONE]
         if len(set(names)) != len(names):
             raise ValueError(f"drafter names must be unique, got {drafters}")
@@ -260,6 +264,9 @@ class Controller:
         if not catch_up_weight >= 1.0:
             raise ValueError(f"catch_up_weight must be >= 1, got {catch_up_weight}")
         self.catch_up_weight = catch_up_weight
+        self.runs = runs or RunLengths(names)
+        if set(self.runs.mean) != set(names):
+            raise ValueError(f"the run lengths track {sorted(self.runs.mean)}, not the drafters {names}")
         unknown = set(confident) - set(names)
         if unknown:
             raise ValueError(f"confident drafters {sorted(unknown)} are not among the drafters {names}")
@@ -275,6 +282,7 @@ class Controller:
         self.estimates: dict[tuple[str, str], AcceptanceEstimate] = {}   # (drafter, situation) -> estimate
         self.situations: dict[str, str | None] = {}   # this round's situation per drafter (absent: "")
         self._probing = ""          # the drafter probed by the last choose(), if any
+        self._last = ""             # the drafter the last round ended up with (NONE: plain), for `runs`
         self.round = 0
         # The round each drafter was last chosen; "long ago" at the start, so a drafter the cost model
         # would not pick on its prior alone is probed in the first rounds rather than after a period.
@@ -343,16 +351,17 @@ class Controller:
         return tuple(self.stop_rate * (step + cv(i + 2) - cv(i + 1)) for i in range(1, k))
 
     def _finish(self, choice: Choice) -> Choice:
-        """A chosen drafter that stops on its own confidence gets its floors; when it is the only drafter
-        it may also draft up to k_max tokens (as far as the c_v curve reaches). With other drafters in
-        play its K stays the plan's: a long chain would preempt them, and prompt lookup that has no
-        match this round often resumes a copy the next, at a fraction of the cost per token (verbatim
-        reproduction under `auto` lost 3-9% to one 8-token draft-model chain at the start)."""
+        """A chosen drafter that stops on its own confidence gets its floors; when it is the only drafter,
+        or when it keeps the floor for runs of DEEP_RUN rounds or more (spec/runs.py), it may also draft
+        up to k_max tokens (as far as the c_v curve reaches). Otherwise its K stays the plan's: a long
+        chain would preempt the other drafters, and prompt lookup that has no match this round often
+        resumes a copy the next, at a fraction of the cost per token (verbatim reproduction under `auto`
+        lost 3-9% to one 8-token draft-model chain at the start)."""
         if not self.stops_on_confidence(choice.drafter):
             return choice
         assert self.costs is not None
         k = choice.k
-        if len(self.drafters) == 1:
+        if len(self.drafters) == 1 or self.runs.expected(choice.drafter) >= DEEP_RUN:
             top = self.costs.cv.max_s
             k = max(k, self.k_max if top is None else min(self.k_max, top - 1))
         return replace(choice, k=k, floors=self.floors(choice.drafter, k))
@@ -404,6 +413,7 @@ class Controller:
         if best.drafter != NONE:
             self.last_chosen[best.drafter] = self.round
         self._probing = ""
+        self._last = best.drafter
         return self._finish(best)
 
     def choose(self, lags: dict[str, int] | None = None, situations: dict[str, str | None] | None = None
@@ -415,6 +425,8 @@ class Controller:
         situations: per drafter, its Drafter.situation this round (None: nothing to propose; a drafter
         not named is in its one default situation "")."""
         self.round += 1
+        if self._last:
+            self.runs.round(self._last)
         lags = lags or {}
         self.situations = dict(situations or {})
         best, best_rate = self._best("", lags)
@@ -431,6 +443,7 @@ class Controller:
             if d != best.drafter:
                 est.idle()
         self._probing = best.drafter if best.probe else ""
+        self._last = best.drafter
         return self._finish(best)
 
     def update(self, drafter: str, drafted: int, accepted: int) -> None:

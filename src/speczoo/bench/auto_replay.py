@@ -1,0 +1,262 @@
+"""What each speculative mode's controller would do, round by round, replayed offline from one greedy run.
+
+    python -m speczoo.bench.auto_replay [TARGET] [--prompts free_form,...] [--gen 256]
+                                        [--record FILE | --replay FILE] [--draft-ratio R]
+
+With greedy verification a speculative run is fixed by the target's greedy output, by what prompt lookup
+finds in the committed text, and by what the draft model predicts, with what confidence, after each
+prefix of it. One target run and one teacher-forced draft forward per prompt (draft_replay.py) record
+all of it; the replay then drives the real controller (spec/policy.py, spec/controller.py) and the real
+prompt-lookup drafter round by round, with the draft model stood in for by its recorded predictions and
+its lag (the ids it has not fed) kept as the real drafter keeps it. Each round is charged what it would
+cost, in target decode steps:
+  * the draft model: its catch-up forward over lag + 1 ids at its OWN c_v curve (not the target's, which
+    the controller assumes), then one draft step per further token;
+  * the verify: the target's c_v(K + 1) plus the round overhead; a plain round: 1.
+So `auto` can be compared with each single drafter on the same text, and a change to the controller
+judged in seconds, without the timing noise of a live benchmark (`python -m speczoo.bench.drafters`
+measures the real thing). The draft's confidences after its first wrong token are not observable
+offline; the replay stops its chain there in every mode alike. A measurement script, never imported by
+the runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from speczoo.spec.controller import NONE, Controller, Costs
+from speczoo.spec.cost import CvCurve
+from speczoo.spec.drafters.base import Drafter
+from speczoo.spec.types import Draft
+
+MODES = ("ngram", "draft", "auto")
+
+
+@dataclass
+class Recording:
+    """One prompt's greedy run and the draft's teacher-forced view of it, with the costs measured then."""
+    prompt: list[int]
+    out: list[int]              # the target's greedy output
+    guess: list[int]            # guess[j]: the draft's argmax for out[j] given prompt + out[:j]
+    sure: list[float]           # its softmax probability
+    target_cv: dict[int, float] = field(default_factory=dict)   # the target's c_v(S)
+    draft_cv: dict[int, float] = field(default_factory=dict)    # the draft's own forward cost over S ids,
+    #                                                             in draft steps (1 id = 1.0)
+    draft_step: float = 0.3     # the draft's step in target steps
+    round_overhead: float = 0.02
+
+
+class RecordedDraft(Drafter):
+    """The draft model as the recording saw it: proposes its recorded argmax chain (stopping on the
+    controller's floors, or after its first wrong token), keeps `fed` as DraftModelDrafter does, and
+    reports each proposal's cost in target steps through `spent`."""
+
+    name = "draft"
+    stops_on_confidence = True
+
+    def __init__(self, rec: Recording):
+        self.rec = rec
+        self.fed: list[int] = []
+        self.spent = 0.0
+        self._cv = CvCurve.measured(rec.draft_cv) if rec.draft_cv else CvCurve.constant(1.0)
+
+    def reset(self) -> None:
+        self.fed = []
+
+    def _agreeing(self, context: list[int]) -> int:
+        limit, n = min(len(self.fed), len(context) - 1), 0
+        while n < limit and self.fed[n] == context[n]:
+            n += 1
+        return n
+
+    def lag(self, context: list[int]) -> int:
+        return len(context) - 1 - self._agreeing(context)
+
+    def prefill(self, prompt: list[int]) -> None:
+        self.fed = list(prompt[:-1])
+
+    def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
+        r = self.rec
+        feed = len(context) - self._agreeing(context)           # catch-up ids + the last context id
+        self.fed = list(context)
+        j = len(context) - len(r.prompt)                         # the output index the first token predicts
+        tokens: list[int] = []
+        sure = 1.0
+        for i in range(k):
+            if j + i >= len(r.out):
+                break
+            t = r.guess[j + i]
+            tokens.append(t)
+            if i < len(floors):
+                sure *= r.sure[j + i]
+            if t != r.out[j + i]:                                # what follows a miss was not recorded
+                break
+            if i + 1 < k and i < len(floors) and sure < floors[i]:
+                break
+        self.fed.extend(tokens[:-1])
+        self.spent += r.draft_step * (self._width(feed) + max(0, len(tokens) - 1))
+        return Draft(tokens=tokens, drafter=self.name)
+
+    def commit(self, accepted: int) -> None:
+        pass
+
+    def _width(self, s: int) -> float:
+        """The draft's forward over s ids, in draft steps: its curve, linear past its largest S."""
+        top = self._cv.max_s
+        return self._cv(s) if top is None or s <= top else self._cv(top) * s / top
+
+
+@dataclass
+class Replay:
+    speedup: float                       # output tokens per target step, against plain decoding's 1.0
+    rounds: int
+    by_drafter: dict[str, int]           # rounds per drafter ("none": plain)
+    cost: float                          # target steps spent
+
+
+def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Controller,
+           k_max: int = 8, ngram_order: int = 3) -> Replay:
+    """Replay `mode` (ngram | draft | auto) on the recording, as the engine's round loop would run it
+    with greedy verification. controller: the Controller class (or a factory with its signature) to
+    judge: the default is the shipped one."""
+    from speczoo.spec.drafters.ngram import NgramDrafter
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    drafters: dict[str, Drafter] = {}
+    if mode in ("ngram", "auto"):
+        drafters["ngram"] = NgramDrafter(max_order=ngram_order)
+    if mode in ("draft", "auto"):
+        drafters["draft"] = RecordedDraft(rec)
+    costs = Costs(cv=CvCurve.measured(rec.target_cv), draft_cost={"ngram": 0.0, "draft": rec.draft_step},
+                  round_overhead=rec.round_overhead)
+    costs.draft_cost = {n: costs.draft_cost[n] for n in drafters}
+    ctl = controller(costs, list(drafters), k_max=k_max,
+                     priors={n: d.situation_priors for n, d in drafters.items()},
+                     confident={n for n, d in drafters.items() if d.stops_on_confidence})
+    for d in drafters.values():
+        d.reset()
+        d.prefill(rec.prompt)
+    out, n, i, cost, rounds = rec.out, len(rec.out), 0, 0.0, 0
+    by: dict[str, int] = {}
+    while i < n:
+        ctx = rec.prompt + out[:i + 1]                           # committed ids + the pending out[i]
+        remaining = n - i
+        choice = None
+        if remaining > 1:
+            lags = {name: d.lag(ctx) for name, d in drafters.items()}
+            choice = ctl.choose(lags, {name: d.situation(ctx) for name, d in drafters.items()})
+        draft = Draft(tokens=[])
+        if choice is not None and choice.drafting:
+            k = min(choice.k, remaining - 1)
+            draft = drafters[choice.drafter].propose(ctx, k, choice.floors)
+            if not draft.tokens:
+                alt = ctl.alternative(choice.drafter, lags)
+                choice = alt
+                if alt.drafting:
+                    draft = drafters[alt.drafter].propose(ctx, min(alt.k, remaining - 1), alt.floors)
+        accepted = 0
+        while accepted < len(draft.tokens) and draft.tokens[accepted] == out[i + 1 + accepted]:
+            accepted += 1
+        if draft.tokens:
+            drafters[choice.drafter].commit(accepted)
+            ctl.update(choice.drafter, len(draft.tokens), accepted)
+            cost += costs.cv(len(draft.tokens) + 1) + costs.round_overhead
+        else:
+            cost += 1.0
+        name = choice.drafter if draft.tokens else NONE
+        by[name] = by.get(name, 0) + 1
+        rounds += 1
+        i += 1 + accepted
+    cost += sum(getattr(d, "spent", 0.0) for d in drafters.values())
+    return Replay(speedup=n / cost, rounds=rounds, by_drafter=by, cost=cost)
+
+
+def record(rt, prompt_ids: list[int], gen: int) -> Recording:
+    """Run the target greedily on the prompt and the draft teacher-forced over the output; take the
+    costs from the runtime's profiles (the draft's own c_v curve included)."""
+    from speczoo.bench.cv import load_or_measure
+    from speczoo.bench.draft_replay import teacher
+
+    t = teacher(rt, prompt_ids, gen)
+    tp, dp = load_or_measure(rt.target), load_or_measure(rt.draft)
+    step_ms = dp.get("draft_ms", dp["ms"]["1"])
+    head_saving = dp["ms"]["1"] - step_ms         # a catch-up forward ends in the same reduced head
+    draft_cv = {int(s): (ms - head_saving) / step_ms for s, ms in dp["ms"].items()}
+    return Recording(prompt=prompt_ids, out=t.out, guess=t.guess, sure=t.sure,
+                     target_cv={int(s): c for s, c in tp["cv"].items()}, draft_cv=draft_cv,
+                     draft_step=step_ms / tp["ms"]["1"], round_overhead=0.02)
+
+
+def load_recordings(path: Path) -> dict[str, Recording]:
+    rows = json.loads(Path(path).read_text())
+    out = {}
+    for name, r in rows.items():
+        r["target_cv"] = {int(s): c for s, c in r["target_cv"].items()}
+        r["draft_cv"] = {int(s): c for s, c in r["draft_cv"].items()}
+        out[name] = Recording(**r)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("target", nargs="?", default="qwen2.5-coder-1.5b", help="zoo name of the target")
+    ap.add_argument("--prompts", default="verbatim,code_edit,extractive_qa,free_form", help="built-in prompts")
+    ap.add_argument("--suite", type=int, default=0, metavar="N",
+                    help="record the first N questions of each category of the built-in suite instead of "
+                         "the built-in prompts (first turns)")
+    ap.add_argument("--gen", type=int, default=256, help="new tokens per prompt")
+    ap.add_argument("--k", type=int, default=8, help="the most draft tokens per round")
+    ap.add_argument("--record", type=Path, default=None, help="also save the recordings to this JSON file")
+    ap.add_argument("--replay", type=Path, default=None, help="replay saved recordings (no model runs)")
+    ap.add_argument("--draft-ratio", type=float, default=None,
+                    help="price the draft step at this fraction of a target step instead of the profiles'")
+    args = ap.parse_args(argv)
+
+    if args.replay:
+        recs = load_recordings(args.replay)
+    else:
+        from speczoo.bench.prompts import builtin_prompt
+        from speczoo.commands.suite import draft_to_load
+        from speczoo.runtime import load_runtime
+
+        if args.suite:
+            from speczoo.bench.questions import builtin_questions, select
+            texts = {f"{q.category}-{q.question_id}": q.turns[0]
+                     for q in select(builtin_questions(), limit=args.suite)}
+        else:
+            texts = {name: builtin_prompt(name).message for name in args.prompts.split(",")}
+        draft = draft_to_load(args.target, ["draft"], None)
+        if draft is None:
+            raise ValueError(f"{args.target} has no draft model in the zoo to replay")
+        rt = load_runtime(args.target, draft)
+        recs = {name: record(rt, rt.chat_ids([{"role": "user", "content": text}]), args.gen)
+                for name, text in texts.items()}
+        if args.record:
+            tmp = args.record.with_suffix(".tmp")
+            tmp.write_text(json.dumps({n: asdict(r) for n, r in recs.items()}))
+            tmp.replace(args.record)
+    width = max(14, *(len(n) for n in recs))
+    print(f"{'prompt':{width}s} {'tokens':>6s} " + " ".join(f"{m:>7s}" for m in MODES)
+          + "  auto vs best  auto's rounds")
+    gaps: dict[str, float] = {}
+    for name, rec in recs.items():
+        if args.draft_ratio is not None:
+            rec.draft_step = args.draft_ratio
+        res = {m: replay(rec, m, k_max=args.k) for m in MODES}
+        gaps[name] = res["auto"].speedup / max(res["ngram"].speedup, res["draft"].speedup) - 1
+        mix = " ".join(f"{d} {c}" for d, c in sorted(res["auto"].by_drafter.items()))
+        print(f"{name:{width}s} {len(rec.out):6d} " + " ".join(f"{res[m].speedup:6.2f}x" for m in MODES)
+              + f"  {gaps[name]:+6.1%}        {mix}")
+    worst = min(gaps, key=gaps.__getitem__)
+    print(f"auto against the best single drafter: mean {sum(gaps.values()) / len(gaps):+.1%}, "
+          f"worst {gaps[worst]:+.1%} ({worst})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
