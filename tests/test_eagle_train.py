@@ -105,13 +105,15 @@ def test_features_hold_the_targets_hidden_states(tmp_path, corpus):
 def test_prompts_are_answered_by_the_target_and_come_first(tmp_path, corpus):
     """--prompts: the target's answers (prompt + reply ids) are chunked before the corpus; with no
     corpus they are the only data; the cache's digest tells prompt sets apart; bad prompt files fail."""
-    from speczoo.spec.eagle.features import chunk_stream, read_prompts
+    from speczoo.spec.eagle.answers import read_prompts
+    from speczoo.spec.eagle.features import chunk_stream
     from speczoo.spec.eagle.pipeline import training_chunks
 
     assert list(chunk_stream([[1, 2, 3], [4, 5]], 3, separator=0)) == [[1, 2, 3], [0, 4, 5]]
     asked: list[str] = []
 
-    def answer(text: str) -> list[int]:
+    def answer(text: str, max_tokens: int) -> list[int]:
+        assert max_tokens == 256
         asked.append(text)
         return [7] * 40 + [8] * 40                  # a conversation of 80 ids
     target = tiny_target()
@@ -128,6 +130,8 @@ def test_prompts_are_answered_by_the_target_and_come_first(tmp_path, corpus):
     assert len(list(only_chunks)) == (2 * 81) // 64 and "+" not in only_digest
     other = EagleTrainOptions(out=tmp_path / "x", prompts=["first"], seq_len=64)
     assert training_chunks(target, other)[1] != only_digest
+    longer = EagleTrainOptions(out=tmp_path / "x", prompts=["first", "second"], seq_len=64, answer_tokens=512)
+    assert training_chunks(target, longer)[1] != only_digest       # other answers: another cache
     target.answer = None
     with pytest.raises(ValueError, match="answers"):
         training_chunks(target, only)
@@ -147,7 +151,7 @@ def test_prompts_are_answered_by_the_target_and_come_first(tmp_path, corpus):
 def test_train_eagle_on_answers_end_to_end(tmp_path, corpus):
     target = tiny_target()
     g = torch.Generator().manual_seed(1)
-    target.answer = lambda text: torch.randint(0, 60, (200,), generator=g).tolist()
+    target.answer = lambda text, n: torch.randint(0, 60, (200,), generator=g).tolist()
     opts = options(tmp_path / "run", corpus, steps=10)
     opts.corpus, opts.prompts = None, [f"p{i}" for i in range(12)]
     rep = train_eagle(target, opts)
@@ -160,7 +164,7 @@ def test_the_shipped_chat_prompts_are_many_distinct_and_not_the_benchmarks():
     question (a head trained on those would flatter every figure measured with them)."""
     from speczoo.bench.prompts import BUILTIN_PROMPTS
     from speczoo.bench.questions import builtin_questions
-    from speczoo.spec.eagle.features import builtin_prompts, read_prompts
+    from speczoo.spec.eagle.answers import builtin_prompts, read_prompts
 
     prompts = read_prompts(builtin_prompts())
     assert len(prompts) >= 300 and len(set(prompts)) == len(prompts)
@@ -171,3 +175,38 @@ def test_the_shipped_chat_prompts_are_many_distinct_and_not_the_benchmarks():
         assert b not in prompts and all(len(bw & w) < 0.8 * len(w) for w in words.values()), b[:80]
     kinds = ("story", "Explain", "essay", "email", "tips", "poem", "Python function", "code")
     assert all(sum(k in p for p in prompts) >= 5 for k in kinds)
+
+
+def test_a_resumed_run_reads_the_answers_back_instead_of_generating_them(tmp_path, corpus):
+    """The answers are the dear part of a CPU run: each is logged when generated (answers.jsonl) and a
+    resumed extraction, which re-walks the chunk stream up to its first missing shard, reads them back."""
+    target = tiny_target()
+    asked: list[str] = []
+
+    def answer(text: str, max_tokens: int) -> list[int]:
+        asked.append(text)
+        return [hash(text) % 60] * 150
+    target.answer = answer
+    opts = options(tmp_path / "run", corpus, steps=2)
+    opts.corpus, opts.prompts, opts.max_tokens = None, [f"p{i}" for i in range(12)], 64 * 12
+    train_eagle(target, opts)
+    first = list(asked)
+    assert len(first) == 6                                  # 12 chunks of 64 from answers of 150 ids
+    asked.clear()
+    opts.resume, opts.max_tokens, opts.train.steps = True, 64 * 24, 3
+    rep = train_eagle(target, opts)
+    assert rep.features.new_tokens == 64 * 12 and asked == [f"p{i}" for i in range(6, 11)]
+
+
+def test_the_answer_log_cuts_a_torn_line_and_keys_on_the_answer_length(tmp_path):
+    from speczoo.spec.eagle.answers import AnswerLog
+
+    calls: list[str] = []
+    log = AnswerLog(tmp_path / "a.jsonl", lambda p: calls.append(p) or [1, 2, len(p)], max_tokens=8)
+    assert log("ab") == [1, 2, 2] and log("ab") == [1, 2, 2] and calls == ["ab"]
+    with open(tmp_path / "a.jsonl", "a") as f:
+        f.write('{"key": "x", "ids": [1, ')                  # interrupted mid-append
+    again = AnswerLog(tmp_path / "a.jsonl", lambda p: calls.append(p) or [9], max_tokens=8)
+    assert again("ab") == [1, 2, 2] and calls == ["ab"]
+    assert again("cd") == [9] and AnswerLog(tmp_path / "a.jsonl", None, 8).known == again.known
+    assert AnswerLog(tmp_path / "a.jsonl", lambda p: [5], max_tokens=16)("ab") == [5]   # another length

@@ -48,7 +48,7 @@ def run(args) -> int:
     from safetensors.torch import load_file
 
     from speczoo.runtime import load
-    from speczoo.spec.eagle.features import builtin_prompts, read_prompts
+    from speczoo.spec.eagle.answers import builtin_prompts, read_prompts
     from speczoo.spec.eagle.pipeline import EagleTrainOptions, Target, train_eagle
     from speczoo.spec.eagle.train import TrainConfig
 
@@ -68,10 +68,11 @@ def run(args) -> int:
     tok = t.tokenizer
     target = Target(name=args.target, model=t.model, tensors=load_file(str(t.path / "weights.safetensors")),
                     encode=tok.encode, separator=min(tok.eos_ids) if tok.eos_ids else None,
-                    eos_ids=tuple(tok.eos_ids), answer=answerer(t, args.answer_tokens) if prompts else None)
+                    eos_ids=tuple(tok.eos_ids), answer=answerer(t) if prompts else None)
     opts = EagleTrainOptions(
-        out=args.out, corpus=args.corpus, prompts=prompts, max_tokens=args.tokens, seq_len=args.seq_len,
-        draft_vocab=args.draft_vocab, ffn_dim=args.ffn_dim, name=name, resume=args.resume,
+        out=args.out, corpus=args.corpus, prompts=prompts, answer_tokens=args.answer_tokens,
+        max_tokens=args.tokens, seq_len=args.seq_len, draft_vocab=args.draft_vocab, ffn_dim=args.ffn_dim,
+        name=name, resume=args.resume,
         train=TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, ttt_steps=args.ttt_steps,
                           seed=args.seed, device=args.device, dtype=args.dtype, checkpoint_every=args.checkpoint_every))
     rep = train_eagle(target, opts)
@@ -86,10 +87,10 @@ def run(args) -> int:
     return 0
 
 
-def answerer(target, max_tokens: int):
-    """prompt -> its conversation ids: the chat-formatted prompt and the target's greedy answer. The answer
-    is generated with lossless speculation (`auto`, with the zoo's draft model for the target when it has
-    one), so it is exactly plain greedy's, only sooner."""
+def answerer(target):
+    """(prompt, max new tokens) -> its conversation ids: the chat-formatted prompt and the target's greedy
+    answer, generated with lossless speculation (`auto`, with the zoo's draft model for the target when it
+    is pulled), so exactly plain greedy's, only sooner."""
     from speczoo.bench.ab import run_request
     from speczoo.events import GenerationRequest
     from speczoo.errors import NotPulledError
@@ -104,7 +105,7 @@ def answerer(target, max_tokens: int):
         d = None
     rt = Runtime(target, draft=d)
 
-    def answer(text: str) -> list[int]:
+    def answer(text: str, max_tokens: int) -> list[int]:
         ids = rt.chat_ids([{"role": "user", "content": text}])
         return ids + run_request(rt, GenerationRequest(prompt_ids=ids, max_new_tokens=max_tokens, spec="auto")).ids
 

@@ -1,7 +1,7 @@
 """The head's training data: target features cached on disk by teacher-forced target forwards.
 
-Self-distillation: a local corpus is tokenized with the target's tokenizer, cut into chunks of L
-tokens, and each chunk goes through ONE target forward that returns the hidden states of the head's
+Self-distillation: a local corpus is tokenized with the target's tokenizer (or the target's own chat
+answers come in as ids, answers.py), cut into chunks of L tokens, and each chunk goes through ONE target forward that returns the hidden states of the head's
 three feature layers and the target's logits. A shard stores, per chunk,
   features [N, L, 3D] bf16   the three layers' hidden states, concatenated (low ; mid ; high)
   ids      [N, L] int32      the chunk's tokens
@@ -22,7 +22,6 @@ import sysconfig
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import torch
@@ -86,51 +85,6 @@ def corpus_chunks(encode: Callable[[str], list[int]], files: list[Path], seq_len
     random.Random(seed).shuffle(order)
     texts = (f.read_text(encoding="utf-8", errors="replace") for f in order)
     return chunk_stream((encode(t) for t in texts if t.strip()), seq_len, separator)
-
-
-def answer_chunks(answer: Callable[[str], list[int]], prompts: list[str], seq_len: int,
-                  separator: int | None = None) -> Iterator[list[int]]:
-    """Chunks of exactly seq_len ids from the target's own answers: `answer(prompt)` gives a prompt's
-    whole conversation ids (the chat-formatted prompt and the target's greedy reply), so the head
-    learns from the text it will draft for. Lazy: a prompt is answered when its chunks are needed."""
-    return chunk_stream((answer(p) for p in prompts), seq_len, separator)
-
-
-def read_prompts(path: Path) -> list[str]:
-    """Prompts for `answer_chunks`: one per non-empty line of a text file (a JSONL line with a "prompt"
-    field, or the turns of a Spec-Bench question, is read as that text)."""
-    out: list[str] = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        line = line.strip()
-        if not line:
-            continue
-        if line.startswith("{"):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not a JSON object ({e.msg})") from None
-            turns = row.get("turns")
-            text = row.get("prompt") or (turns[0] if isinstance(turns, list) and turns else None)
-            if not isinstance(text, str) or not text:
-                raise ValueError(f"{path}:{n}: a JSON line needs a \"prompt\" or \"turns\" field of text: "
-                                 f"{line[:80]}")
-            out.append(text)
-        else:
-            out.append(line)
-    if not out:
-        raise ValueError(f"{path} holds no prompts")
-    return out
-
-
-def builtin_prompts() -> Path:
-    """The shipped prompt set for `train-eagle --prompts builtin`: ~300 chat requests of the kinds a
-    local assistant gets (stories, explanations, essays, emails, advice, poems, code to write, explain or
-    review), written for this project and kept apart from the benchmark prompts and questions."""
-    return Path(str(resources.files("speczoo.spec.eagle") / "data" / "chat_prompts.jsonl"))
-
-
-def prompts_digest(prompts: list[str]) -> str:
-    return hashlib.sha256("\0".join(prompts).encode()).hexdigest()[:16]
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 Work directory layout (--out DIR):
   DIR/features/     the feature cache (spec/eagle/features.py), reused by later runs on the same data
+  DIR/answers.jsonl the target's answers to --prompts (spec/eagle/answers.py), read back on --resume
   DIR/checkpoint/   the latest checkpoint (spec/eagle/train.py); --resume continues from it
   DIR/head/         the final head in the speculators format
 and, when a name is given, a copy installed as a zoo entry ($SPECZOO_HOME/eagle/NAME).
@@ -19,8 +20,9 @@ from pathlib import Path
 from torch import Tensor
 
 from speczoo.spec.eagle.config import head_config_for
-from speczoo.spec.eagle.features import (ExtractStats, FeatureManifest, FeatureSet, answer_chunks, corpus_chunks,
-                                         corpus_digest, corpus_files, default_corpus, extract, prompts_digest)
+from speczoo.spec.eagle.answers import AnswerLog, answer_chunks, prompts_digest
+from speczoo.spec.eagle.features import (ExtractStats, FeatureManifest, FeatureSet, corpus_chunks, corpus_digest,
+                                         corpus_files, default_corpus, extract)
 from speczoo.spec.eagle.head import EagleHead
 from speczoo.spec.eagle.io import save_head
 from speczoo.spec.eagle.train import CHECKPOINT, TrainConfig, TrainResult, load_checkpoint, train
@@ -33,6 +35,7 @@ class EagleTrainOptions:
     out: Path
     corpus: list[Path] | None = None       # None: the standard library on this machine, unless prompts are given
     prompts: list[str] | None = None       # answered by the target first (Target.answer): chat-style data
+    answer_tokens: int = 256               # greedy tokens per answer
     max_tokens: int = 200_000              # tokens of features to extract
     seq_len: int = 512                     # chunk length L
     shard_seqs: int = 8                    # chunks per feature shard
@@ -60,7 +63,8 @@ class Target:
     encode: Callable[[str], list[int]]
     separator: int | None                  # id between corpus files (an end-of-text id)
     eos_ids: tuple[int, ...] = ()
-    answer: Callable[[str], list[int]] | None = None   # prompt -> conversation ids (chat prompt + greedy reply)
+    # (prompt, max new tokens) -> conversation ids (the chat prompt + the target's greedy reply)
+    answer: Callable[[str, int], list[int]] | None = None
 
 
 def train_eagle(target: Target, opts: EagleTrainOptions) -> EagleTrainReport:
@@ -102,8 +106,12 @@ def training_chunks(target: Target, opts: EagleTrainOptions) -> tuple[Iterator[l
     if opts.prompts:
         if target.answer is None:
             raise ValueError("training on prompts needs the target's answers (Target.answer)")
-        streams.append(answer_chunks(target.answer, opts.prompts, opts.seq_len, target.separator))
-        sources.append("prompts:" + prompts_digest(opts.prompts))
+        if opts.answer_tokens < 1:
+            raise ValueError(f"answers need at least 1 token, got answer_tokens={opts.answer_tokens}")
+        answer, n = target.answer, opts.answer_tokens
+        log = AnswerLog(Path(opts.out) / "answers.jsonl", lambda prompt: answer(prompt, n), n)
+        streams.append(answer_chunks(log, opts.prompts, opts.seq_len, target.separator))
+        sources.append(f"prompts:{prompts_digest(opts.prompts)}x{n}")
     if opts.corpus or not opts.prompts:
         files = corpus_files(opts.corpus or default_corpus())
         streams.append(corpus_chunks(target.encode, files, opts.seq_len, opts.train.seed, target.separator))

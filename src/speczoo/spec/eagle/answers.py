@@ -1,0 +1,104 @@
+"""The head's chat data: prompts, and the target's own answers to them, logged on disk.
+
+`train-eagle --prompts FILE|builtin` trains on conversations the target itself writes: each prompt goes
+through the chat template and the target answers it greedily (lossless speculation makes that quicker,
+the text is plain greedy's). The conversations are chunked ahead of any corpus (pipeline.py). Answers
+cost target decode steps, the dearest part of a CPU run, so each is logged the moment it exists and a
+resumed run reads it back. This module never runs a model itself: `answer` comes from the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+
+from speczoo.spec.eagle.features import chunk_stream
+
+
+def answer_chunks(answer: Callable[[str], list[int]], prompts: list[str], seq_len: int,
+                  separator: int | None = None) -> Iterator[list[int]]:
+    """Chunks of exactly seq_len ids from the target's own answers: `answer(prompt)` gives a prompt's
+    whole conversation ids (the chat-formatted prompt and the target's greedy reply), so the head
+    learns from the text it will draft for. Lazy: a prompt is answered when its chunks are needed."""
+    return chunk_stream((answer(p) for p in prompts), seq_len, separator)
+
+
+class AnswerLog:
+    """`answer` with a memory on disk: each conversation is appended to a JSONL file (out/answers.jsonl)
+    as soon as it is generated, keyed by its prompt and the answer length, and read back instead of
+    generated again. An extraction that resumes re-walks the chunk stream up to its first missing shard;
+    without the log it would regenerate every answer before it, which at ~40 tok/s is most of the time
+    the run had spent. A line torn by an interruption is cut off when the log is opened."""
+
+    def __init__(self, path: Path, answer: Callable[[str], list[int]], max_tokens: int):
+        self.path = Path(path)
+        self.answer, self.max_tokens = answer, max_tokens
+        self.known: dict[str, list[int]] = {}
+        self.generated = 0
+        if self.path.is_file():
+            data = self.path.read_bytes()
+            whole = data[:data.rfind(b"\n") + 1]
+            if len(whole) < len(data):                       # an append was cut short: drop its piece
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_bytes(whole)
+                tmp.replace(self.path)
+            for line in whole.decode("utf-8").splitlines():
+                row = json.loads(line)
+                self.known[row["key"]] = row["ids"]
+
+    def key(self, prompt: str) -> str:
+        return hashlib.sha256(f"{self.max_tokens}\0{prompt}".encode()).hexdigest()[:24]
+
+    def __call__(self, prompt: str) -> list[int]:
+        k = self.key(prompt)
+        if k not in self.known:
+            ids = self.answer(prompt)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"key": k, "ids": ids}) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            self.known[k] = ids
+            self.generated += 1
+        return self.known[k]
+
+
+def read_prompts(path: Path) -> list[str]:
+    """Prompts for `answer_chunks`: one per non-empty line of a text file (a JSONL line with a "prompt"
+    field, or the turns of a Spec-Bench question, is read as that text)."""
+    out: list[str] = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not a JSON object ({e.msg})") from None
+            turns = row.get("turns")
+            text = row.get("prompt") or (turns[0] if isinstance(turns, list) and turns else None)
+            if not isinstance(text, str) or not text:
+                raise ValueError(f"{path}:{n}: a JSON line needs a \"prompt\" or \"turns\" field of text: "
+                                 f"{line[:80]}")
+            out.append(text)
+        else:
+            out.append(line)
+    if not out:
+        raise ValueError(f"{path} holds no prompts")
+    return out
+
+
+def builtin_prompts() -> Path:
+    """The shipped prompt set for `train-eagle --prompts builtin`: ~300 chat requests of the kinds a
+    local assistant gets (stories, explanations, essays, emails, advice, poems, code to write, explain or
+    review), written for this project and kept apart from the benchmark prompts and questions."""
+    return Path(str(resources.files("speczoo.spec.eagle") / "data" / "chat_prompts.jsonl"))
+
+
+def prompts_digest(prompts: list[str]) -> str:
+    return hashlib.sha256("\0".join(prompts).encode()).hexdigest()[:16]
