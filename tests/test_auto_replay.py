@@ -5,7 +5,18 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from speczoo.bench.auto_replay import Recording, RecordedDraft, load_recordings, replay
+import pytest
+import torch
+
+from speczoo.bench.auto_replay import EagleReplay, Recording, RecordedDraft, load_recordings, replay
+from speczoo.cache import KVCache
+from speczoo.events import GenerationRequest
+from speczoo.spec.drafters.eagle import TreeShape, make_eagle_drafter
+from speczoo.spec.engine import MAX_K, Engine
+from speczoo.spec.reference import IdTokenizer
+from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and a head trained on it)
+
+pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
 FLAT = {1: 1.0, 2: 1.0, 3: 1.0, 5: 1.0, 9: 1.0, 17: 1.0}
 
@@ -59,3 +70,37 @@ def test_recordings_round_trip_through_json(tmp_path):
     f.write_text(json.dumps({"x": asdict(rec)}))
     back = load_recordings(f)["x"]
     assert back == rec
+
+
+@pytest.mark.parametrize("tree", [None, TreeShape(depth=4, branch=3)], ids=["chain", "tree"])
+def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # noqa: F811 (the imported fixture)
+    """At the engine's default prices (c_v 1, free drafts) the replay of an EAGLE head chooses, drafts
+    and accepts round for round what the real engine does on the tiny target."""
+    model, args, head = trained
+    name = "eagle" if tree is None else "eagle-tree"
+    factory = make_eagle_drafter(head, 128, tree)
+    eng = Engine(model, KVCache(args, 128, extra=MAX_K + 1), IdTokenizer(), {name: factory}, eos_ids=[],
+                 max_seq=128)
+    *events, done = eng.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=40, spec=name, k=6))
+    live = [(e.drafter, e.accepted) for e in events if e.ids]
+    ids = PROMPT + done.ids
+    with torch.no_grad():
+        hidden = model(torch.tensor(ids), torch.arange(len(ids)), KVCache(args, len(ids) + 1),
+                       hidden_layers=head.cfg.target_layers).hidden
+    rec = recording(done.ids, done.ids, prompt=PROMPT, draft_step=0.0)
+    eagle = EagleReplay(head=head, step=0.0, tree=tree or TreeShape(), features=hidden)
+    spy: list[tuple[str, int]] = []
+    res = replay(rec, name, k_max=6, eagle=eagle, controller=spying(spy))
+    assert spy == live[:len(spy)] and len(spy) == len(live) - (live[-1][0] == "none")
+    assert res.by_drafter.get(name, 0) >= len(live) - 2
+
+
+def spying(log: list):
+    """A Controller that logs (drafter, accepted) per drafted round, as the engine's events report it."""
+    from speczoo.spec.controller import Controller
+
+    class Spy(Controller):
+        def update(self, drafter, drafted, accepted):
+            log.append((drafter, accepted))
+            super().update(drafter, drafted, accepted)
+    return Spy

@@ -1,7 +1,7 @@
 """What each speculative mode's controller would do, round by round, replayed offline from one greedy run.
 
-    python -m speczoo.bench.auto_replay [TARGET] [--prompts free_form,...] [--gen 256]
-                                        [--record FILE | --replay FILE] [--draft-ratio R]
+    python -m speczoo.bench.auto_replay [TARGET] [--prompts free_form,...] [--suite N] [--gen 256]
+                                        [--record FILE | --replay FILE] [--draft-ratio R] [--head NAME]
 
 With greedy verification a speculative run is fixed by the target's greedy output, by what prompt lookup
 finds in the committed text, and by what the draft model predicts, with what confidence, after each
@@ -13,6 +13,10 @@ cost, in target decode steps:
   * the draft model: its catch-up forward over lag + 1 ids at its OWN c_v curve (not the target's, which
     the controller assumes), then one draft step per further token;
   * the verify: the target's c_v(K + 1) plus the round overhead; a plain round: 1.
+With `--head NAME` an EAGLE head joins in: one teacher-forced target forward per recording gives the
+features the engine would hand it, and the real EagleDrafter (chain and tree) drafts from them, round
+by round, as in the engine; a round costs its head steps (a batched catch-up counts as one) and the
+target's c_v over the chain or the flattened tree.
 So `auto` can be compared with each single drafter on the same text, and a change to the controller
 judged in seconds, without the timing noise of a live benchmark (`python -m speczoo.bench.drafters`
 measures the real thing). The draft's confidences after its first wrong token are not observable
@@ -31,9 +35,11 @@ from pathlib import Path
 from speczoo.spec.controller import NONE, Controller, Costs
 from speczoo.spec.cost import CvCurve
 from speczoo.spec.drafters.base import Drafter
+from speczoo.spec.tree import TreeLayout, head, is_chain, verify_tree_greedy
 from speczoo.spec.types import Draft
 
 MODES = ("ngram", "draft", "auto")
+EAGLE_MODES = ("eagle", "eagle-tree")
 
 
 @dataclass
@@ -111,6 +117,16 @@ class RecordedDraft(Drafter):
 
 
 @dataclass
+class EagleReplay:
+    """An EAGLE head to replay on one recording: the head, its step in target steps, the tree shape of
+    eagle-tree, and the target's features at the head's layers over prompt + output ([N, D] each)."""
+    head: object                         # spec.eagle.head.EagleHead
+    step: float
+    tree: object                         # spec.drafters.eagle.TreeShape
+    features: list
+
+
+@dataclass
 class Replay:
     speedup: float                       # output tokens per target step, against plain decoding's 1.0
     rounds: int
@@ -119,29 +135,47 @@ class Replay:
 
 
 def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Controller,
-           k_max: int = 8, ngram_order: int = 3) -> Replay:
-    """Replay `mode` (ngram | draft | auto) on the recording, as the engine's round loop would run it
-    with greedy verification. controller: the Controller class (or a factory with its signature) to
-    judge: the default is the shipped one."""
+           k_max: int = 8, ngram_order: int = 3, eagle: EagleReplay | None = None) -> Replay:
+    """Replay `mode` (ngram | draft | eagle | eagle-tree | auto) on the recording, as the engine's round
+    loop would run it with greedy verification; `auto` offers the EAGLE drafters too when `eagle` is
+    given. controller: the Controller class (or a factory with its signature) to judge: the default is
+    the shipped one."""
     from speczoo.spec.drafters.ngram import NgramDrafter
 
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode not in MODES + EAGLE_MODES:
+        raise ValueError(f"mode must be one of {MODES + EAGLE_MODES}, got {mode!r}")
+    if mode in EAGLE_MODES and eagle is None:
+        raise ValueError(f"mode {mode} needs an EAGLE head to replay")
     drafters: dict[str, Drafter] = {}
     if mode in ("ngram", "auto"):
         drafters["ngram"] = NgramDrafter(max_order=ngram_order)
     if mode in ("draft", "auto"):
         drafters["draft"] = RecordedDraft(rec)
-    costs = Costs(cv=CvCurve.measured(rec.target_cv), draft_cost={"ngram": 0.0, "draft": rec.draft_step},
+    price = {"ngram": 0.0, "draft": rec.draft_step}
+    readers: list = []
+    if eagle is not None and mode in ("auto", *EAGLE_MODES):
+        from speczoo.cache import KVCache
+        from speczoo.spec.drafters.eagle import EagleDrafter
+
+        rows = len(rec.prompt) + len(rec.out) + k_max * eagle.tree.depth * eagle.tree.branch + 2
+        for name, tree in (("eagle", None), ("eagle-tree", eagle.tree)):
+            if mode in ("auto", name):
+                drafters[name] = EagleDrafter(eagle.head, KVCache(eagle.head.kv_args(), rows), tree=tree)
+                readers.append(drafters[name])
+        price["eagle"], price["eagle-tree"] = eagle.step, eagle.step / eagle.tree.branch   # as runtime.py
+    costs = Costs(cv=CvCurve.measured(rec.target_cv), draft_cost={n: price[n] for n in drafters},
                   round_overhead=rec.round_overhead)
-    costs.draft_cost = {n: costs.draft_cost[n] for n in drafters}
     ctl = controller(costs, list(drafters), k_max=k_max,
                      priors={n: d.situation_priors for n, d in drafters.items()},
                      confident={n for n, d in drafters.items() if d.stops_on_confidence})
+    p = len(rec.prompt)
     for d in drafters.values():
         d.reset()
+        if d in readers:
+            d.observe([h[:p] for h in eagle.features])          # the prompt's features come first
         d.prefill(rec.prompt)
     out, n, i, cost, rounds = rec.out, len(rec.out), 0, 0.0, 0
+    head_steps = 0
     by: dict[str, int] = {}
     while i < n:
         ctx = rec.prompt + out[:i + 1]                           # committed ids + the pending out[i]
@@ -151,28 +185,43 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
             lags = {name: d.lag(ctx) for name, d in drafters.items()}
             choice = ctl.choose(lags, {name: d.situation(ctx) for name, d in drafters.items()})
         draft = Draft(tokens=[])
+        steps0 = sum(d.steps for d in readers)
         if choice is not None and choice.drafting:
             k = min(choice.k, remaining - 1)
-            draft = drafters[choice.drafter].propose(ctx, k, choice.floors)
+            draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
             if not draft.tokens:
                 alt = ctl.alternative(choice.drafter, lags)
                 choice = alt
                 if alt.drafting:
-                    draft = drafters[alt.drafter].propose(ctx, min(alt.k, remaining - 1), alt.floors)
+                    k = min(alt.k, remaining - 1)
+                    draft = head(drafters[alt.drafter].propose(ctx, k, alt.floors), k)
+        head_steps += sum(d.steps for d in readers) - steps0
         accepted = 0
-        while accepted < len(draft.tokens) and draft.tokens[accepted] == out[i + 1 + accepted]:
-            accepted += 1
-        if draft.tokens:
+        if draft.tokens and not is_chain(draft.parents):
+            layout = TreeLayout.from_parents(draft.parents)
+            truth = out[i + 1:]
+            depth = layout.depth.tolist()                       # row r predicts the token at depth[r] + 1
+            ids = [truth[d] if d < len(truth) else -1 for d in depth]
+            verdict = verify_tree_greedy(draft, layout, ids)
+            accepted = verdict.accepted
+            drafters[choice.drafter].commit_path(verdict.path)
+            ctl.update(choice.drafter, layout.judged(verdict.path), accepted)
+            cost += costs.cv(draft.k + 1) + costs.round_overhead
+        elif draft.tokens:
+            while accepted < len(draft.tokens) and draft.tokens[accepted] == out[i + 1 + accepted]:
+                accepted += 1
             drafters[choice.drafter].commit(accepted)
             ctl.update(choice.drafter, len(draft.tokens), accepted)
             cost += costs.cv(len(draft.tokens) + 1) + costs.round_overhead
         else:
             cost += 1.0
+        for d in readers:                                        # a0 and the accepted tokens, to every head
+            d.observe([h[p + i:p + i + 1 + accepted] for h in eagle.features])
         name = choice.drafter if draft.tokens else NONE
         by[name] = by.get(name, 0) + 1
         rounds += 1
         i += 1 + accepted
-    cost += sum(getattr(d, "spent", 0.0) for d in drafters.values())
+    cost += sum(getattr(d, "spent", 0.0) for d in drafters.values()) + head_steps * (eagle.step if eagle else 0.0)
     return Replay(speedup=n / cost, rounds=rounds, by_drafter=by, cost=cost)
 
 
@@ -190,6 +239,38 @@ def record(rt, prompt_ids: list[int], gen: int) -> Recording:
     return Recording(prompt=prompt_ids, out=t.out, guess=t.guess, sure=t.sure,
                      target_cv={int(s): c for s, c in tp["cv"].items()}, draft_cv=draft_cv,
                      draft_step=step_ms / tp["ms"]["1"], round_overhead=0.02)
+
+
+def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recording],
+                   step: float | None = None) -> dict[str, EagleReplay]:
+    """Per recording, the head and the target's features at its layers over prompt + output (one
+    teacher-forced forward each), with the head's step priced as the runtime prices it (or at `step`).
+    On a busy machine that timing can come out tens of times too high (2026-11-30, beside a training
+    run: 0.03 or 5.0 target steps from one process to the next); pass the step then."""
+    import torch
+
+    from speczoo.bench.cv import load_or_measure
+    from speczoo.cache import KVCache
+    from speczoo.runtime import load
+    from speczoo.spec.drafters.eagle import TreeShape
+    from speczoo.spec.eagle.loaded import EagleHeads, head_step_ms
+
+    depth, branch = (int(x) for x in tree.split(","))
+    t = load(target)
+    heads = EagleHeads(target, t.model, max_seq=4096, backend=t.backend)
+    head = heads.head(heads.resolve("eagle:" + head_name))
+    if step is None:
+        step = head_step_ms(head) / load_or_measure(t)["ms"]["1"]
+    print(f"EAGLE head {head_name}: a draft step costs {step:.3f} target steps", flush=True)
+    out = {}
+    for name, rec in recs.items():
+        ids = rec.prompt + rec.out
+        cache = KVCache(t.args, len(ids) + 1)
+        with torch.no_grad():
+            fwd = t.model(torch.tensor(ids), torch.arange(len(ids)), cache, hidden_layers=head.cfg.target_layers,
+                          logit_rows=slice(-1, None))
+        out[name] = EagleReplay(head=head, step=step, tree=TreeShape(depth, branch), features=fwd.hidden)
+    return out
 
 
 def load_recordings(path: Path) -> dict[str, Recording]:
@@ -215,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replay", type=Path, default=None, help="replay saved recordings (no model runs)")
     ap.add_argument("--draft-ratio", type=float, default=None,
                     help="price the draft step at this fraction of a target step instead of the profiles'")
+    ap.add_argument("--head", default=None, help="also replay this installed EAGLE head (eagle, eagle-tree, "
+                    "and inside auto); its features come from one target forward per recording")
+    ap.add_argument("--tree", default="6,4", metavar="DEPTH,BRANCH", help="eagle-tree's shape (default 6,4)")
+    ap.add_argument("--eagle-step", type=float, default=None,
+                    help="price the head's step at this fraction of a target step instead of timing it now")
     args = ap.parse_args(argv)
 
     if args.replay:
@@ -240,18 +326,20 @@ def main(argv: list[str] | None = None) -> int:
             tmp = args.record.with_suffix(".tmp")
             tmp.write_text(json.dumps({n: asdict(r) for n, r in recs.items()}))
             tmp.replace(args.record)
+    heads = eagle_features(args.target, args.head, args.tree, recs, args.eagle_step) if args.head else {}
+    modes = ("ngram", "draft", *(EAGLE_MODES if heads else ()), "auto")
     width = max(14, *(len(n) for n in recs))
-    print(f"{'prompt':{width}s} {'tokens':>6s} " + " ".join(f"{m:>7s}" for m in MODES)
+    print(f"{'prompt':{width}s} {'tokens':>6s} " + " ".join(f"{m:>10s}" for m in modes)
           + "  auto vs best  auto's rounds")
     gaps: dict[str, float] = {}
     for name, rec in recs.items():
         if args.draft_ratio is not None:
             rec.draft_step = args.draft_ratio
-        res = {m: replay(rec, m, k_max=args.k) for m in MODES}
-        gaps[name] = res["auto"].speedup / max(res["ngram"].speedup, res["draft"].speedup) - 1
+        res = {m: replay(rec, m, k_max=args.k, eagle=heads.get(name)) for m in modes}
+        gaps[name] = res["auto"].speedup / max(res[m].speedup for m in modes if m != "auto") - 1
         mix = " ".join(f"{d} {c}" for d, c in sorted(res["auto"].by_drafter.items()))
-        print(f"{name:{width}s} {len(rec.out):6d} " + " ".join(f"{res[m].speedup:6.2f}x" for m in MODES)
-              + f"  {gaps[name]:+6.1%}        {mix}")
+        print(f"{name:{width}s} {len(rec.out):6d} " + " ".join(f"{res[m].speedup:9.2f}x" for m in modes)
+              + f"  {gaps[name]:+6.1%}        {mix}", flush=True)
     worst = min(gaps, key=gaps.__getitem__)
     print(f"auto against the best single drafter: mean {sum(gaps.values()) / len(gaps):+.1%}, "
           f"worst {gaps[worst]:+.1%} ({worst})")
