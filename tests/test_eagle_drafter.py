@@ -188,6 +188,7 @@ def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
                          backend=INVARIANT)
     rt = Runtime(loaded, max_seq=128)
     assert {"eagle", "eagle-tree"} <= set(rt.spec_modes)
+    assert rt.engine._drafter_names("auto") == ["ngram", "eagle"]      # the tree only by name (runtime.py)
     assert rt.engine.costs.draft_cost["eagle"] > 0
 
     def ids(spec, k=6):

@@ -135,11 +135,12 @@ class Replay:
 
 
 def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Controller,
-           k_max: int = 8, ngram_order: int = 3, eagle: EagleReplay | None = None) -> Replay:
+           k_max: int = 8, ngram_order: int = 3, eagle: EagleReplay | None = None,
+           auto_excludes: frozenset[str] = frozenset()) -> Replay:
     """Replay `mode` (ngram | draft | eagle | eagle-tree | auto) on the recording, as the engine's round
     loop would run it with greedy verification; `auto` offers the EAGLE drafters too when `eagle` is
-    given. controller: the Controller class (or a factory with its signature) to judge: the default is
-    the shipped one."""
+    given, less `auto_excludes` (as the runtime's). controller: the Controller class (or a factory with
+    its signature) to judge: the default is the shipped one."""
     from speczoo.spec.drafters.ngram import NgramDrafter
 
     if mode not in MODES + EAGLE_MODES:
@@ -159,7 +160,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
 
         rows = len(rec.prompt) + len(rec.out) + k_max * eagle.tree.depth * eagle.tree.branch + 2
         for name, tree in (("eagle", None), ("eagle-tree", eagle.tree)):
-            if mode in ("auto", name):
+            if mode == name or (mode == "auto" and name not in auto_excludes):
                 drafters[name] = EagleDrafter(eagle.head, KVCache(eagle.head.kv_args(), rows), tree=tree)
                 readers.append(drafters[name])
         price["eagle"], price["eagle-tree"] = eagle.step, eagle.step / eagle.tree.branch   # as runtime.py
@@ -326,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             tmp = args.record.with_suffix(".tmp")
             tmp.write_text(json.dumps({n: asdict(r) for n, r in recs.items()}))
             tmp.replace(args.record)
+    from speczoo.runtime import AUTO_EXCLUDES
+
     heads = eagle_features(args.target, args.head, args.tree, recs, args.eagle_step) if args.head else {}
     modes = ("ngram", "draft", *(EAGLE_MODES if heads else ()), "auto")
     width = max(14, *(len(n) for n in recs))
@@ -335,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, rec in recs.items():
         if args.draft_ratio is not None:
             rec.draft_step = args.draft_ratio
-        res = {m: replay(rec, m, k_max=args.k, eagle=heads.get(name)) for m in modes}
+        res = {m: replay(rec, m, k_max=args.k, eagle=heads.get(name), auto_excludes=AUTO_EXCLUDES) for m in modes}
         gaps[name] = res["auto"].speedup / max(res[m].speedup for m in modes if m != "auto") - 1
         mix = " ".join(f"{d} {c}" for d, c in sorted(res["auto"].by_drafter.items()))
         print(f"{name:{width}s} {len(rec.out):6d} " + " ".join(f"{res[m].speedup:9.2f}x" for m in modes)
