@@ -75,6 +75,9 @@ def test_measured_curve_interpolates_and_extrapolates():
         c(19)
     with pytest.raises(ValueError, match="S >= 1"):
         c(0)
+    # a forward of any width (a catch-up): the curve where readable, then proportional to S
+    assert c.wide(12) == c(12) and c.wide(36) == pytest.approx(c(18) * 2)
+    assert CvCurve.constant(1.3).wide(500) == 1.3
 
 
 def test_measured_curve_errors():

@@ -35,6 +35,7 @@ from pathlib import Path
 from speczoo.spec.controller import NONE, Controller, Costs
 from speczoo.spec.cost import CvCurve
 from speczoo.spec.drafters.base import Drafter
+from speczoo.spec.drafters.draft_model import agreeing_prefix
 from speczoo.spec.tree import TreeLayout, head, is_chain, verify_tree_greedy
 from speczoo.spec.types import Draft
 
@@ -73,21 +74,15 @@ class RecordedDraft(Drafter):
     def reset(self) -> None:
         self.fed = []
 
-    def _agreeing(self, context: list[int]) -> int:
-        limit, n = min(len(self.fed), len(context) - 1), 0
-        while n < limit and self.fed[n] == context[n]:
-            n += 1
-        return n
-
     def lag(self, context: list[int]) -> int:
-        return len(context) - 1 - self._agreeing(context)
+        return len(context) - 1 - agreeing_prefix(self.fed, context)
 
     def prefill(self, prompt: list[int]) -> None:
         self.fed = list(prompt[:-1])
 
     def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         r = self.rec
-        feed = len(context) - self._agreeing(context)           # catch-up ids + the last context id
+        feed = len(context) - agreeing_prefix(self.fed, context)  # catch-up ids + the last context id
         self.fed = list(context)
         j = len(context) - len(r.prompt)                         # the output index the first token predicts
         tokens: list[int] = []
@@ -104,17 +99,11 @@ class RecordedDraft(Drafter):
             if i + 1 < k and i < len(floors) and sure < floors[i]:
                 break
         self.fed.extend(tokens[:-1])
-        self.spent += r.draft_step * (self._width(feed) + max(0, len(tokens) - 1))
+        self.spent += r.draft_step * (self._cv.wide(feed) + max(0, len(tokens) - 1))
         return Draft(tokens=tokens, drafter=self.name)
 
     def commit(self, accepted: int) -> None:
         pass
-
-    def _width(self, s: int) -> float:
-        """The draft's forward over s ids, in draft steps: its curve, linear past its largest S."""
-        top = self._cv.max_s
-        return self._cv(s) if top is None or s <= top else self._cv(top) * s / top
-
 
 @dataclass
 class EagleReplay:

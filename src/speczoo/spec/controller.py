@@ -331,10 +331,7 @@ class Controller:
         target's c_v curve as the shape of the draft's (both are decoders on the same kernels)."""
         if lag <= 0 or self.costs is None:
             return 0.0
-        cv, s = self.costs.cv, lag + 1
-        top = cv.max_s
-        width = cv(s) if top is None or s <= top else cv(top) * s / top   # past the curve: linear in S
-        return self.costs.draft_cost[drafter] * (width - 1.0)
+        return self.costs.draft_cost[drafter] * (self.costs.cv.wide(lag + 1) - 1.0)
 
     def stops_on_confidence(self, drafter: str) -> bool:
         """Whether `drafter` is asked for up to k_max tokens with confidence floors when chosen."""

@@ -113,6 +113,12 @@ class CvCurve:
         slope = max(0.0, (c1 - c0) / (s1 - s0))
         return c1 + slope * (s - s1)
 
+    def wide(self, s: int) -> float:
+        """c_v(S) for a forward of any width (a catch-up over many ids): the curve as far as it may be
+        read, then proportional to S (the cost of its largest readable S, per row)."""
+        top = self.max_s
+        return self(s) if top is None or s <= top else self(top) * s / top
+
     def __repr__(self) -> str:
         if self.constant_value is not None:
             return f"CvCurve.constant({self.constant_value:g})"

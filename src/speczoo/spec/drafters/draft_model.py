@@ -26,6 +26,19 @@ from speczoo.spec.types import Draft
 DRAFT_HEAD_VOCAB = 32768   # ids the draft proposes from (plus the prompt's own); see draft_head.py
 
 
+def agreeing_prefix(fed: list[int], context: list[int], hint: int = 0) -> int:
+    """Length of the longest prefix of `fed` (ids in a draft cache) that `context` agrees with, at most
+    all but the last context id (always re-fed for its logits). hint: a length known to have agreed
+    with an earlier, shorter context; the scan starts there unless the context is another one."""
+    limit = min(len(fed), len(context) - 1)
+    n = min(hint, limit)
+    if fed[:n] != context[:n]:                          # a new context (not a continuation): rescan
+        n = 0
+    while n < limit and fed[n] == context[n]:
+        n += 1
+    return n
+
+
 class DraftModelDrafter(Drafter):
     name = "draft"
     stops_on_confidence = True
@@ -55,16 +68,8 @@ class DraftModelDrafter(Drafter):
         return self.model(tokens, positions, self.cache, logit_rows=slice(-1, None), head=self.head).logits
 
     def _agreeing(self, context: list[int]) -> int:
-        """Length of the longest prefix of what was fed that `context` agrees with (at most all but the
-        last context id, which is always re-fed for its logits). Within a request the context only
-        grows, so the scan starts where the last sync left off."""
-        limit = min(len(self.fed), len(context) - 1)
-        n = min(self._agreed, limit)
-        if self.fed[:n] != context[:n]:                 # a new context (not a continuation): rescan
-            n = 0
-        while n < limit and self.fed[n] == context[n]:
-            n += 1
-        return n
+        """Within a request the context only grows, so the scan starts where the last sync left off."""
+        return agreeing_prefix(self.fed, context, self._agreed)
 
     def _sync(self, context: list[int]) -> list[int]:
         """Roll the cache back to the agreeing prefix; return the ids still to feed (never empty)."""

@@ -1,8 +1,9 @@
 """The head's training data: target features cached on disk by teacher-forced target forwards.
 
 Self-distillation: a local corpus is tokenized with the target's tokenizer (or the target's own chat
-answers come in as ids, answers.py), cut into chunks of L tokens, and each chunk goes through ONE target forward that returns the hidden states of the head's
-three feature layers and the target's logits. A shard stores, per chunk,
+answers come in as ids, answers.py), cut into chunks of L tokens, and each chunk goes through ONE
+target forward that returns the hidden states of the head's three feature layers and the target's
+logits. A shard stores, per chunk,
   features [N, L, 3D] bf16   the three layers' hidden states, concatenated (low ; mid ; high)
   ids      [N, L] int32      the chunk's tokens
   top1     [N, L] int32      the target's greedy prediction at each position (the head's label)
