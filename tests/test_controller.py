@@ -367,7 +367,38 @@ def test_a_lagging_draft_pays_for_its_catch_up():
     assert ctl.catch_up("draft", 16) == pytest.approx(0.28 * (3.02 - 1.0))
     ctl.choose()
     assert ctl.alternative("ngram", {"draft": 0}).drafter == "draft"      # in step: worth drafting
-    assert ctl.alternative("ngram", {"draft": 80}).drafter == NONE        # far behind: a plain round
+    # far behind (a catch-up of 0.28 × (3.02 × 81 / 17 − 1) ≈ 3.8 target steps, charged twice): not worth
+    # it for one round, but against plain decoding it is spread over SPREAD_ROUNDS rounds (see below)
+    assert ctl.rate("draft", ctl.plan("draft", lag=80).k, lag=80) < 1.0
+    assert ctl.alternative("ngram", {"draft": 80}).drafter == "draft"
+    assert ctl.alternative("ngram", {"draft": 1000}).drafter == NONE      # hopelessly behind: a plain round
+
+
+def test_a_lagging_draft_is_not_locked_out_by_plain_rounds():
+    """Plain decoding would win only on the draft's catch-up, which each plain round makes dearer: the
+    catch-up is spread over the rounds the draft then keeps the floor (SPREAD_ROUNDS), so the draft
+    takes the round. Where prompt lookup wins the round, the full catch-up stands."""
+    from speczoo.spec.controller import SPREAD_ROUNDS
+    costs = Costs(cv=CvCurve.measured({1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02}),
+                  draft_cost={"ngram": 0.0, "draft": 0.28}, round_overhead=0.02)
+    ctl = Controller(costs, ["ngram", "draft"], k_max=8, reprobe_every=1000,
+                     priors={"ngram": {"weak": 0.15, "long": 0.95}}, confident={"draft"})
+    rng = random.Random(5)
+    for _ in range(60):                     # free-form text: prompt lookup mostly has no match
+        c = ctl.choose(situations={"ngram": None})
+        if c.drafting:
+            ctl.update("draft", c.k, accepted_count(0.75, c.k, rng))
+    assert 0.6 < ctl.alpha("draft") < 0.9
+    lag = 12
+    once = ctl.rate("draft", ctl.plan("draft", lag=lag).k, lag=lag)
+    spread = ctl.rate("draft", ctl.plan("draft", lag=lag, spread=True).k, lag=lag, spread=True)
+    assert once < 1.0 < spread
+    assert ctl.catch_up_weight * ctl.catch_up("draft", lag) / SPREAD_ROUNDS == pytest.approx(
+        ctl._overhead("draft", lag, spread=True) - costs.round_overhead)
+    assert ctl.choose({"draft": lag}, {"ngram": None}).drafter == "draft"
+    assert ctl.decide(lags={"draft": lag}).drafter == "draft"
+    # prompt lookup on a long agreeing match wins the round: the draft's lag is not spread
+    assert ctl.choose({"draft": lag}, {"ngram": "long"}).drafter == "ngram"
 
 
 def test_situations_keep_separate_estimates_seeded_by_priors():

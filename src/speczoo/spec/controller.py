@@ -54,6 +54,17 @@ CEILING_ALPHA = 0.99    # "nearly every draft token accepted": the best a probed
 # extractive-QA prompt (tok/s of auto, two runs each): weight 1 → 77.2, 71.2; 2 → 79.0, 81.9; 3 → 78.8,
 # 80.9 (prompt lookup alone ≈ 84); free-form: 1 → 35.8, 41.4; 2 → 39.7, 40.2; 3 → 36.2, 40.2.
 CATCH_UP_WEIGHT = 2.0
+# When plain decoding would win a round only because a lagging drafter must first catch up, that drafter
+# is judged with its catch-up spread over the rounds it is then expected to keep the floor, at least
+# SPREAD_ROUNDS: its lag only grows while it waits, so waiting makes the catch-up dearer, never cheaper,
+# and a draft model that fell behind during a few prompt-lookup rounds was otherwise locked out (lag
+# 10 → 23 in plain rounds until its next probe, on the built-in free-form prompt). Not where another
+# drafter wins the round: there the lag is left to grow, and prompt lookup keeps a copied text. Chosen
+# with `python -m speczoo.bench.auto_replay` over the built-in prompts and two suite questions per
+# category at draft steps of 0.28 and 0.42 target steps: auto against the best single drafter, mean
+# -1.9% → -1.4% and -1.1% → -0.8%, built-in free-form -5.1% → -1.7% and -5.9% → +1.1%; 4 rounds gave
+# -1.3% and -0.7% but kept free-form at -2.8% at 0.42; 16 rounds made code completion -13%.
+SPREAD_ROUNDS = 8.0
 # A drafter that knows its own confidence (a draft model: the probability it gave each token it proposed)
 # drafts up to k_max and stops once the product of its confidences falls below a floor: going on costs a
 # draft step plus one more verify row, and pays only if the chain is still likely to be accepted. The
@@ -315,15 +326,17 @@ class Controller:
         """Whether `drafter` has something to propose this round (its situation is not None)."""
         return self.situations.get(drafter, "") is not None
 
-    def rate(self, drafter: str, k: int, alpha: float | None = None, lag: int = 0) -> float:
+    def rate(self, drafter: str, k: int, alpha: float | None = None, lag: int = 0, spread: bool = False
+             ) -> float:
         """Expected tokens per target step of a round with `drafter` and K (1.0 for plain decoding);
-        lag: ids the drafter must first catch up on (see `catch_up`)."""
+        lag: ids the drafter must first catch up on (see `catch_up`); spread: that catch-up spread over
+        the rounds the drafter is expected to keep the floor (see SPREAD_ROUNDS)."""
         if drafter == NONE or k == 0:
             return 1.0
         if self.costs is None:
             raise ValueError("this controller has no Costs; rates need a cost model")
         a = self.alpha(drafter) if alpha is None else alpha
-        return speedup(a, k, self.costs.cv, self.costs.draft_cost[drafter], self._overhead(drafter, lag))
+        return speedup(a, k, self.costs.cv, self.costs.draft_cost[drafter], self._overhead(drafter, lag, spread))
 
     def catch_up(self, drafter: str, lag: int) -> float:
         """The cost, in target steps, of a drafter first feeding `lag` ids it has not seen (a draft model
@@ -363,17 +376,20 @@ class Controller:
             k = max(k, self.k_max if top is None else min(self.k_max, top - 1))
         return replace(choice, k=k, floors=self.floors(choice.drafter, k))
 
-    def _overhead(self, drafter: str, lag: int) -> float:
+    def _overhead(self, drafter: str, lag: int, spread: bool = False) -> float:
         assert self.costs is not None
-        return self.costs.round_overhead + self.catch_up_weight * self.catch_up(drafter, lag)
+        rounds = max(SPREAD_ROUNDS, self.runs.expected(drafter)) if spread else 1.0
+        return self.costs.round_overhead + self.catch_up_weight * self.catch_up(drafter, lag) / rounds
 
-    def plan(self, drafter: str, alpha: float | None = None, lag: int = 0) -> Choice:
-        """The best K for `drafter` at its estimate (or at `alpha`), ignoring gates and probes."""
+    def plan(self, drafter: str, alpha: float | None = None, lag: int = 0, spread: bool = False) -> Choice:
+        """The best K for `drafter` at its estimate (or at `alpha`), ignoring gates and probes; lag and
+        spread as for `rate`."""
         if self.fixed_k is not None:
             return Choice(drafter, self.fixed_k)
         assert self.costs is not None
         a = self.alpha(drafter) if alpha is None else alpha
-        b = best_k(a, self.costs.cv, self.costs.draft_cost[drafter], self.k_max, self._overhead(drafter, lag))
+        b = best_k(a, self.costs.cv, self.costs.draft_cost[drafter], self.k_max,
+                   self._overhead(drafter, lag, spread))
         return Choice(drafter, b.k)
 
     def decide(self, exclude: str = "", lags: dict[str, int] | None = None) -> Choice:
@@ -382,14 +398,21 @@ class Controller:
         return self._best(exclude, lags or {})[0]
 
     def _best(self, exclude: str, lags: dict[str, int]) -> tuple[Choice, float]:
-        """The drafter and K with the best rate at each drafter's optimistic α (see `explore`)."""
+        """The drafter and K with the best rate at each drafter's optimistic α (see `explore`); if that
+        is plain decoding, the best again with each lagging drafter's catch-up spread (SPREAD_ROUNDS)."""
+        best = self._best_at(exclude, lags, spread=False)
+        if best[0].drafter == NONE and any(lags.get(d, 0) > 0 for d in self.drafters):
+            best = self._best_at(exclude, lags, spread=True)
+        return best
+
+    def _best_at(self, exclude: str, lags: dict[str, int], spread: bool) -> tuple[Choice, float]:
         best, best_rate = Choice(NONE, 0), 1.0
         for d in self.drafters:
             if d == exclude or not self.available(d) or self.gated(d):
                 continue
             a, lag = self._estimate(d).upper(self.explore), lags.get(d, 0)
-            c = self.plan(d, a, lag)
-            r = math.inf if self.costs is None else self.rate(d, c.k, a, lag)
+            c = self.plan(d, a, lag, spread)
+            r = math.inf if self.costs is None else self.rate(d, c.k, a, lag, spread)
             if r > best_rate:
                 best, best_rate = c, r
         return best, best_rate
