@@ -2,6 +2,8 @@
 greedy chains and trees are lossless, the head cache holds exactly the committed rows (== a fresh
 recompute), trees follow the head's ranking, and sampled chains carry a proper q."""
 
+import math
+
 import pytest
 import torch
 
@@ -201,6 +203,25 @@ def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
         assert got == plain, spec
     with pytest.raises(UnknownModelError):
         rt.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=5, spec="eagle:nope-eagle"))
+    assert list(rt._head_steps) == ["tiny-eagle"]                     # timed once, then reused
+
+
+def test_head_step_is_priced_against_the_target_step_timed_with_it(trained):
+    """head_step_cost times the head and the target in turn, so what slows the target down right now
+    (here: 20 ms of sleep in its forward, as a busy machine would) lowers the head's price in target
+    steps instead of being read as the head's own cost."""
+    import time
+
+    from speczoo.spec.eagle.loaded import head_step_cost
+    model, args, head = trained
+    quick = head_step_cost(head, model, args, rounds=2, repeats=2)
+    assert 0 < quick < math.inf
+
+    def slow(*a, **kw):
+        time.sleep(0.02)
+        return model(*a, **kw)
+    slowed = head_step_cost(head, slow, args, rounds=2, repeats=2)
+    assert slowed < quick and slowed < 0.2
 
 
 def test_chain_stops_on_its_confidence(trained):

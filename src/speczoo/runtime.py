@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torch import nn
 
-from speczoo.bench.cv import load_or_measure, runtime_costs
+from speczoo.bench.cv import runtime_costs
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
@@ -22,7 +22,7 @@ from speczoo.models.args import ModelArgs
 from speczoo.models.loader import load_model
 from speczoo.spec.drafters.eagle import TreeShape
 from speczoo.spec.drafters.ngram import NgramDrafter
-from speczoo.spec.eagle.loaded import EagleHeads, head_step_ms
+from speczoo.spec.eagle.loaded import EagleHeads, head_step_cost
 from speczoo.spec.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.spec.engine import MAX_K, Engine
 from speczoo.tokenizer import Tokenizer
@@ -83,6 +83,7 @@ class Runtime:
             from speczoo.spec.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
             drafters["draft"] = make_draft_drafter(draft, target, max_seq)
+        self._head_steps: dict[str, float] = {}   # head name -> its draft step in target steps, timed once
         self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend,
                                 default=eagle_head)
         if self.eagle.default is not None:
@@ -112,12 +113,15 @@ class Runtime:
         "eagle-tree" drafters and give the controller their measured costs in target decode steps: a
         chain pays one head step per token; a tree one batched step per depth for `branch` nodes, so
         about a step per `branch` nodes."""
-        head = self.eagle.head(self.eagle.resolve(spec))
+        entry = self.eagle.resolve(spec)
+        head = self.eagle.head(entry)
         for name, factory in (("eagle", self.eagle.factory), ("eagle-tree", self.eagle.tree_factory)):
             self.engine.drafters.setdefault(name, factory)
             if name not in self.spec_modes:
                 self.spec_modes.insert(-1, name)
-        step = head_step_ms(head) / load_or_measure(self.target)["ms"]["1"]
+        if entry.name not in self._head_steps:
+            self._head_steps[entry.name] = head_step_cost(head, self.target.model, self.target.args)
+        step = self._head_steps[entry.name]
         self.engine.costs.draft_cost["eagle"] = step
         self.engine.costs.draft_cost["eagle-tree"] = step / self.eagle.tree.branch
 

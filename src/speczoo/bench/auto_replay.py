@@ -234,23 +234,20 @@ def record(rt, prompt_ids: list[int], gen: int) -> Recording:
 def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recording],
                    step: float | None = None) -> dict[str, EagleReplay]:
     """Per recording, the head and the target's features at its layers over prompt + output (one
-    teacher-forced forward each), with the head's step priced as the runtime prices it (or at `step`).
-    On a busy machine that timing can come out tens of times too high (2026-11-30, beside a training
-    run: 0.03 or 5.0 target steps from one process to the next); pass the step then."""
+    teacher-forced forward each), with the head's step priced as the runtime prices it (or at `step`)."""
     import torch
 
-    from speczoo.bench.cv import load_or_measure
     from speczoo.cache import KVCache
     from speczoo.runtime import load
     from speczoo.spec.drafters.eagle import TreeShape
-    from speczoo.spec.eagle.loaded import EagleHeads, head_step_ms
+    from speczoo.spec.eagle.loaded import EagleHeads, head_step_cost
 
     depth, branch = (int(x) for x in tree.split(","))
     t = load(target)
     heads = EagleHeads(target, t.model, max_seq=4096, backend=t.backend)
     head = heads.head(heads.resolve("eagle:" + head_name))
     if step is None:
-        step = head_step_ms(head) / load_or_measure(t)["ms"]["1"]
+        step = head_step_cost(head, t.model, t.args)
     print(f"EAGLE head {head_name}: a draft step costs {step:.3f} target steps", flush=True)
     out = {}
     for name, rec in recs.items():

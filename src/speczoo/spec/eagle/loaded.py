@@ -82,18 +82,58 @@ class EagleHeads:
         return self._drafter(req, tree=True)
 
 
-def head_step_ms(head: EagleHead, context: int = 64, repeats: int = 9) -> float:
-    """Median wall time (ms) of one draft step of the head (one row after `context` cached rows)."""
+def _head_stepper(head: EagleHead, context: int) -> Callable[[], float]:
+    """A function that times one draft step of the head (one row after `context` cached rows), in ms."""
     g = torch.Generator().manual_seed(0)
     cache = KVCache(head.kv_args(), context + 2)
     feats = torch.randn(context, 3 * head.cfg.hidden_size, generator=g)
     tokens = torch.randint(0, head.cfg.target_vocab, (context + 1,), generator=g)
     head.step(tokens[:context], head.fuse(feats), torch.arange(1, context + 1), cache)
     hidden = torch.randn(1, head.cfg.hidden_size, generator=g)
-    times = []
-    for rep in range(repeats + 2):
+
+    def step() -> float:
         t0 = time.perf_counter()
         head.step(tokens[context:], hidden, torch.tensor([context + 1]), cache)
-        times.append((time.perf_counter() - t0) * 1000)
+        ms = (time.perf_counter() - t0) * 1000
         cache.truncate(context)
+        return ms
+    return step
+
+
+def _target_stepper(model, args, context: int) -> Callable[[], float]:
+    """A function that times one decode step of the target (one token after `context` cached ones), in ms."""
+    g = torch.Generator().manual_seed(0)
+    cache = KVCache(args, context + 2)
+    tokens = torch.randint(0, args.vocab_size, (context + 1,), generator=g)
+    model(tokens[:context], torch.arange(context), cache, logit_rows=slice(-1, None))
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        model(tokens[context:], torch.tensor([context]), cache, logit_rows=slice(-1, None))
+        ms = (time.perf_counter() - t0) * 1000
+        cache.truncate(context)
+        return ms
+    return step
+
+
+def head_step_ms(head: EagleHead, context: int = 64, repeats: int = 9) -> float:
+    """Median wall time (ms) of one draft step of the head (one row after `context` cached rows)."""
+    step = _head_stepper(head, context)
+    times = [step() for _ in range(repeats + 2)]
     return statistics.median(times[2:])
+
+
+def head_step_cost(head: EagleHead, model, args, context: int = 16, rounds: int = 5, repeats: int = 5) -> float:
+    """The head's draft step in target decode steps, both timed now, in turn (`rounds` times: `repeats`
+    head steps, then one target step), each the fastest seen. A ratio of two timings taken minutes
+    apart (a stored profile's step) reads the machine's load as the head's cost: beside a busy process
+    it came out at 5.0 target steps one time and 0.03 the next (2026-11-30), and at 5.0 the controller
+    never drafts with the head, so online calibration never corrects it. Costs one small prefill and
+    `rounds` target steps (a few tenths of a second for a 1.5B)."""
+    head_step, target_step = _head_stepper(head, context), _target_stepper(model, args, context)
+    head_step(), target_step()                                      # warm both
+    h = t = float("inf")
+    for _ in range(rounds):
+        h = min(h, *(head_step() for _ in range(repeats)))
+        t = min(t, target_step())
+    return h / t
