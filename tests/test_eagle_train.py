@@ -112,19 +112,30 @@ def test_prompts_are_answered_by_the_target_and_come_first(tmp_path, corpus):
     assert list(chunk_stream([[1, 2, 3], [4, 5]], 3, separator=0)) == [[1, 2, 3], [0, 4, 5]]
     asked: list[str] = []
 
-    def answer(text: str, max_tokens: int) -> list[int]:
+    def answer(texts: list[str], max_tokens: int) -> list[list[int]]:
         assert max_tokens == 256
-        asked.append(text)
-        return [7] * 40 + [8] * 40                  # a conversation of 80 ids
+        asked.extend(texts)
+        return [[7] * 40 + [8] * 40 for _ in texts]     # conversations of 80 ids
     target = tiny_target()
     target.answer = answer
     opts = options(tmp_path / "run", corpus, steps=1)
-    opts.prompts = ["first", "second"]
+    opts.prompts, opts.answer_batch = ["first", "second", "third"], 1
     chunks, digest = training_chunks(target, opts)
     first = next(chunks)
     assert first[:40] == [7] * 40 and asked == ["first"]          # answered lazily, first prompt first
     rest = list(chunks)
-    assert len(rest) > 3 and asked == ["first", "second"] and digest.startswith("prompts:")
+    assert len(rest) > 3 and asked == ["first", "second", "third"] and digest.startswith("prompts:")
+    asked.clear()
+    opts.out, opts.answer_batch = tmp_path / "grouped", 2         # two prompts per packed decode
+    chunks, grouped_digest = training_chunks(target, opts)
+    next(chunks)
+    assert asked == ["first", "second"] and grouped_digest == digest   # the same text: the same cache
+    list(chunks)
+    assert asked == ["first", "second", "third"]
+    opts.answer_batch = 0
+    with pytest.raises(ValueError, match="groups of at least 1"):
+        training_chunks(target, opts)
+    opts.prompts = ["first", "second"]
     only = EagleTrainOptions(out=tmp_path / "x", prompts=["first", "second"], seq_len=64)
     only_chunks, only_digest = training_chunks(target, only)
     assert len(list(only_chunks)) == (2 * 81) // 64 and "+" not in only_digest
@@ -151,7 +162,7 @@ def test_prompts_are_answered_by_the_target_and_come_first(tmp_path, corpus):
 def test_train_eagle_on_answers_end_to_end(tmp_path, corpus):
     target = tiny_target()
     g = torch.Generator().manual_seed(1)
-    target.answer = lambda text, n: torch.randint(0, 60, (200,), generator=g).tolist()
+    target.answer = lambda texts, n: [torch.randint(0, 60, (200,), generator=g).tolist() for _ in texts]
     opts = options(tmp_path / "run", corpus, steps=10)
     opts.corpus, opts.prompts = None, [f"p{i}" for i in range(12)]
     rep = train_eagle(target, opts)
@@ -183,30 +194,41 @@ def test_a_resumed_run_reads_the_answers_back_instead_of_generating_them(tmp_pat
     target = tiny_target()
     asked: list[str] = []
 
-    def answer(text: str, max_tokens: int) -> list[int]:
-        asked.append(text)
-        return [hash(text) % 60] * 150
+    def answer(texts: list[str], max_tokens: int) -> list[list[int]]:
+        asked.extend(texts)
+        return [[hash(t) % 60] * 150 for t in texts]
     target.answer = answer
     opts = options(tmp_path / "run", corpus, steps=2)
-    opts.corpus, opts.prompts, opts.max_tokens = None, [f"p{i}" for i in range(12)], 64 * 12
+    opts.corpus, opts.prompts, opts.max_tokens = None, [f"p{i}" for i in range(16)], 64 * 12
+    opts.answer_batch = 4
     train_eagle(target, opts)
-    first = list(asked)
-    assert len(first) == 6                                  # 12 chunks of 64 from answers of 150 ids
+    # 12 chunks of 64 need 6 answers of 150 ids (+ a separator each): two groups of 4 prompts
+    assert asked == [f"p{i}" for i in range(8)]
     asked.clear()
     opts.resume, opts.max_tokens, opts.train.steps = True, 64 * 24, 3
     rep = train_eagle(target, opts)
-    assert rep.features.new_tokens == 64 * 12 and asked == [f"p{i}" for i in range(6, 11)]
+    # 24 chunks need 11 answers: p0-p7 are read back from the log, the third group is answered
+    assert rep.features.new_tokens == 64 * 12 and asked == [f"p{i}" for i in range(8, 12)]
 
 
 def test_the_answer_log_cuts_a_torn_line_and_keys_on_the_answer_length(tmp_path):
     from speczoo.spec.eagle.answers import AnswerLog
 
-    calls: list[str] = []
-    log = AnswerLog(tmp_path / "a.jsonl", lambda p: calls.append(p) or [1, 2, len(p)], max_tokens=8)
-    assert log("ab") == [1, 2, 2] and log("ab") == [1, 2, 2] and calls == ["ab"]
+    calls: list[list[str]] = []
+
+    def answer(ps: list[str], ids=None) -> list[list[int]]:
+        calls.append(list(ps))
+        return [ids or [1, 2, len(p)] for p in ps]
+    log = AnswerLog(tmp_path / "a.jsonl", answer, max_tokens=8)
+    assert log(["ab"]) == [[1, 2, 2]] and log(["ab"]) == [[1, 2, 2]] and calls == [["ab"]]
+    # only the prompts not logged are answered, together and once each
+    assert log(["ab", "xyz", "xyz", "q"]) == [[1, 2, 2], [1, 2, 3], [1, 2, 3], [1, 2, 1]]
+    assert calls == [["ab"], ["xyz", "q"]]
     with open(tmp_path / "a.jsonl", "a") as f:
         f.write('{"key": "x", "ids": [1, ')                  # interrupted mid-append
-    again = AnswerLog(tmp_path / "a.jsonl", lambda p: calls.append(p) or [9], max_tokens=8)
-    assert again("ab") == [1, 2, 2] and calls == ["ab"]
-    assert again("cd") == [9] and AnswerLog(tmp_path / "a.jsonl", None, 8).known == again.known
-    assert AnswerLog(tmp_path / "a.jsonl", lambda p: [5], max_tokens=16)("ab") == [5]   # another length
+    again = AnswerLog(tmp_path / "a.jsonl", lambda ps: answer(ps, [9]), max_tokens=8)
+    assert again(["ab", "q"]) == [[1, 2, 2], [1, 2, 1]] and len(calls) == 2
+    assert again(["cd"]) == [[9]] and AnswerLog(tmp_path / "a.jsonl", None, 8).known == again.known
+    assert AnswerLog(tmp_path / "a.jsonl", lambda ps: [[5]], max_tokens=16)(["ab"]) == [[5]]   # another length
+    with pytest.raises(ValueError, match="asked for 2 answers, got 1"):
+        AnswerLog(tmp_path / "b.jsonl", lambda ps: [[5]], max_tokens=8)(["u", "v"])

@@ -22,6 +22,9 @@ def register(sub) -> None:
                         "target answers each through its chat template and trains on those conversations first "
                         "(with no --corpus, on them alone)")
     p.add_argument("--answer-tokens", type=int, default=256, help="greedy tokens per answer (default 256)")
+    p.add_argument("--answer-batch", type=int, default=8,
+                   help="prompts the target answers side by side, one forward per token for all of them "
+                        "(default 8: ~3x the tokens per second of one at a time on a CPU; same text)")
     p.add_argument("--out", required=True, type=Path, help="work directory (features, checkpoints, head)")
     p.add_argument("--name", default=None,
                    help="install the head as this zoo entry (must contain 'eagle'; default TARGET-eagle3)")
@@ -61,6 +64,8 @@ def run(args) -> int:
     name = args.name or f"{Path(args.target).name}-eagle3"
     if args.answer_tokens < 1:
         raise ValueError(f"--answer-tokens must be >= 1, got {args.answer_tokens}")
+    if args.answer_batch < 1:
+        raise ValueError(f"--answer-batch must be >= 1, got {args.answer_batch}")
     prompts = None
     if args.prompts:
         prompts = read_prompts(builtin_prompts() if args.prompts == "builtin" else Path(args.prompts))
@@ -71,6 +76,7 @@ def run(args) -> int:
                     eos_ids=tuple(tok.eos_ids), answer=answerer(t) if prompts else None)
     opts = EagleTrainOptions(
         out=args.out, corpus=args.corpus, prompts=prompts, answer_tokens=args.answer_tokens,
+        answer_batch=args.answer_batch,
         max_tokens=args.tokens, seq_len=args.seq_len, draft_vocab=args.draft_vocab, ffn_dim=args.ffn_dim,
         name=name, resume=args.resume,
         train=TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, ttt_steps=args.ttt_steps,
@@ -88,12 +94,30 @@ def run(args) -> int:
 
 
 def answerer(target):
-    """(prompt, max new tokens) -> its conversation ids: the chat-formatted prompt and the target's greedy
-    answer, generated with lossless speculation (`auto`, with the zoo's draft model for the target when it
-    is pulled), so exactly plain greedy's, only sooner."""
+    """(prompts, max new tokens) -> each one's conversation ids: the chat-formatted prompt and the
+    target's greedy answer, the prompts decoded side by side (speczoo/packed.py), exactly plain greedy's.
+    A model with sliding-window layers (no packed decode) answers one prompt at a time through the
+    engine, with lossless speculation (`auto`, with the zoo's draft model for it when pulled)."""
+    from speczoo.packed import greedy_packed
+
+    tok = target.tokenizer
+
+    def chat(text: str) -> list[int]:
+        return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
+
+    if target.args.sliding_window == 0:
+        def answer(texts: list[str], max_tokens: int) -> list[list[int]]:
+            ids = [chat(t) for t in texts]
+            return [p + a for p, a in zip(ids, greedy_packed(target.model, ids, max_tokens, tok.eos_ids))]
+        return answer
+    return engine_answerer(target, chat)
+
+
+def engine_answerer(target, chat):
+    """answerer's one-prompt-at-a-time way, through the engine with `auto`."""
     from speczoo.bench.ab import run_request
-    from speczoo.events import GenerationRequest
     from speczoo.errors import NotPulledError
+    from speczoo.events import GenerationRequest
     from speczoo.runtime import Runtime, load
     from speczoo.zoo.registry import default_draft
 
@@ -105,8 +129,7 @@ def answerer(target):
         d = None
     rt = Runtime(target, draft=d)
 
-    def answer(text: str, max_tokens: int) -> list[int]:
-        ids = rt.chat_ids([{"role": "user", "content": text}])
-        return ids + run_request(rt, GenerationRequest(prompt_ids=ids, max_new_tokens=max_tokens, spec="auto")).ids
-
+    def answer(texts: list[str], max_tokens: int) -> list[list[int]]:
+        return [chat(t) + run_request(rt, GenerationRequest(prompt_ids=chat(t), max_new_tokens=max_tokens,
+                                                            spec="auto")).ids for t in texts]
     return answer

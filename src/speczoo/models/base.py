@@ -143,6 +143,20 @@ def plan_attention(l0: int, positions: list[int], pos_t: Tensor, tree_mask: Tens
     return AttnPlan(n_keys=n, mask=mask)
 
 
+def plan_keys(keys: attention.KeyRows, invariant: bool) -> AttnPlan:
+    """An explicit plan: row i sees exactly the slots keys.slots(i), in that order (several independent
+    sequences packed in one cache, each row seeing its own sequence only; see speczoo/packed.py)."""
+    n = int(keys.hi.max())
+    if keys.idx.numel():
+        n = max(n, int(keys.idx.max()) + 1)
+    if invariant:
+        return AttnPlan(n_keys=n, keys=attention.Plan(keys))
+    mask = torch.zeros(keys.n_rows, n, dtype=torch.bool)
+    for i in range(keys.n_rows):
+        mask[i, keys.slots(i)] = True
+    return AttnPlan(n_keys=n, mask=mask)
+
+
 def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: AttnPlan) -> Tensor:
     """q: [S, H, Dh] (already scaled and rotated); k_cache/v_cache: [Hkv, C, Dh] with this forward's keys
     written. Returns [S, H * Dh] fp32."""
@@ -215,7 +229,8 @@ class DecoderBase(nn.Module):
     def __init__(self):
         super().__init__()
 
-    def _check(self, tokens: Tensor, positions: Tensor, cache, tree_mask: Tensor | None) -> None:
+    def _check(self, tokens: Tensor, positions: Tensor, cache, tree_mask: Tensor | None,
+               keys: attention.KeyRows | None = None) -> None:
         if tokens.dim() != 1 or positions.shape != tokens.shape:
             raise ValueError(f"tokens and positions must both be [S]; got {tuple(tokens.shape)} and "
                              f"{tuple(positions.shape)}")
@@ -228,6 +243,11 @@ class DecoderBase(nn.Module):
                                  f"{tuple(tree_mask.shape)} {tree_mask.dtype}")
             if not bool(tree_mask.diagonal().all()):
                 raise ValueError("tree_mask must let every row see itself (its diagonal must be True)")
+        if keys is not None:
+            if tree_mask is not None:
+                raise ValueError("give either a tree_mask or explicit keys, not both")
+            if keys.n_rows != s:
+                raise ValueError(f"the explicit keys have {keys.n_rows} rows for {s} tokens")
         if cache.args.n_layers != self.args.n_layers or cache.args.head_dim != self.args.head_dim \
                 or cache.args.n_kv_heads != self.args.n_kv_heads:
             raise ValueError("this KV cache was built for a different model; make one with KVCache(model.args, ...)")
@@ -245,19 +265,22 @@ class DecoderBase(nn.Module):
 
     def forward(self, tokens: Tensor, positions: Tensor, cache, *, tree_mask: Tensor | None = None,
                 hidden_layers: Sequence[int] = (), logit_rows: Tensor | slice | None = None,
-                head: nn.Module | None = None) -> ForwardOut:
+                head: nn.Module | None = None, keys: attention.KeyRows | None = None) -> ForwardOut:
         """tokens, positions: [S] int64. Writes K/V at slots [L0, L0+S), advances cache.length by S.
+
+        keys (optional): the slots each row attends to, in order, instead of the prefix [0, L0) and the
+        chain (or tree_mask) over the new rows: independent sequences packed in one cache (packed.py).
 
         logit_rows (optional): rows of the output whose logits are wanted (e.g. slice(-1, None) after a
         prefill); the default computes logits for every row.
         head (optional): a stand-in for the LM head over the final-normed rows [R, D] -> [R, V] (a
         drafter's reduced-vocabulary head); the default is the model's own.
         """
-        self._check(tokens, positions, cache, tree_mask)
+        self._check(tokens, positions, cache, tree_mask, keys)
         l0 = cache.length
         slots = self._hidden_slots(hidden_layers)
         hidden: list[Tensor | None] = [None] * len(hidden_layers)
-        x = self._run_layers(tokens, positions, cache, l0, tree_mask, slots, hidden)   # [S, D]
+        x = self._run_layers(tokens, positions, cache, l0, tree_mask, slots, hidden, keys)   # [S, D]
         cache.length = l0 + tokens.shape[0]
         if logit_rows is not None:
             x = x[logit_rows]
@@ -267,7 +290,7 @@ class DecoderBase(nn.Module):
             logits = torch.tanh(logits / cap) * cap
         return ForwardOut(logits=logits, hidden=hidden)  # type: ignore[arg-type]
 
-    def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden) -> Tensor:
+    def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden, keys) -> Tensor:
         raise NotImplementedError
 
 

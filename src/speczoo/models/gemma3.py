@@ -72,7 +72,10 @@ class Gemma3(DecoderBase):
         self.rope_local = Rope(args.head_dim, args.rope_local_theta)
         self.q_scale = default_query_scale(args)
 
-    def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden) -> Tensor:
+    def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden, keys) -> Tensor:
+        if keys is not None:
+            raise ValueError("explicit attention keys (packed sequences) are not supported for models with "
+                             "sliding-window layers such as Gemma 3")
         pos = positions.tolist()
         top = max(pos)
         rot_g = Rotation.at(self.rope_global, positions, top, self.q_scale)

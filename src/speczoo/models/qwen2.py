@@ -16,7 +16,7 @@ from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, Rotation, apply_rope, attend,
-                                 default_query_scale, make_linear, plan_attention)
+                                 default_query_scale, make_linear, plan_attention, plan_keys)
 
 
 class Qwen2Block(nn.Module):
@@ -71,10 +71,11 @@ class Qwen2(DecoderBase):
         self.rope = Rope(args.head_dim, args.rope_theta)
         self.q_scale = default_query_scale(args)
 
-    def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden) -> Tensor:
+    def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden, keys) -> Tensor:
         pos = positions.tolist()
         rot = Rotation.at(self.rope, positions, max(pos), self.q_scale)
-        plan = plan_attention(l0, pos, positions, tree_mask, 0, self.invariant)
+        plan = (plan_keys(keys, self.invariant) if keys is not None
+                else plan_attention(l0, pos, positions, tree_mask, 0, self.invariant))
         x = self.embed[tokens].float()                                  # [S, D]
         for li, layer in enumerate(self.layers):
             x = layer(x, rot, cache.k[li], cache.v[li], l0, plan)

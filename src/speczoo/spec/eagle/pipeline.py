@@ -36,6 +36,7 @@ class EagleTrainOptions:
     corpus: list[Path] | None = None       # None: the standard library on this machine, unless prompts are given
     prompts: list[str] | None = None       # answered by the target first (Target.answer): chat-style data
     answer_tokens: int = 256               # greedy tokens per answer
+    answer_batch: int = 8                  # prompts answered side by side (one packed decode)
     max_tokens: int = 200_000              # tokens of features to extract
     seq_len: int = 512                     # chunk length L
     shard_seqs: int = 8                    # chunks per feature shard
@@ -63,8 +64,8 @@ class Target:
     encode: Callable[[str], list[int]]
     separator: int | None                  # id between corpus files (an end-of-text id)
     eos_ids: tuple[int, ...] = ()
-    # (prompt, max new tokens) -> conversation ids (the chat prompt + the target's greedy reply)
-    answer: Callable[[str, int], list[int]] | None = None
+    # (prompts, max new tokens) -> each one's conversation ids (the chat prompt + the target's greedy reply)
+    answer: Callable[[list[str], int], list[list[int]]] | None = None
 
 
 def train_eagle(target: Target, opts: EagleTrainOptions) -> EagleTrainReport:
@@ -109,8 +110,8 @@ def training_chunks(target: Target, opts: EagleTrainOptions) -> tuple[Iterator[l
         if opts.answer_tokens < 1:
             raise ValueError(f"answers need at least 1 token, got answer_tokens={opts.answer_tokens}")
         answer, n = target.answer, opts.answer_tokens
-        log = AnswerLog(Path(opts.out) / "answers.jsonl", lambda prompt: answer(prompt, n), n)
-        streams.append(answer_chunks(log, opts.prompts, opts.seq_len, target.separator))
+        log = AnswerLog(Path(opts.out) / "answers.jsonl", lambda prompts: answer(prompts, n), n)
+        streams.append(answer_chunks(log, opts.prompts, opts.seq_len, target.separator, opts.answer_batch))
         sources.append(f"prompts:{prompts_digest(opts.prompts)}x{n}")
     if opts.corpus or not opts.prompts:
         files = corpus_files(opts.corpus or default_corpus())
