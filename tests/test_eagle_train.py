@@ -1,6 +1,9 @@
 """`train-eagle` end to end on a tiny random target, in seconds: features are cached, the loss falls,
 a resumed run continues exactly where the checkpoint stopped, and the saved head loads and installs."""
 
+import hashlib
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -112,10 +115,10 @@ def test_prompts_are_answered_by_the_target_and_come_first(tmp_path, corpus):
     assert list(chunk_stream([[1, 2, 3], [4, 5]], 3, separator=0)) == [[1, 2, 3], [0, 4, 5]]
     asked: list[str] = []
 
-    def answer(texts: list[str], max_tokens: int) -> list[list[int]]:
-        assert max_tokens == 256
-        asked.extend(texts)
-        return [[7] * 40 + [8] * 40 for _ in texts]     # conversations of 80 ids
+    def answer(convs: list[list[str]], max_tokens: int) -> list[list[int]]:
+        assert max_tokens == 256 and all(len(c) == 1 for c in convs)
+        asked.extend(c[0] for c in convs)
+        return [[7] * 40 + [8] * 40 for _ in convs]     # conversations of 80 ids
     target = tiny_target()
     target.answer = answer
     opts = options(tmp_path / "run", corpus, steps=1)
@@ -162,7 +165,7 @@ def test_prompts_are_answered_by_the_target_and_come_first(tmp_path, corpus):
 def test_train_eagle_on_answers_end_to_end(tmp_path, corpus):
     target = tiny_target()
     g = torch.Generator().manual_seed(1)
-    target.answer = lambda texts, n: [torch.randint(0, 60, (200,), generator=g).tolist() for _ in texts]
+    target.answer = lambda convs, n: [torch.randint(0, 60, (200,), generator=g).tolist() for _ in convs]
     opts = options(tmp_path / "run", corpus, steps=10)
     opts.corpus, opts.prompts = None, [f"p{i}" for i in range(12)]
     rep = train_eagle(target, opts)
@@ -194,9 +197,9 @@ def test_a_resumed_run_reads_the_answers_back_instead_of_generating_them(tmp_pat
     target = tiny_target()
     asked: list[str] = []
 
-    def answer(texts: list[str], max_tokens: int) -> list[list[int]]:
-        asked.extend(texts)
-        return [[hash(t) % 60] * 150 for t in texts]
+    def answer(convs: list[list[str]], max_tokens: int) -> list[list[int]]:
+        asked.extend(c[0] for c in convs)
+        return [[hash(c[0]) % 60] * 150 for c in convs]
     target.answer = answer
     opts = options(tmp_path / "run", corpus, steps=2)
     opts.corpus, opts.prompts, opts.max_tokens = None, [f"p{i}" for i in range(16)], 64 * 12
@@ -216,19 +219,45 @@ def test_the_answer_log_cuts_a_torn_line_and_keys_on_the_answer_length(tmp_path)
 
     calls: list[list[str]] = []
 
-    def answer(ps: list[str], ids=None) -> list[list[int]]:
-        calls.append(list(ps))
-        return [ids or [1, 2, len(p)] for p in ps]
+    def answer(cs: list[list[str]], ids=None) -> list[list[int]]:
+        calls.append([c[0] for c in cs])
+        return [ids or [1, 2, len(c[0]), len(c)] for c in cs]
     log = AnswerLog(tmp_path / "a.jsonl", answer, max_tokens=8)
-    assert log(["ab"]) == [[1, 2, 2]] and log(["ab"]) == [[1, 2, 2]] and calls == [["ab"]]
-    # only the prompts not logged are answered, together and once each
-    assert log(["ab", "xyz", "xyz", "q"]) == [[1, 2, 2], [1, 2, 3], [1, 2, 3], [1, 2, 1]]
-    assert calls == [["ab"], ["xyz", "q"]]
+    assert log([["ab"]]) == [[1, 2, 2, 1]] and log([["ab"]]) == [[1, 2, 2, 1]] and calls == [["ab"]]
+    # only the conversations not logged are answered, together and once each
+    assert log([["ab"], ["xyz"], ["xyz"], ["q"], ["q", "more"]]) == [[1, 2, 2, 1], [1, 2, 3, 1], [1, 2, 3, 1],
+                                                                    [1, 2, 1, 1], [1, 2, 1, 2]]
+    assert calls == [["ab"], ["xyz", "q", "q"]]
     with open(tmp_path / "a.jsonl", "a") as f:
         f.write('{"key": "x", "ids": [1, ')                  # interrupted mid-append
-    again = AnswerLog(tmp_path / "a.jsonl", lambda ps: answer(ps, [9]), max_tokens=8)
-    assert again(["ab", "q"]) == [[1, 2, 2], [1, 2, 1]] and len(calls) == 2
-    assert again(["cd"]) == [[9]] and AnswerLog(tmp_path / "a.jsonl", None, 8).known == again.known
-    assert AnswerLog(tmp_path / "a.jsonl", lambda ps: [[5]], max_tokens=16)(["ab"]) == [[5]]   # another length
+    again = AnswerLog(tmp_path / "a.jsonl", lambda cs: answer(cs, [9]), max_tokens=8)
+    assert again([["ab"], ["q", "more"]]) == [[1, 2, 2, 1], [1, 2, 1, 2]] and len(calls) == 2
+    assert again([["cd"]]) == [[9]] and AnswerLog(tmp_path / "a.jsonl", None, 8).known == again.known
+    assert AnswerLog(tmp_path / "a.jsonl", lambda cs: [[5]], max_tokens=16)([["ab"]]) == [[5]]   # another length
+    # a one-turn conversation keeps the key a prompt had before follow-ups existed (old logs stay valid)
+    assert log.key(["ab"]) == hashlib.sha256(b"8\0ab").hexdigest()[:24]
     with pytest.raises(ValueError, match="asked for 2 answers, got 1"):
-        AnswerLog(tmp_path / "b.jsonl", lambda ps: [[5]], max_tokens=8)(["u", "v"])
+        AnswerLog(tmp_path / "b.jsonl", lambda cs: [[5]], max_tokens=8)([["u"], ["v"]])
+
+
+def test_follow_ups_make_multi_turn_conversations():
+    """--follow-ups N: each prompt gets N distinct generic requests after it, the same ones every time
+    (so the answer log and the feature cache stay valid), and the cache's digest names N."""
+    from speczoo.spec.eagle.answers import FOLLOW_UPS, conversations
+    from speczoo.spec.eagle.pipeline import training_chunks
+
+    convs = conversations(["a", "b", "c"], 3)
+    assert [c[0] for c in convs] == ["a", "b", "c"] and all(len(set(c)) == 4 for c in convs)
+    assert all(t in FOLLOW_UPS for c in convs for t in c[1:]) and conversations(["a", "b", "c"], 3) == convs
+    assert len({tuple(c[1:]) for c in conversations([f"p{i}" for i in range(20)], 2)}) > 5
+    assert conversations(["a"], 0) == [["a"]]
+    with pytest.raises(ValueError, match="follow-ups"):
+        conversations(["a"], len(FOLLOW_UPS) + 1)
+    target = tiny_target()
+    seen: list[list[str]] = []
+    target.answer = lambda cs, n: seen.extend(cs) or [[3] * 70 for _ in cs]
+    plain = EagleTrainOptions(out=Path("unused"), prompts=["a", "b"], seq_len=64)
+    more = EagleTrainOptions(out=Path("unused2"), prompts=["a", "b"], seq_len=64, follow_ups=2)
+    assert training_chunks(target, plain)[1] != training_chunks(target, more)[1]
+    next(training_chunks(target, more)[0])
+    assert [len(c) for c in seen] == [3, 3]

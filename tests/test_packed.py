@@ -102,14 +102,20 @@ def test_real_model_packed_equals_engine_greedy():
 
 
 def test_train_eagle_answers_are_the_engine_greedy_conversations():
-    """`train-eagle --prompts`' answerer: the chat prompt's ids followed by plain greedy's reply, for
-    each prompt of a packed group (the real 0.5B)."""
+    """`train-eagle --prompts`' answerer: each conversation's turns through the chat template, each
+    followed by plain greedy's reply to the conversation so far (the earlier replies as text, as a chat
+    client sends them), for conversations of different lengths packed together (the real 0.5B)."""
     from real_models import real_runtime
     from speczoo.commands.train_eagle import answerer
     rt = real_runtime()
-    texts = ["Write a limerick about a cat.", "List two colours."]
-    got = answerer(rt.target)(texts, 16)
-    for t, conv in zip(texts, got):
-        p = rt.chat_ids([{"role": "user", "content": t}])
-        *_, done = rt.generate(GenerationRequest(prompt_ids=p, max_new_tokens=16, spec="off"))
+    convs = [["Write a limerick about a cat.", "Make it about a dog instead."], ["List two colours."]]
+    got = answerer(rt.target)(convs, 16)
+    for turns, conv in zip(convs, got):
+        messages: list[dict] = []
+        for t in turns:
+            messages.append({"role": "user", "content": t})
+            p = rt.chat_ids(messages)
+            *_, done = rt.generate(GenerationRequest(prompt_ids=p, max_new_tokens=16, spec="off"))
+            messages.append({"role": "assistant", "content": rt.tokenizer.decode(done.ids)})
         assert conv == p + done.ids
+    assert len(got[0]) > len(got[1]) + 20

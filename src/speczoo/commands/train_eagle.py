@@ -22,6 +22,9 @@ def register(sub) -> None:
                         "target answers each through its chat template and trains on those conversations first "
                         "(with no --corpus, on them alone)")
     p.add_argument("--answer-tokens", type=int, default=256, help="greedy tokens per answer (default 256)")
+    p.add_argument("--follow-ups", type=int, default=0,
+                   help="further user turns per prompt (0-12 generic requests such as 'Give me a concrete "
+                        "example.'), each answered by the target: multi-turn conversations, more data per prompt")
     p.add_argument("--answer-batch", type=int, default=8,
                    help="prompts the target answers side by side, one forward per token for all of them "
                         "(default 8: ~3x the tokens per second of one at a time on a CPU; same text)")
@@ -51,7 +54,7 @@ def run(args) -> int:
     from safetensors.torch import load_file
 
     from speczoo.runtime import load
-    from speczoo.spec.eagle.answers import builtin_prompts, read_prompts
+    from speczoo.spec.eagle.answers import FOLLOW_UPS, builtin_prompts, read_prompts
     from speczoo.spec.eagle.pipeline import EagleTrainOptions, Target, train_eagle
     from speczoo.spec.eagle.train import TrainConfig
 
@@ -64,6 +67,8 @@ def run(args) -> int:
     name = args.name or f"{Path(args.target).name}-eagle3"
     if args.answer_tokens < 1:
         raise ValueError(f"--answer-tokens must be >= 1, got {args.answer_tokens}")
+    if not 0 <= args.follow_ups <= len(FOLLOW_UPS):
+        raise ValueError(f"--follow-ups must be in 0..{len(FOLLOW_UPS)}, got {args.follow_ups}")
     if args.answer_batch < 1:
         raise ValueError(f"--answer-batch must be >= 1, got {args.answer_batch}")
     prompts = None
@@ -76,7 +81,7 @@ def run(args) -> int:
                     eos_ids=tuple(tok.eos_ids), answer=answerer(t) if prompts else None)
     opts = EagleTrainOptions(
         out=args.out, corpus=args.corpus, prompts=prompts, answer_tokens=args.answer_tokens,
-        answer_batch=args.answer_batch,
+        answer_batch=args.answer_batch, follow_ups=args.follow_ups,
         max_tokens=args.tokens, seq_len=args.seq_len, draft_vocab=args.draft_vocab, ffn_dim=args.ffn_dim,
         name=name, resume=args.resume,
         train=TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, ttt_steps=args.ttt_steps,
@@ -94,27 +99,42 @@ def run(args) -> int:
 
 
 def answerer(target):
-    """(prompts, max new tokens) -> each one's conversation ids: the chat-formatted prompt and the
-    target's greedy answer, the prompts decoded side by side (speczoo/packed.py), exactly plain greedy's.
-    A model with sliding-window layers (no packed decode) answers one prompt at a time through the
-    engine, with lossless speculation (`auto`, with the zoo's draft model for it when pulled)."""
+    """(conversations' user turns, max new tokens) -> each conversation's ids: its turns through the chat
+    template, each followed by the target's greedy reply (the earlier replies enter the later turns'
+    prompts as text, as in a chat). The conversations are decoded side by side, one turn at a time
+    (speczoo/packed.py), exactly plain greedy's. A model with sliding-window layers (no packed decode)
+    answers one conversation at a time through the engine, with lossless speculation (`auto`, with the
+    zoo's draft model for it when pulled)."""
     from speczoo.packed import greedy_packed
 
     tok = target.tokenizer
 
-    def chat(text: str) -> list[int]:
-        return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
+    def chat(messages: list[dict]) -> list[int]:
+        return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
 
     if target.args.sliding_window == 0:
-        def answer(texts: list[str], max_tokens: int) -> list[list[int]]:
-            ids = [chat(t) for t in texts]
-            return [p + a for p, a in zip(ids, greedy_packed(target.model, ids, max_tokens, tok.eos_ids))]
-        return answer
-    return engine_answerer(target, chat)
+        def reply(prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+            return greedy_packed(target.model, prompts, max_tokens, tok.eos_ids)
+    else:
+        reply = engine_reply(target)
+
+    def answer(convs: list[list[str]], max_tokens: int) -> list[list[int]]:
+        messages: list[list[dict]] = [[] for _ in convs]
+        ids: list[list[int]] = [[] for _ in convs]
+        for turn in range(max(len(c) for c in convs)):
+            live = [i for i, c in enumerate(convs) if turn < len(c)]
+            for i in live:
+                messages[i].append({"role": "user", "content": convs[i][turn]})
+            prompts = [chat(messages[i]) for i in live]
+            for i, p, r in zip(live, prompts, reply(prompts, max_tokens)):
+                messages[i].append({"role": "assistant", "content": tok.decode(r)})
+                ids[i] = p + r
+        return ids
+    return answer
 
 
-def engine_answerer(target, chat):
-    """answerer's one-prompt-at-a-time way, through the engine with `auto`."""
+def engine_reply(target):
+    """answerer's way for a model without packed decode: one prompt at a time through the engine."""
     from speczoo.bench.ab import run_request
     from speczoo.errors import NotPulledError
     from speczoo.events import GenerationRequest
@@ -129,7 +149,7 @@ def engine_answerer(target, chat):
         d = None
     rt = Runtime(target, draft=d)
 
-    def answer(texts: list[str], max_tokens: int) -> list[list[int]]:
-        return [chat(t) + run_request(rt, GenerationRequest(prompt_ids=chat(t), max_new_tokens=max_tokens,
-                                                            spec="auto")).ids for t in texts]
-    return answer
+    def reply(prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+        return [run_request(rt, GenerationRequest(prompt_ids=p, max_new_tokens=max_tokens, spec="auto")).ids
+                for p in prompts]
+    return reply

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
@@ -20,18 +21,48 @@ from pathlib import Path
 from speczoo.spec.eagle.features import chunk_stream
 
 
-def answer_chunks(answer: Callable[[list[str]], list[list[int]]], prompts: list[str], seq_len: int,
+# Second and later user turns, asked after the target's answer (`train-eagle --follow-ups N`): requests
+# that fit any first turn, so that one prompt yields a multi-turn conversation in the target's own words.
+FOLLOW_UPS = (
+    "Can you go into more detail on that?",
+    "Give me a concrete example.",
+    "Summarize your answer in three short bullet points.",
+    "What are the most common mistakes people make with this?",
+    "Rewrite that for a complete beginner.",
+    "How would you make it better?",
+    "Can you make it shorter?",
+    "Explain the reasoning behind your answer step by step.",
+    "What should I ask next to learn more about this?",
+    "Suggest a different approach and compare the two.",
+    "Turn that into a short checklist.",
+    "What would an expert add to your answer?",
+)
+
+
+def conversations(prompts: list[str], follow_ups: int = 0) -> list[list[str]]:
+    """Each prompt as the user turns of one conversation: the prompt, then `follow_ups` distinct
+    requests from FOLLOW_UPS, chosen by the prompt's own hash (the same prompt always gets the same)."""
+    if not 0 <= follow_ups <= len(FOLLOW_UPS):
+        raise ValueError(f"follow-ups must be in 0..{len(FOLLOW_UPS)}, got {follow_ups}")
+    out = []
+    for p in prompts:
+        seed = int.from_bytes(hashlib.sha256(p.encode()).digest()[:8], "little")
+        out.append([p, *random.Random(seed).sample(FOLLOW_UPS, follow_ups)])
+    return out
+
+
+def answer_chunks(answer: Callable[[list[list[str]]], list[list[int]]], convs: list[list[str]], seq_len: int,
                   separator: int | None = None, group: int = 1) -> Iterator[list[int]]:
-    """Chunks of exactly seq_len ids from the target's own answers: `answer(prompts)` gives each prompt's
-    whole conversation ids (the chat-formatted prompt and the target's greedy reply), so the head
-    learns from the text it will draft for. Lazy: the prompts are answered `group` at a time (one
-    packed decode), when their chunks are needed."""
+    """Chunks of exactly seq_len ids from the target's own answers: `answer(convs)` gives each
+    conversation's ids (its user turns through the chat template, each followed by the target's greedy
+    reply), so the head learns from the text it will draft for. Lazy: the conversations are answered
+    `group` at a time (one packed decode per turn), when their chunks are needed."""
     if group < 1:
         raise ValueError(f"answers are generated in groups of at least 1 prompt, got {group}")
 
     def pieces() -> Iterator[list[int]]:
-        for i in range(0, len(prompts), group):
-            yield from answer(prompts[i:i + group])
+        for i in range(0, len(convs), group):
+            yield from answer(convs[i:i + group])
     return chunk_stream(pieces(), seq_len, separator)
 
 
@@ -42,7 +73,7 @@ class AnswerLog:
     without the log it would regenerate every answer before it, which at ~40 tok/s is most of the time
     the run had spent. A line torn by an interruption is cut off when the log is opened."""
 
-    def __init__(self, path: Path, answer: Callable[[list[str]], list[list[int]]], max_tokens: int):
+    def __init__(self, path: Path, answer: Callable[[list[list[str]]], list[list[int]]], max_tokens: int):
         self.path = Path(path)
         self.answer, self.max_tokens = answer, max_tokens
         self.known: dict[str, list[int]] = {}
@@ -58,25 +89,26 @@ class AnswerLog:
                 row = json.loads(line)
                 self.known[row["key"]] = row["ids"]
 
-    def key(self, prompt: str) -> str:
-        return hashlib.sha256(f"{self.max_tokens}\0{prompt}".encode()).hexdigest()[:24]
+    def key(self, turns: list[str]) -> str:
+        """A conversation's key: its user turns and the answer length (one turn: the prompt's key)."""
+        return hashlib.sha256(f"{self.max_tokens}\0{chr(0).join(turns)}".encode()).hexdigest()[:24]
 
-    def __call__(self, prompts: list[str]) -> list[list[int]]:
-        """Each prompt's conversation ids; the ones not in the log are answered together, in one call."""
-        todo = list(dict.fromkeys(p for p in prompts if self.key(p) not in self.known))
+    def __call__(self, convs: list[list[str]]) -> list[list[int]]:
+        """Each conversation's ids; the ones not in the log are answered together, in one call."""
+        todo = list({self.key(c): c for c in convs if self.key(c) not in self.known}.values())
         if todo:
             answers = self.answer(todo)
             if len(answers) != len(todo):
                 raise ValueError(f"asked for {len(todo)} answers, got {len(answers)}")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as f:
-                for p, ids in zip(todo, answers):
-                    f.write(json.dumps({"key": self.key(p), "ids": ids}) + "\n")
-                    self.known[self.key(p)] = ids
+                for c, ids in zip(todo, answers):
+                    f.write(json.dumps({"key": self.key(c), "ids": ids}) + "\n")
+                    self.known[self.key(c)] = ids
                 f.flush()
                 os.fsync(f.fileno())
             self.generated += len(todo)
-        return [self.known[self.key(p)] for p in prompts]
+        return [self.known[self.key(c)] for c in convs]
 
 
 def read_prompts(path: Path) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from torch import Tensor
 
 from speczoo.spec.eagle.config import head_config_for
-from speczoo.spec.eagle.answers import AnswerLog, answer_chunks, prompts_digest
+from speczoo.spec.eagle.answers import AnswerLog, answer_chunks, conversations, prompts_digest
 from speczoo.spec.eagle.features import (ExtractStats, FeatureManifest, FeatureSet, corpus_chunks, corpus_digest,
                                          corpus_files, default_corpus, extract)
 from speczoo.spec.eagle.head import EagleHead
@@ -37,6 +37,7 @@ class EagleTrainOptions:
     prompts: list[str] | None = None       # answered by the target first (Target.answer): chat-style data
     answer_tokens: int = 256               # greedy tokens per answer
     answer_batch: int = 8                  # prompts answered side by side (one packed decode)
+    follow_ups: int = 0                    # further user turns per prompt (answers.FOLLOW_UPS)
     max_tokens: int = 200_000              # tokens of features to extract
     seq_len: int = 512                     # chunk length L
     shard_seqs: int = 8                    # chunks per feature shard
@@ -64,8 +65,9 @@ class Target:
     encode: Callable[[str], list[int]]
     separator: int | None                  # id between corpus files (an end-of-text id)
     eos_ids: tuple[int, ...] = ()
-    # (prompts, max new tokens) -> each one's conversation ids (the chat prompt + the target's greedy reply)
-    answer: Callable[[list[str], int], list[list[int]]] | None = None
+    # (conversations' user turns, max new tokens per reply) -> each conversation's ids (its turns through
+    # the chat template, each followed by the target's greedy reply)
+    answer: Callable[[list[list[str]], int], list[list[int]]] | None = None
 
 
 def train_eagle(target: Target, opts: EagleTrainOptions) -> EagleTrainReport:
@@ -110,9 +112,11 @@ def training_chunks(target: Target, opts: EagleTrainOptions) -> tuple[Iterator[l
         if opts.answer_tokens < 1:
             raise ValueError(f"answers need at least 1 token, got answer_tokens={opts.answer_tokens}")
         answer, n = target.answer, opts.answer_tokens
-        log = AnswerLog(Path(opts.out) / "answers.jsonl", lambda prompts: answer(prompts, n), n)
-        streams.append(answer_chunks(log, opts.prompts, opts.seq_len, target.separator, opts.answer_batch))
-        sources.append(f"prompts:{prompts_digest(opts.prompts)}x{n}")
+        convs = conversations(opts.prompts, opts.follow_ups)
+        log = AnswerLog(Path(opts.out) / "answers.jsonl", lambda cs: answer(cs, n), n)
+        streams.append(answer_chunks(log, convs, opts.seq_len, target.separator, opts.answer_batch))
+        sources.append(f"prompts:{prompts_digest(opts.prompts)}x{n}"
+                       + (f"+{opts.follow_ups}turns" if opts.follow_ups else ""))
     if opts.corpus or not opts.prompts:
         files = corpus_files(opts.corpus or default_corpus())
         streams.append(corpus_chunks(target.encode, files, opts.seq_len, opts.train.seed, target.separator))
