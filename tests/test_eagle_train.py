@@ -2,7 +2,6 @@
 a resumed run continues exactly where the checkpoint stopped, and the saved head loads and installs."""
 
 import hashlib
-from pathlib import Path
 
 import pytest
 import torch
@@ -240,7 +239,7 @@ def test_the_answer_log_cuts_a_torn_line_and_keys_on_the_answer_length(tmp_path)
         AnswerLog(tmp_path / "b.jsonl", lambda cs: [[5]], max_tokens=8)([["u"], ["v"]])
 
 
-def test_follow_ups_make_multi_turn_conversations():
+def test_follow_ups_make_multi_turn_conversations(tmp_path):
     """--follow-ups N: each prompt gets N distinct generic requests after it, the same ones every time
     (so the answer log and the feature cache stay valid), and the cache's digest names N."""
     from speczoo.spec.eagle.answers import FOLLOW_UPS, conversations
@@ -256,8 +255,8 @@ def test_follow_ups_make_multi_turn_conversations():
     target = tiny_target()
     seen: list[list[str]] = []
     target.answer = lambda cs, n: seen.extend(cs) or [[3] * 70 for _ in cs]
-    plain = EagleTrainOptions(out=Path("unused"), prompts=["a", "b"], seq_len=64)
-    more = EagleTrainOptions(out=Path("unused2"), prompts=["a", "b"], seq_len=64, follow_ups=2)
+    plain = EagleTrainOptions(out=tmp_path / "plain", prompts=["a", "b"], seq_len=64)
+    more = EagleTrainOptions(out=tmp_path / "more", prompts=["a", "b"], seq_len=64, follow_ups=2)
     assert training_chunks(target, plain)[1] != training_chunks(target, more)[1]
     next(training_chunks(target, more)[0])
     assert [len(c) for c in seen] == [3, 3]
