@@ -68,10 +68,10 @@ def answer_chunks(answer: Callable[[list[list[str]]], list[list[int]]], convs: l
 
 class AnswerLog:
     """`answer` with a memory on disk: each conversation is appended to a JSONL file (out/answers.jsonl)
-    as soon as it is generated, keyed by its prompt and the answer length, and read back instead of
+    as soon as it is generated, keyed by its user turns and the answer length, and read back instead of
     generated again. An extraction that resumes re-walks the chunk stream up to its first missing shard;
-    without the log it would regenerate every answer before it, which at ~40 tok/s is most of the time
-    the run had spent. A line torn by an interruption is cut off when the log is opened."""
+    without the log it would regenerate every answer before it, which even packed (~100 tok/s) is most
+    of the time the run had spent. A line torn by an interruption is cut off when the log is opened."""
 
     def __init__(self, path: Path, answer: Callable[[list[list[str]]], list[list[int]]], max_tokens: int):
         self.path = Path(path)
