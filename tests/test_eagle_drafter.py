@@ -203,7 +203,7 @@ def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
         assert got == plain, spec
     with pytest.raises(UnknownModelError):
         rt.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=5, spec="eagle:nope-eagle"))
-    assert list(rt._head_steps) == ["tiny-eagle"]                     # timed once, then reused
+    assert list(rt.eagle._step_costs) == ["tiny-eagle"]               # timed once, then reused
 
 
 def test_head_step_is_priced_against_the_target_step_timed_with_it(trained):

@@ -22,7 +22,7 @@ from speczoo.models.args import ModelArgs
 from speczoo.models.loader import load_model
 from speczoo.spec.drafters.eagle import TreeShape
 from speczoo.spec.drafters.ngram import NgramDrafter
-from speczoo.spec.eagle.loaded import EagleHeads, head_step_cost
+from speczoo.spec.eagle.loaded import EagleHeads
 from speczoo.spec.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.spec.engine import MAX_K, Engine
 from speczoo.tokenizer import Tokenizer
@@ -83,7 +83,6 @@ class Runtime:
             from speczoo.spec.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
             drafters["draft"] = make_draft_drafter(draft, target, max_seq)
-        self._head_steps: dict[str, float] = {}   # head name -> its draft step in target steps, timed once
         self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend,
                                 default=eagle_head)
         if self.eagle.default is not None:
@@ -113,21 +112,17 @@ class Runtime:
         "eagle-tree" drafters and give the controller their measured costs in target decode steps: a
         chain pays one head step per token; a tree one batched step per depth for `branch` nodes, so
         about a step per `branch` nodes."""
-        entry = self.eagle.resolve(spec)
-        head = self.eagle.head(entry)
+        step = self.eagle.step_cost(self.eagle.resolve(spec))     # loads the head: errors before anything
         for name, factory in (("eagle", self.eagle.factory), ("eagle-tree", self.eagle.tree_factory)):
             self.engine.drafters.setdefault(name, factory)
             if name not in self.spec_modes:
                 self.spec_modes.insert(-1, name)
-        if entry.name not in self._head_steps:
-            self._head_steps[entry.name] = head_step_cost(head, self.target.model, self.target.args)
-        step = self._head_steps[entry.name]
         self.engine.costs.draft_cost["eagle"] = step
         self.engine.costs.draft_cost["eagle-tree"] = step / self.eagle.tree.branch
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """Render messages through the chat template (generation prompt appended) and encode."""
-        return self.tokenizer.encode(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        return self.tokenizer.chat_ids(messages)
 
 
 def load_runtime(target: str, draft: str | None = None, backend: str | None = None,

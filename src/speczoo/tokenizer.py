@@ -148,6 +148,11 @@ class Tokenizer:
         return self._template().render(messages=msgs, add_generation_prompt=add_generation_prompt,
                                        tools=tools, **specials, **extra)
 
+    def chat_ids(self, messages: list[dict]) -> list[int]:
+        """The conversation's prompt ids: rendered through the chat template with the generation prompt
+        appended, then encoded (no extra special tokens: the template writes its own)."""
+        return self.encode(self.apply_chat_template(messages, add_generation_prompt=True))
+
     def _template(self):
         """The compiled chat template (recompiled when `chat_template` was replaced)."""
         if self._compiled is None or self._compiled[0] != self.chat_template:

@@ -240,14 +240,15 @@ def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recor
     from speczoo.cache import KVCache
     from speczoo.runtime import load
     from speczoo.spec.drafters.eagle import TreeShape
-    from speczoo.spec.eagle.loaded import EagleHeads, head_step_cost
+    from speczoo.spec.eagle.loaded import EagleHeads
 
     depth, branch = (int(x) for x in tree.split(","))
     t = load(target)
     heads = EagleHeads(target, t.model, max_seq=4096, backend=t.backend)
-    head = heads.head(heads.resolve("eagle:" + head_name))
+    entry = heads.resolve("eagle:" + head_name)
+    head = heads.head(entry)
     if step is None:
-        step = head_step_cost(head, t.model, t.args)
+        step = heads.step_cost(entry)
     print(f"EAGLE head {head_name}: a draft step costs {step:.3f} target steps", flush=True)
     out = {}
     for name, rec in recs.items():

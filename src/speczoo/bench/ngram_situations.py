@@ -61,7 +61,7 @@ def table(results: Path, questions: str | None, k: int) -> dict[tuple[str, str],
         messages: list[dict] = []
         for turn, answer, text in zip(q.turns, row["ids"], row["texts"]):
             messages.append({"role": "user", "content": turn})
-            prompt = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
+            prompt = tok.chat_ids(messages)
             messages.append({"role": "assistant", "content": text})
             for sit, run in replay(prompt, answer, k):
                 for key in ((group, sit), ("all", sit)):

@@ -50,7 +50,7 @@ def run(args) -> int:
     if args.raw:
         prompt = t.tokenizer.encode(text, add_special=True)
     else:
-        prompt = t.tokenizer.encode(t.tokenizer.apply_chat_template([{"role": "user", "content": text}]))
+        prompt = t.tokenizer.chat_ids([{"role": "user", "content": text}])
     t0 = time.perf_counter()
     ids, hidden = greedy_with_features(t.model, prompt, args.max_tokens, head.cfg.target_layers)
     t1 = time.perf_counter()

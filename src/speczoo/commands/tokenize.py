@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return _parity(tok, bundle, args)
     text = args.text if args.text is not None else args.file.read_text(encoding="utf-8")
     if args.chat:
-        ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
+        ids = tok.chat_ids([{"role": "user", "content": text}])
     else:
         ids = tok.encode(text, add_special=args.add_special)
     print(" ".join(map(str, ids)))

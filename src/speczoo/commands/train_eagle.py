@@ -108,10 +108,6 @@ def answerer(target):
     from speczoo.packed import greedy_packed
 
     tok = target.tokenizer
-
-    def chat(messages: list[dict]) -> list[int]:
-        return tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
-
     if target.args.sliding_window == 0:
         def reply(prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
             return greedy_packed(target.model, prompts, max_tokens, tok.eos_ids)
@@ -125,7 +121,7 @@ def answerer(target):
             live = [i for i, c in enumerate(convs) if turn < len(c)]
             for i in live:
                 messages[i].append({"role": "user", "content": convs[i][turn]})
-            prompts = [chat(messages[i]) for i in live]
+            prompts = [tok.chat_ids(messages[i]) for i in live]
             for i, p, r in zip(live, prompts, reply(prompts, max_tokens)):
                 messages[i].append({"role": "assistant", "content": tok.decode(r)})
                 ids[i] = p + r

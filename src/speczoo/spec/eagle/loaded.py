@@ -38,6 +38,7 @@ class EagleHeads:
         self.installed = sorted(heads_for(target_name), key=lambda h: (h.path / "model.safetensors").stat().st_mtime)
         self._default = find_head(default) if default else None      # a head named at load (--spec eagle:NAME)
         self._loaded: dict[str, EagleHead] = {}
+        self._step_costs: dict[str, float] = {}   # head name -> its draft step in target steps (head_step_cost)
         self._factories: dict[tuple[str, bool], Callable[[GenerationRequest], EagleDrafter]] = {}
 
     @property
@@ -65,6 +66,13 @@ class EagleHeads:
                                  f"{args.n_layers} layers)")
             self._loaded[entry.name] = load_head(entry.path, self.model.embed).pack(self.backend)
         return self._loaded[entry.name]
+
+    def step_cost(self, entry: HeadEntry) -> float:
+        """The head's draft step in target decode steps, timed against the target the first time it is
+        asked for (head_step_cost), then remembered."""
+        if entry.name not in self._step_costs:
+            self._step_costs[entry.name] = head_step_cost(self.head(entry), self.model, self.model.args)
+        return self._step_costs[entry.name]
 
     def _drafter(self, req: GenerationRequest, tree: bool) -> EagleDrafter:
         entry = self.resolve(req.spec)
