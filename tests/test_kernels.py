@@ -11,14 +11,16 @@ import torch
 
 from speczoo.kernels import native
 from speczoo.kernels.linear import BACKENDS, DEFAULT_FAST_BACKEND, get_backend
-from speczoo.kernels.pack import Q4Codes, pack_q4, pack_q4_codes, pack_q8, quantize_q4, quantize_q8, unpack_q4, unpack_q8
+from speczoo.kernels.pack import (Q4Codes, pack_q4, pack_q4_codes, pack_q8, q4_groups, quantize_q4, quantize_q8,
+                                  unpack_q4, unpack_q8)
 from speczoo.kernels.quantized import Q4Backend, Q8Backend, quantize_rows
 
 INT_BACKENDS = ("q8", "q4", "q8_torch", "q4_torch")
 TWINS = (("q8", "q8_torch"), ("q4", "q4_torch"))
 S_VALUES = (1, 2, 5, 9, 17)
-# K or N off every block size (16 columns, 32/256 inputs), plus the 1.5B's own K
-SHAPES = ((1, 1), (17, 33), (50, 600), (40, 1536), (33, 2000))
+# K or N off every block size (16 columns, 32/256 inputs), plus the 1.5B's and the 0.5B's own K (896 ends
+# in a half super-block)
+SHAPES = ((1, 1), (17, 33), (50, 600), (40, 1536), (33, 2000), (24, 896))
 
 
 def _weights(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -207,6 +209,43 @@ def test_q4_codes_roundtrip_through_layout():
     back = unpack_q4(pack_q4_codes(codes, n, 500))
     for field in ("q", "sc", "m", "d", "dm"):
         assert torch.equal(getattr(codes, field), getattr(back, field)), field
+
+
+def _padded_layout(packed: dict) -> dict:
+    """The q4 layout stored by bundles pulled before partial super-blocks: K padded to whole super-blocks
+    with all-zero groups, qs [NB, KB, 8, 4, 16, 4], sc [NB, KB, 8, 16], mn [NB, KB, 4, 16, 2]."""
+    nb, kb = packed["qs"].shape[0], packed["dd"].shape[1]
+
+    def pad(t, groups, shape):
+        out = torch.zeros((nb, groups) + tuple(t.shape[2:]), dtype=t.dtype)
+        out[:, : t.shape[1]] = t
+        return out.view(shape)
+
+    return {**packed, "qs": pad(packed["qs"], kb * 8, (nb, kb, 8, 4, 16, 4)),
+            "sc": pad(packed["sc"], kb * 8, (nb, kb, 8, 16)), "mn": pad(packed["mn"], kb * 4, (nb, kb, 4, 16, 2))}
+
+
+@pytest.mark.parametrize("k", (896, 600, 33, 1536))
+def test_q4_stores_no_padding_groups_and_reads_padded_packings_alike(k, packed_cache):
+    """A K off the 256-input super-block (the 0.5B's 896) is packed to the next 64 inputs, not to 1024: the
+    kernel streams 12.5% fewer bytes there. A packing padded to whole super-blocks (as bundles pulled
+    before stored it) loads into the same compact layout and gives the same bits."""
+    w, b, packed = packed_cache("q4", 24, k)
+    g = q4_groups(k)
+    assert g == 2 * -(-k // 64) and packed["qs"].shape == (2, g, 4, 16, 4)
+    assert packed["sc"].shape == (2, g, 16) and packed["mn"].shape == (2, g // 2, 16, 2)
+    assert packed["dd"].shape == (2, -(-g // 8), 2, 16)
+    old = _padded_layout(packed)
+    assert old["qs"].numel() == 2 * -(-k // 256) * 2048
+    x = _acts(11, k)
+    for fam in ("q4", "q4_torch"):
+        y = get_backend(fam).build(packed, b)(x)
+        assert torch.equal(y, get_backend(fam).build(old, b)(x)), fam
+    assert torch.equal(get_backend("q4").build(packed, b)(x), get_backend("q4_torch").build(packed, b)(x))
+    for field in ("q", "sc", "m", "d", "dm"):
+        assert torch.equal(getattr(unpack_q4(packed), field), getattr(unpack_q4(old), field)), field
+    m = get_backend("q4").build(old, b)
+    assert m.qs.shape == packed["qs"].shape                  # the padding is dropped at load
 
 
 def test_activation_quantization_is_per_row():

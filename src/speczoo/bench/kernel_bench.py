@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from speczoo.kernels.linear import get_backend
-from speczoo.kernels.pack import STRIP, SUPER, Q8_KALIGN
+from speczoo.kernels.pack import GROUP, STRIP, SUPER, Q8_KALIGN, q4_groups
 
 LAYERS = 28
 SHAPES: dict[str, tuple[int, int]] = {   # name -> (N, K) of W[N, K]
@@ -57,9 +57,10 @@ def random_packed(backend: str, n: int, k: int, gen: torch.Generator) -> dict[st
         kp = _round_up(k, Q8_KALIGN)
         return {"w8": u8(nb, kp // 4, STRIP, 4), "sw": torch.rand(nb * STRIP, generator=gen) * 1e-3, "meta": meta}
     if backend in ("q4", "q4_torch"):
-        kb = _round_up(k, SUPER) // SUPER
-        return {"qs": u8(nb, kb, 8, 4, STRIP, 4), "sc": u8(nb, kb, 8, STRIP) // 4,
-                "mn": u8(nb, kb, 4, STRIP, 2) // 4, "dd": torch.rand(nb, kb, 2, STRIP, generator=gen) * 1e-4,
+        g = q4_groups(k)
+        kb = _round_up(g, SUPER // GROUP) // (SUPER // GROUP)
+        return {"qs": u8(nb, g, 4, STRIP, 4), "sc": u8(nb, g, STRIP) // 4,
+                "mn": u8(nb, g // 2, STRIP, 2) // 4, "dd": torch.rand(nb, kb, 2, STRIP, generator=gen) * 1e-4,
                 "meta": meta}
     return get_backend(backend).pack(torch.randn(n, k, generator=gen) * 0.02)
 

@@ -12,11 +12,13 @@
 //   q8: w8 u8 [NB, KP/4, 16, 4] = q + 128 (q in [-127, 127]), KP = K rounded up to 32;
 //       sw f32 [NB*16] per-column scale.
 //       y = ((float)(sum_k xq*q) * sa[s]) * sw[n]  (+ bias[n])
-//   q4: super-blocks of 256 along K (KB of them), groups of 32; w = D*sc_g*q - Dm*m_g, q in [0, 15]
-//       qs u8 [NB, KB, 8 groups, 4 j, 16 col, 4 i]: low nibble q[k = 32g + 4j + i], high nibble k + 16
-//       sc u8 [NB, KB, 8, 16]; mn u8 [NB, KB, 4 pairs, 16 col, 2] (m of groups 2p, 2p+1)
+//   q4: groups of 32 along K, G = 2 * ceil(K / 64) of them (K rounded up to a pair of groups, not to a
+//       super-block); super-blocks of 8 groups (KB = ceil(G / 8); the last may hold fewer, never 0 or an
+//       odd number); w = D*sc_g*q - Dm*m_g, q in [0, 15]
+//       qs u8 [NB, G groups, 4 j, 16 col, 4 i]: low nibble q[k = 32g + 4j + i], high nibble k + 16
+//       sc u8 [NB, G, 16]; mn u8 [NB, G/2 pairs, 16 col, 2] (m of groups 2p, 2p+1)
 //       dd f32 [NB, KB, 2, 16] (D then Dm)
-//       F = sum_b (float)(sum_g sc_g * sum_{k in g} xq*q) * D_b        (b in order, from 0.0f)
+//       F = sum_b (float)(sum_g sc_g * sum_{k in g} xq*q) * D_b        (b in order, from 0.0f; g in b)
 //       M = sum_b (float)(sum_g m_g * sum_{k in g} xq) * Dm_b          (b in order, from 0.0f)
 //       y = (F - M) * sa[s]  (+ bias[n])
 // Activations: sa = amax|x[s]| / 127, xq = round_half_even(x / sa) clamped to [-127, 127] (0 if sa == 0),
@@ -51,7 +53,7 @@
 #define SZ_KBLOCK 64  // q8: quads (4 inputs) per k-block; one k-block of a strip stays in L1 across row tiles
 
 extern "C" int sz_has_vnni(void) { return SZ_VNNI; }
-extern "C" int sz_abi_version(void) { return 5; }
+extern "C" int sz_abi_version(void) { return 6; }
 
 // ---------------------------------------------------------------- activation quantization (per row)
 static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64_t s, int32_t* xw, int32_t* xg,
@@ -228,17 +230,17 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
     }
 }
 
-// q4: R rows x one super-block, nibbles unpacked in registers (a tile of up to SZ_TILE rows shares them).
-// qb: the strip's packed super-block; xk, xp: activation words and group-sum pairs at (super-block, first
-// row). facc/fmin [R][16] += this block's terms.
+// q4: R rows x one super-block of ng groups (8, or fewer in a strip's last block; even), nibbles unpacked
+// in registers (a tile of up to SZ_TILE rows shares them). qb: the strip's packed super-block; xk, xp:
+// activation words and group-sum pairs at (super-block, first row). facc/fmin [R][16] += this block's terms.
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
-                    const int32_t* xp, int64_t S, float* facc, float* fmin) {
+                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
     constexpr int C = R >= 4 ? 1 : 2;
     const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512i isb[R];
 #pragma GCC unroll 1
-    for (int g = 0; g < 8; ++g) {
+    for (int g = 0; g < ng; ++g) {
         __m512i t[C][R];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
@@ -273,7 +275,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
         isb[r] = _mm512_setzero_si512();  // reused below for the mins
     }
 #pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
+    for (int p = 0; p < ng / 2; ++p) {
         const __m512i mv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(mnb + p * 32)));
         const int32_t* xr = xp + p * S;
 #pragma GCC unroll 16
@@ -289,7 +291,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
 
 typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
 typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
-                           const int32_t*, int64_t, float*, float*);
+                           const int32_t*, int64_t, int, float*, float*);
 template <int... Rs>
 struct Tiles {
     static constexpr q8_tile_fn q8[sizeof...(Rs)] = {&q8_tile<Rs>...};
@@ -339,12 +341,13 @@ static void q8_strip(const uint8_t* w, int64_t KP, const int32_t* xw, int64_t S,
     }
 }
 
-static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t KB,
+static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t G,
                      const int32_t* xw, const int32_t* xg, int64_t S, const float* sa, const float* bias,
                      int32_t* ws, float* out, int64_t N, int64_t ncols, bool accum) {
     float* facc = (float*)ws;            // [S][16]
     float* fmin = (float*)(ws + S * 16);  // [S][16]
     for (int64_t i = 0; i < S * 16; ++i) facc[i] = fmin[i] = 0.0f;
+    const int64_t KB = (G + 7) / 8;  // super-blocks; block b holds groups 8b .. min(8b + 8, G) - 1
 #if SZ_VNNI
     const int64_t tile = row_tile(S);
     for (int64_t b = 0; b < KB; ++b) {
@@ -357,10 +360,11 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
             _mm_prefetch((const char*)(mn + bp * 128 + l), SZ_PFHINT);
             _mm_prefetch((const char*)(dd + bp * 32 + l / 4), SZ_PFHINT);
         }
+        const int ng = (int)(G - 8 * b < 8 ? G - 8 * b : 8);
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
             TL::q4[R - 1](qs + b * 2048, sc + b * 128, mn + b * 128, dd + b * 32, xw + b * 64 * S + r0,
-                          xg + b * 4 * S + r0, S, facc + r0 * 16, fmin + r0 * 16);
+                          xg + b * 4 * S + r0, S, ng, facc + r0 * 16, fmin + r0 * 16);
         }
     }
 #else
@@ -368,7 +372,7 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
         for (int64_t r = 0; r < S; ++r)
             for (int c = 0; c < 16; ++c) {
                 int32_t isum = 0, imn = 0;
-                for (int g = 0; g < 8; ++g) {
+                for (int g = 0; g < 8 && 8 * b + g < G; ++g) {
                     int32_t t = 0, xs = 0;
                     for (int k = 0; k < 32; ++k) {
                         const int j = (k % 16) / 4, i = k % 4;
@@ -398,8 +402,10 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
 }
 
 // ---------------------------------------------------------------- entry points
+static inline int64_t q4_groups(int64_t K) { return 2 * ((K + 63) / 64); }  // pack.py q4_groups
+
 int64_t sz_linear_kpad(const SzLinear& w) {  // inputs per row the activation scratch must hold
-    return w.fmt == SZ_FMT_Q4 ? ((w.K + 255) / 256) * 256 : ((((w.K + 31) / 32) * 32 + 63) / 64) * 64;
+    return w.fmt == SZ_FMT_Q4 ? q4_groups(w.K) * 32 : ((((w.K + 31) / 32) * 32 + 63) / 64) * 64;
 }
 
 // Inside a parallel region (every thread calls it): quantize x's rows (barrier), then the strips (barrier).
@@ -410,11 +416,11 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
     const int64_t NB = (w.N + 15) / 16;
     quantize_rows_omp(x, S, w.K, ldx, sz_linear_kpad(w));
     if (w.fmt == SZ_FMT_Q4) {
-        const int64_t KB = (w.K + 255) / 256;
+        const int64_t G = q4_groups(w.K), KB = (G + 7) / 8;
 #pragma omp for schedule(static)
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
-            q4_strip(w.a + nb * KB * 2048, w.b + nb * KB * 128, w.c + nb * KB * 128, w.d + nb * KB * 32, KB, s.xw,
+            q4_strip(w.a + nb * G * 256, w.b + nb * G * 16, w.c + nb * G * 16, w.d + nb * KB * 32, G, s.xw,
                      s.xg, S, s.sa, w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
         }
     } else {

@@ -29,7 +29,7 @@ HEADERS = (Path(__file__).with_name("cpu_kernels.h"),)
 BASE_FLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC")
 ARCH_NATIVE = ("-march=native",)
 ARCH_PORTABLE = ("-march=x86-64-v2",)  # no AVX-512: exercises the scalar path of the same source
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64

@@ -9,7 +9,9 @@ stored in bundles at pull time. This module must never run a matmul or choose a 
 q4 format: super-blocks of 256 inputs, 8 groups of 32; w = D * sc_g * q - Dm * m_g with q in [0, 15],
 sc_g and m_g uint8, D and Dm fp32 per (column, super-block): 4.75 bits per weight. It holds llama.cpp's
 Q4_K exactly (6-bit sc and m are a subset), so a weight dequantized from a Q4_K GGUF repacks with only
-fp32 rounding error; other weights get a small search over clipping and sub-scale rounding.
+fp32 rounding error; other weights get a small search over clipping and sub-scale rounding. A K that is
+not a multiple of 256 (the 0.5B's 896) ends in a partial super-block of `q4_groups(K)` groups in all:
+the packing stores no all-zero padding groups, which the kernels would otherwise stream at every step.
 """
 
 from __future__ import annotations
@@ -193,10 +195,19 @@ def pack_q4(weight: Tensor) -> dict[str, Tensor]:
     return pack_q4_codes(c, n, k)
 
 
+def q4_groups(k: int) -> int:
+    """Groups of 32 inputs a packed q4 strip holds for K inputs: K rounded up to a pair of groups (64, the
+    unit of the packed minimums and of the activation group sums), not to a whole super-block."""
+    return 2 * (-(-k // (2 * GROUP)))
+
+
 def pack_q4_codes(c: Q4Codes, n: int, k: int) -> dict[str, Tensor]:
+    """Codes (K padded to whole super-blocks) in the kernel layout, minus the groups past q4_groups(k)."""
     kp = c.q.shape[1]
     np_, kb = _round_up(n, STRIP), kp // SUPER
-    nb = np_ // STRIP
+    nb, g = np_ // STRIP, q4_groups(k)
+    if g > kb * 8:
+        raise ValueError(f"q4 codes cover {kp} inputs, fewer than the {k} of the weight")
 
     def pad_rows(t: Tensor) -> Tensor:
         out = torch.zeros((np_,) + tuple(t.shape[1:]), dtype=t.dtype)
@@ -205,24 +216,52 @@ def pack_q4_codes(c: Q4Codes, n: int, k: int) -> dict[str, Tensor]:
 
     q = pad_rows(c.q).view(nb, STRIP, kb, 8, 2, 4, 4)        # [NB, col, KB, g, half, j, i]
     nibbles = q.permute(0, 2, 3, 5, 1, 6, 4)                  # [NB, KB, g, j, col, i, half]
-    qs = (nibbles[..., 0] | (nibbles[..., 1] << 4)).contiguous()             # [NB, KB, 8, 4, 16, 4]
-    sc = pad_rows(c.sc).view(nb, STRIP, kb, 8).permute(0, 2, 3, 1).contiguous()        # [NB, KB, 8, 16]
-    mn = pad_rows(c.m).view(nb, STRIP, kb, 4, 2).permute(0, 2, 3, 1, 4).contiguous()  # [NB, KB, 4, 16, 2]
+    qs = (nibbles[..., 0] | (nibbles[..., 1] << 4)).reshape(nb, kb * 8, 4, STRIP, 4)   # [NB, KB*8, 4, 16, 4]
+    sc = pad_rows(c.sc).view(nb, STRIP, kb * 8).permute(0, 2, 1)                         # [NB, KB*8, 16]
+    mn = pad_rows(c.m).view(nb, STRIP, kb * 4, 2).permute(0, 2, 1, 3)                   # [NB, KB*4, 16, 2]
     dd = torch.stack([pad_rows(c.d), pad_rows(c.dm)], dim=1)                             # [NP, 2, KB]
     dd = dd.view(nb, STRIP, 2, kb).permute(0, 3, 2, 1).contiguous()                     # [NB, KB, 2, 16]
-    return {"qs": qs, "sc": sc, "mn": mn, "dd": dd, "meta": _meta(n, k)}
+    return {"qs": qs[:, :g].contiguous(), "sc": sc[:, :g].contiguous(), "mn": mn[:, : g // 2].contiguous(),
+            "dd": dd, "meta": _meta(n, k)}
+
+
+def compact_q4(packed: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The kernel layout of a q4 packing: qs [NB, G, 4, 16, 4], sc [NB, G, 16], mn [NB, G/2, 16, 2],
+    dd [NB, KB, 2, 16] with G = q4_groups(K), KB = ceil(G / 8). Packings stored before partial super-blocks
+    (qs [NB, KB, 8, 4, 16, 4], K padded to 256) are views of it when K is a multiple of 256, and lose
+    their all-zero padding groups (a copy) otherwise; the codes that remain are the same bytes."""
+    _, k = (int(v) for v in packed["meta"])
+    g = q4_groups(k)
+    qs, sc, mn, dd = packed["qs"], packed["sc"], packed["mn"], packed["dd"]
+    nb = qs.shape[0]
+    qs = qs.reshape(nb, -1, 4, STRIP, 4)
+    sc = sc.reshape(nb, -1, STRIP)
+    mn = mn.reshape(nb, -1, STRIP, 2)
+    kb = -(-g // 8)
+    if qs.shape[1] < g or sc.shape[1] < g or mn.shape[1] < g // 2 or tuple(dd.shape) != (nb, kb, 2, STRIP):
+        raise ValueError(f"packed q4 weight of K={k} needs {g} groups and dd [{nb}, {kb}, 2, {STRIP}]; got qs "
+                         f"{tuple(packed['qs'].shape)}, sc {tuple(packed['sc'].shape)}, dd {tuple(dd.shape)}")
+    return {**packed, "qs": qs[:, :g], "sc": sc[:, :g], "mn": mn[:, : g // 2]}
 
 
 def unpack_q4(packed: dict[str, Tensor]) -> Q4Codes:
-    """Inverse layout of pack_q4 (codes for the real N rows, KP columns)."""
+    """Inverse layout of pack_q4 (codes for the real N rows, KP columns: K padded to whole super-blocks,
+    the groups past q4_groups(K) zero)."""
     n, _ = (int(v) for v in packed["meta"])
-    qs = packed["qs"]                                          # [NB, KB, 8, 4, 16, 4]
-    nb, kb = qs.shape[0], qs.shape[1]
+    p = compact_q4(packed)
+    nb, kb = p["qs"].shape[0], p["dd"].shape[1]
+
+    def pad(t: Tensor, groups: int) -> Tensor:               # zero groups up to whole super-blocks
+        out = torch.zeros((nb, groups) + tuple(t.shape[2:]), dtype=t.dtype)
+        out[:, : t.shape[1]] = t
+        return out
+
+    qs = pad(p["qs"], kb * 8).view(nb, kb, 8, 4, STRIP, 4)   # [NB, KB, 8, 4, 16, 4]
     halves = torch.stack([qs & 15, qs >> 4], dim=-1)           # [NB, KB, g, j, col, i, half]
     q = halves.permute(0, 4, 1, 2, 6, 3, 5).reshape(nb * STRIP, kb * SUPER)
-    sc = packed["sc"].permute(0, 3, 1, 2).reshape(nb * STRIP, kb * 8)
-    m = packed["mn"].permute(0, 3, 1, 2, 4).reshape(nb * STRIP, kb * 8)
-    dd = packed["dd"].permute(0, 3, 2, 1).reshape(nb * STRIP, 2, kb)
+    sc = pad(p["sc"], kb * 8).permute(0, 2, 1).reshape(nb * STRIP, kb * 8)
+    m = pad(p["mn"], kb * 4).permute(0, 2, 1, 3).reshape(nb * STRIP, kb * 8)
+    dd = p["dd"].permute(0, 3, 2, 1).reshape(nb * STRIP, 2, kb)
     return Q4Codes(q=q[:n].contiguous(), sc=sc[:n].contiguous(), m=m[:n].contiguous(),
                    d=dd[:n, 0].contiguous(), dm=dd[:n, 1].contiguous())
 

@@ -15,7 +15,8 @@ from torch import Tensor, nn
 
 from speczoo.kernels import native
 from speczoo.kernels.linear import LinearBackend, register
-from speczoo.kernels.pack import GROUP, STRIP, SUPER, check_packed, pack_q4, pack_q8, unpack_q4, unpack_q8
+from speczoo.kernels.pack import (GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8, unpack_q4,
+                                  unpack_q8)
 
 Q8_PARTS = ("w8", "sw", "meta")
 Q4_PARTS = ("qs", "sc", "mn", "dd", "meta")
@@ -85,9 +86,10 @@ class Q4Native(nn.Module):
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
         super().__init__()
         self.n, self.k = check_packed(packed, Q4_PARTS, "q4")
-        self.qs = packed["qs"].contiguous()        # [NB, KB, 8, 4, 16, 4] u8
-        self.sc = packed["sc"].contiguous()        # [NB, KB, 8, 16] u8
-        self.mn = packed["mn"].contiguous()        # [NB, KB, 4, 16, 2] u8
+        packed = compact_q4(packed)                # G = q4_groups(K) groups of 32, KB = ceil(G / 8)
+        self.qs = packed["qs"].contiguous()        # [NB, G, 4, 16, 4] u8
+        self.sc = packed["sc"].contiguous()        # [NB, G, 16] u8
+        self.mn = packed["mn"].contiguous()        # [NB, G/2, 16, 2] u8
         self.dd = packed["dd"].float().contiguous()  # [NB, KB, 2, 16] f32
         self.bias = _check_bias(bias, self.n)
         self.lib = lib
