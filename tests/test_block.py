@@ -1,7 +1,7 @@
 """The compiled decoder block (kernels/block.py, cpu_block.cpp): used exactly when every linear of a Qwen2
 block is a compiled kernel, equal to the PyTorch composition to round-off, batch-invariant (bit for bit)
 across tree rows and thread counts (across forward sizes: test_models.py, backend q4), and clear about
-bad input."""
+bad input. The one-call stack of all blocks is bit-identical to running them one by one."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ import torch
 from tiny import tiny_model
 
 from speczoo.cache import KVCache
-from speczoo.kernels.block import NativeBlock
+from speczoo.kernels.block import NativeBlock, NativeStack
 from speczoo.models.base import Rotation, plan_attention
 
 FAST = ("q4", "q8")
@@ -140,3 +140,70 @@ def test_portable_build_runs_the_block_and_agrees():
     a = fast(t, torch.arange(16), KVCache(args, 32)).logits
     b = portable(t, torch.arange(16), KVCache(args, 32)).logits
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _tree_mask(parents: list[int]) -> torch.Tensor:
+    mask = torch.zeros(len(parents), len(parents), dtype=torch.bool)
+    for i in range(len(parents)):
+        j = i
+        while j >= 0:
+            mask[i, j] = True
+            j = parents[j]
+    return mask
+
+
+def _forwards(model, args) -> list:
+    """A prefill with hidden states captured mid-stack and at the end, a decode step, a chain verify and
+    a tree verify: the logits, hidden states and cache contents of each."""
+    c = KVCache(args, 64)
+    outs = [model(toks(20), torch.arange(20), c, hidden_layers=[0, 1, -1])]
+    outs.append(model(toks(1, seed=2), torch.tensor([20]), c, hidden_layers=[1]))
+    outs.append(model(toks(5, seed=3), torch.arange(21, 26), c))
+    outs.append(model(toks(4, seed=4), torch.tensor([26, 27, 28, 27]), c, tree_mask=_tree_mask([-1, 0, 1, 0])))
+    return [o.logits for o in outs] + [h for o in outs for h in o.hidden] + [c._k.clone(), c._v.clone()]
+
+
+@pytest.mark.parametrize("backend", FAST)
+def test_one_call_stack_is_bit_identical_to_block_by_block(backend, monkeypatch):
+    model, args = tiny_model("qwen2", backend=backend, n_layers=3)
+    assert model.stack is not None
+
+    def not_block_by_block(*a, **k):
+        raise AssertionError("a block ran by itself while the stack could run them all")
+
+    with monkeypatch.context() as m:
+        m.setattr(NativeBlock, "__call__", not_block_by_block)
+        stacked = _forwards(model, args)
+    with monkeypatch.context() as m:
+        m.setattr(NativeStack, "supports", staticmethod(lambda *a: False))
+        one_by_one = _forwards(model, args)
+    assert len(stacked) == len(one_by_one) == 4 + 4 + 2
+    for a, b in zip(stacked, one_by_one):
+        assert torch.equal(a, b)
+
+
+def test_stack_needs_every_block_compiled_and_reports_bad_input():
+    model, args = tiny_model("qwen2", backend="q4")
+    stack = model.stack
+    assert stack is not None and model.stack is stack              # built once, reused
+    saved = model.layers[1].native
+    model.layers[1].native = None
+    try:
+        assert model.stack is None                                 # one block in PyTorch: block by block
+    finally:
+        model.layers[1].native = saved
+    assert model.stack is not None
+    assert tiny_model("qwen2", backend="q8_torch")[0].stack is None
+    c = KVCache(args, 16)
+    x = torch.randn(2, args.dim)
+    pos = torch.arange(2)
+    rot = Rotation.at(model.rope, pos, 1, model.q_scale)
+    plan = plan_attention(0, [0, 1], pos, None, 0, invariant=True)
+    with pytest.raises(ValueError, match="shapes that do not fit"):
+        model.stack.run(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k, c.v, c.capacity - 1, plan.keys)
+    bad = plan_attention(0, [0, 1], pos, None, 0, invariant=True)
+    bad.keys.hi.fill_(c.capacity + 5)
+    with pytest.raises(ValueError, match="key plan is invalid"):
+        model.stack.run(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k, c.v, 0, bad.keys)
+    assert not NativeStack.supports(x, [k.double() for k in c.k], c.v, plan.keys)
+    assert torch.equal(model.stack.run(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k, c.v, 0, plan.keys, 1, 1), x)

@@ -1,4 +1,5 @@
-"""A Qwen2-shaped decoder block run as ONE compiled call (cpu_block.cpp, `sz_qwen_block`).
+"""A Qwen2-shaped decoder block run as ONE compiled call (cpu_block.cpp, `sz_qwen_block`), and a run of
+such blocks as one call (`NativeStack`, `sz_qwen_blocks`).
 
 The block's forward in PyTorch is ~40 small operations (norms, RoPE, cache writes, residual adds, SiLU)
 around four linear calls and the attention; on two cores their dispatch costs about a fifth of a decode
@@ -7,6 +8,11 @@ block runs in C++ instead: the same linear and attention routines, the elementwi
 row by row, so the forward stays batch-invariant (tests/test_block.py holds it to that and to the
 PyTorch composition within round-off). It must never be used for a non-fp32 cache or a batched
 (non-invariant) attention plan: the block asks `supports` first.
+
+Calling the blocks one by one from Python still costs about 40 µs each (the argument conversion of a
+23-argument ctypes call, the copies of the inputs, an OpenMP region per block): about a millisecond of a
+10 ms draft-model step. `NativeStack` runs all of a model's blocks, or a range of them, in one call and
+one OpenMP region, with the same arithmetic, so its output is bit-identical to the block-by-block run.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class NativeBlock:
         self.norm1, self.norm2 = norm1.contiguous(), norm2.contiguous()
         self.eps = eps
         self.h, self.hkv, self.dh = n_heads, n_kv_heads, head_dim
+        self.lib = lib
         self._fn = lib.block_fn
         self._keep = keep                    # the modules whose weights the descriptors point into
 
@@ -83,4 +90,59 @@ class NativeBlock:
         if rc != 0:
             raise ValueError(f"the compiled block was given shapes that do not fit (S={s}, D={d}, l0={l0}, "
                              f"cache {tuple(k_cache.shape)})")
+        return out
+
+
+class NativeStack:
+    """All the compiled blocks of a model, run in one call: `run(x, ..., start, stop)` is
+    `blocks[start:stop]` applied in turn, bit for bit. Build it with `NativeStack.build(blocks)`, which
+    returns None unless every block is a NativeBlock of one library and one shape."""
+
+    def __init__(self, blocks: list[NativeBlock], lib: native.NativeKernels):
+        self.blocks = blocks
+        self._fn = lib.blocks_fn
+        self._static = [(b.norm1.data_ptr(), b.norm2.data_ptr(), b.lin.data_ptr()) for b in blocks]
+        first = blocks[0]
+        self.eps, self.h, self.hkv, self.dh = first.eps, first.h, first.hkv, first.dh
+
+    @classmethod
+    def build(cls, blocks: list[NativeBlock | None]) -> NativeStack | None:
+        if not blocks or any(b is None for b in blocks):
+            return None
+        shapes = {(b.eps, b.h, b.hkv, b.dh) for b in blocks}       # type: ignore[union-attr]
+        libs = {id(b.lib) for b in blocks}                        # type: ignore[union-attr]
+        if len(shapes) != 1 or len(libs) != 1:
+            return None
+        return cls(blocks, blocks[0].lib)                         # type: ignore[arg-type,union-attr]
+
+    @staticmethod
+    def supports(x: Tensor, k_caches: list[Tensor], v_caches: list[Tensor], keys) -> bool:
+        """NativeBlock.supports for every layer's cache (fp32, contiguous)."""
+        return (keys is not None and x.dtype == torch.float32
+                and all(k.dtype == torch.float32 and k.is_contiguous() for k in k_caches)
+                and all(v.dtype == torch.float32 and v.is_contiguous() for v in v_caches))
+
+    def run(self, x: Tensor, cos: Tensor, sin: Tensor, q_cos: Tensor, q_sin: Tensor, k_caches: list[Tensor],
+            v_caches: list[Tensor], l0: int, keys, start: int = 0, stop: int | None = None) -> Tensor:
+        """x [S, D] -> the residual stream after blocks start .. stop - 1 [S, D] (x itself is not modified);
+        k_caches/v_caches: every layer's cache [Hkv, C, Dh]; the rest as for NativeBlock.__call__."""
+        stop = len(self.blocks) if stop is None else stop
+        s, d = x.shape
+        out = x.contiguous().clone()
+        if stop <= start:
+            return out
+        table = torch.tensor([(*self._static[i], k_caches[i].data_ptr(), v_caches[i].data_ptr())
+                              for i in range(start, stop)], dtype=torch.int64)           # [n, 5]
+        cos, sin, q_cos, q_sin = (t.contiguous() for t in (cos, sin, q_cos, q_sin))
+        rc = self._fn(out.data_ptr(), s, d, stop - start, table.data_ptr(), self.eps, cos.data_ptr(),
+                      sin.data_ptr(), q_cos.data_ptr(), q_sin.data_ptr(), self.h, self.hkv, self.dh,
+                      k_caches[start].shape[1], l0, *keys.args, torch.get_num_threads())
+        if rc == -1:
+            raise MemoryError(f"the compiled blocks could not allocate their scratch for S={s}")
+        if rc == -2:
+            raise ValueError("attention key plan is invalid for this cache: every row needs at least one key "
+                             "inside the cache")
+        if rc != 0:
+            raise ValueError(f"the compiled blocks were given shapes that do not fit (S={s}, D={d}, l0={l0}, "
+                             f"cache {tuple(k_caches[start].shape)})")
         return out

@@ -1,4 +1,5 @@
-// A whole pre-norm decoder block of the Qwen2 shape in one call, one OpenMP region:
+// A whole pre-norm decoder block of the Qwen2 shape in one call, one OpenMP region (sz_qwen_block), or
+// a run of such blocks in one call and one region (sz_qwen_blocks, the same arithmetic block by block):
 //   h = rmsnorm(x) ; q, k, v = qkv(h) (+ bias) ; rotate q (scaled) and k ; write k, v to the cache ;
 //   x += wo(attention(q, cache)) ; h = rmsnorm(x) ; g, u = gate_up(h) ; x += down(silu(g) * u).
 // It exists to remove the per-operation overhead of running those ~40 small steps from Python (about a
@@ -67,41 +68,94 @@ static SzLinear linear_at(const int64_t* p) {  // p: fmt, N, K, a, b, c, d, bias
                     (const float*)p[6], (const float*)p[7]};
 }
 
-// x [S, D] in/out (the residual stream); lin: 4 x 8 int64 (qkv, wo, gate_up, down; see linear_at);
-// cos_k/sin_k, cos_q/sin_q [S, Dh] (the query pair has the query scale folded in); kc/vc [Hkv, C, Dh] of
-// this layer; lo/hi/off/idx: the key plan of kernels/attention.py. Returns 0; -1 when scratch could not
-// be allocated; -2 on an invalid key plan; -3 when the layer shapes do not fit together or the cache.
-extern "C" int sz_qwen_block(float* x, int64_t S, int64_t D, const float* norm1, const float* norm2, float eps,
-                             const int64_t* lin, const float* cos_k, const float* sin_k, const float* cos_q,
-                             const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh, float* kc, float* vc, int64_t C,
-                             int64_t l0, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
-                             int nthreads) {
-    if (S <= 0) return 0;
-    const SzLinear wqkv = linear_at(lin), wo = linear_at(lin + 8), wgu = linear_at(lin + 16), wd = linear_at(lin + 24);
-    const int64_t HD = H * Dh, KVD = Hkv * Dh, F = wgu.N / 2;
-    if (wqkv.K != D || wqkv.N != HD + 2 * KVD || wo.K != HD || wo.N != D || wgu.K != D || wgu.N != 2 * F ||
-        wd.K != F || wd.N != D || Dh % 2 != 0 || l0 < 0 || l0 + S > C)
-        return -3;
-    const int64_t nmax = sz_attend_plan(S, H, Hkv, C, lo, hi, off, idx);
-    if (nmax < 0) return (int)nmax;
+// One layer's parameters: its two norms, its four linears (qkv, wo, gate_up, down) and its cache.
+struct Layer {
+    const float *norm1, *norm2;
+    SzLinear wqkv, wo, wgu, wd;
+    float *kc, *vc;
+};
 
-    std::lock_guard<std::mutex> guard(sz_lock());
-    int64_t kp = sz_linear_kpad(wqkv);
-    for (const SzLinear* w : {&wo, &wgu, &wd}) kp = sz_linear_kpad(*w) > kp ? sz_linear_kpad(*w) : kp;
+static Layer layer_at(const float* norm1, const float* norm2, const int64_t* lin, float* kc, float* vc) {
+    return Layer{norm1, norm2, linear_at(lin), linear_at(lin + 8), linear_at(lin + 16), linear_at(lin + 24), kc, vc};
+}
+
+static bool shapes_fit(const Layer& L, int64_t S, int64_t D, int64_t H, int64_t Hkv, int64_t Dh, int64_t C,
+                       int64_t l0) {
+    const int64_t HD = H * Dh, KVD = Hkv * Dh, F = L.wgu.N / 2;
+    return L.wqkv.K == D && L.wqkv.N == HD + 2 * KVD && L.wo.K == HD && L.wo.N == D && L.wgu.K == D &&
+           L.wgu.N == 2 * F && L.wd.K == F && L.wd.N == D && Dh % 2 == 0 && l0 >= 0 && l0 + S <= C;
+}
+
+// Under sz_lock(), outside a parallel region: grow the activation scratch and the block buffers for
+// layers[0 .. n). Returns 0, or -1 when memory ran out.
+static int reserve(const Layer* layers, int64_t n, int64_t S, int64_t D, int64_t HD) {
+    int64_t kp = 0, need = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const Layer& L = layers[i];
+        for (const SzLinear* w : {&L.wqkv, &L.wo, &L.wgu, &L.wd}) kp = sz_linear_kpad(*w) > kp ? sz_linear_kpad(*w) : kp;
+        const int64_t nd = S * (D + L.wqkv.N + HD + HD + L.wgu.N + L.wgu.N / 2);
+        need = nd > need ? nd : need;
+    }
     if (sz_reserve_scratch(S, kp) != 0) return -1;
-    const int64_t need = S * (D + wqkv.N + HD + HD + wgu.N + F);
     if (need > g_cap) {
         free(g_buf);
         g_buf = (float*)aligned_alloc(64, ((need * (int64_t)sizeof(float) + 63) / 64) * 64);
         g_cap = g_buf ? need : 0;
         if (!g_buf) return -1;
     }
+    return 0;
+}
+
+// Inside a parallel region (every thread calls it): one block over x [S, D] in place. Ends with a
+// barrier (the down projection's work-shared loop), so the next block may read x at once.
+static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps, const float* cos_k,
+                      const float* sin_k, const float* cos_q, const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh,
+                      int64_t C, int64_t l0, const int64_t* lo, const int64_t* hi, const int64_t* off,
+                      const int64_t* idx, int64_t nmax, int32_t* ws, int32_t* slots, float* scores) {
+    const int64_t HD = H * Dh, KVD = Hkv * Dh, F = L.wgu.N / 2;
     float* h = g_buf;                 // [S, D]
     float* qkv = h + S * D;           // [S, HD + 2 KVD]
-    float* q = qkv + S * wqkv.N;      // [S, H, Dh] rotated, scaled
+    float* q = qkv + S * L.wqkv.N;    // [S, H, Dh] rotated, scaled
     float* att = q + S * HD;          // [S, H, Dh]
     float* gu = att + S * HD;         // [S, 2F]
-    float* a = gu + S * wgu.N;        // [S, F]
+    float* a = gu + S * L.wgu.N;      // [S, F]
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, L.norm1, eps, h + s * D);
+    sz_linear_omp(L.wqkv, h, S, D, qkv, L.wqkv.N, false, ws);
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < S; ++s) {
+        const float* row = qkv + s * L.wqkv.N;
+        rope_row(row, H, Dh, cos_q + s * Dh, sin_q + s * Dh, q + s * HD);
+        for (int64_t g = 0; g < Hkv; ++g) {
+            float* kslot = L.kc + (g * C + l0 + s) * Dh;
+            rope_row(row + HD + g * Dh, 1, Dh, cos_k + s * Dh, sin_k + s * Dh, kslot);
+            memcpy(L.vc + (g * C + l0 + s) * Dh, row + HD + KVD + g * Dh, sizeof(float) * Dh);
+        }
+    }
+    sz_attend_omp(q, S, H, Dh, L.kc, L.vc, Hkv, C, lo, hi, off, idx, nmax, att, slots, scores);
+    sz_linear_omp(L.wo, att, S, HD, x, D, true, ws);              // x += wo(att)
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, L.norm2, eps, h + s * D);
+    sz_linear_omp(L.wgu, h, S, D, gu, L.wgu.N, false, ws);
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < S; ++s) silu_mul_row(gu + s * L.wgu.N, gu + s * L.wgu.N + F, F, a + s * F);
+    sz_linear_omp(L.wd, a, S, F, x, D, true, ws);                 // x += down(a)
+}
+
+// layers[0 .. n) in turn over x [S, D] in place, in one OpenMP region. Returns 0, -1 (memory), -2 (plan),
+// -3 (shapes).
+static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64_t D, float eps, const float* cos_k,
+                      const float* sin_k, const float* cos_q, const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh,
+                      int64_t C, int64_t l0, const int64_t* lo, const int64_t* hi, const int64_t* off,
+                      const int64_t* idx, int nthreads) {
+    if (S <= 0 || n <= 0) return 0;
+    for (int64_t i = 0; i < n; ++i)
+        if (!shapes_fit(layers[i], S, D, H, Hkv, Dh, C, l0)) return -3;
+    const int64_t nmax = sz_attend_plan(S, H, Hkv, C, lo, hi, off, idx);
+    if (nmax < 0) return (int)nmax;
+
+    std::lock_guard<std::mutex> guard(sz_lock());
+    if (reserve(layers, n, S, D, H * Dh) != 0) return -1;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads)
     {
@@ -113,32 +167,45 @@ extern "C" int sz_qwen_block(float* x, int64_t S, int64_t D, const float* norm1,
             failed = 1;
         }
 #pragma omp barrier
-        if (!failed) {
-#pragma omp for schedule(static)
-            for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, norm1, eps, h + s * D);
-            sz_linear_omp(wqkv, h, S, D, qkv, wqkv.N, false, ws);
-#pragma omp for schedule(static)
-            for (int64_t s = 0; s < S; ++s) {
-                const float* row = qkv + s * wqkv.N;
-                rope_row(row, H, Dh, cos_q + s * Dh, sin_q + s * Dh, q + s * HD);
-                for (int64_t g = 0; g < Hkv; ++g) {
-                    float* kslot = kc + (g * C + l0 + s) * Dh;
-                    rope_row(row + HD + g * Dh, 1, Dh, cos_k + s * Dh, sin_k + s * Dh, kslot);
-                    memcpy(vc + (g * C + l0 + s) * Dh, row + HD + KVD + g * Dh, sizeof(float) * Dh);
-                }
-            }
-            sz_attend_omp(q, S, H, Dh, kc, vc, Hkv, C, lo, hi, off, idx, nmax, att, slots, scores);
-            sz_linear_omp(wo, att, S, HD, x, D, true, ws);              // x += wo(att)
-#pragma omp for schedule(static)
-            for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, norm2, eps, h + s * D);
-            sz_linear_omp(wgu, h, S, D, gu, wgu.N, false, ws);
-#pragma omp for schedule(static)
-            for (int64_t s = 0; s < S; ++s) silu_mul_row(gu + s * wgu.N, gu + s * wgu.N + F, F, a + s * F);
-            sz_linear_omp(wd, a, S, F, x, D, true, ws);                 // x += down(a)
-        }
+        if (!failed)
+            for (int64_t i = 0; i < n; ++i)
+                block_omp(layers[i], x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, lo, hi, off, idx,
+                          nmax, ws, slots, scores);
         free(ws);
         free(slots);
         free(scores);
     }
     return failed ? -1 : 0;
+}
+
+// x [S, D] in/out (the residual stream); lin: 4 x 8 int64 (qkv, wo, gate_up, down; see linear_at);
+// cos_k/sin_k, cos_q/sin_q [S, Dh] (the query pair has the query scale folded in); kc/vc [Hkv, C, Dh] of
+// this layer; lo/hi/off/idx: the key plan of kernels/attention.py. Returns 0; -1 when scratch could not
+// be allocated; -2 on an invalid key plan; -3 when the layer shapes do not fit together or the cache.
+extern "C" int sz_qwen_block(float* x, int64_t S, int64_t D, const float* norm1, const float* norm2, float eps,
+                             const int64_t* lin, const float* cos_k, const float* sin_k, const float* cos_q,
+                             const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh, float* kc, float* vc, int64_t C,
+                             int64_t l0, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
+                             int nthreads) {
+    const Layer L = layer_at(norm1, norm2, lin, kc, vc);
+    return run_layers(&L, 1, x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, lo, hi, off, idx, nthreads);
+}
+
+// Blocks n in a row, as n calls of sz_qwen_block would run them (the same arithmetic, in one call and one
+// OpenMP region). layers: n x 5 int64 (norm1, norm2, lin as for sz_qwen_block, kc, vc; pointers as int64).
+extern "C" int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps,
+                              const float* cos_k, const float* sin_k, const float* cos_q, const float* sin_q,
+                              int64_t H, int64_t Hkv, int64_t Dh, int64_t C, int64_t l0, const int64_t* lo,
+                              const int64_t* hi, const int64_t* off, const int64_t* idx, int nthreads) {
+    if (n <= 0) return 0;
+    Layer* ls = (Layer*)malloc(sizeof(Layer) * n);
+    if (!ls) return -1;
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t* p = layers + 5 * i;
+        ls[i] = layer_at((const float*)p[0], (const float*)p[1], (const int64_t*)p[2], (float*)p[3], (float*)p[4]);
+    }
+    const int rc = run_layers(ls, n, x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, lo, hi, off, idx,
+                              nthreads);
+    free(ls);
+    return rc;
 }

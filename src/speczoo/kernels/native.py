@@ -113,6 +113,10 @@ class NativeKernels:
         self._block.argtypes = [_P, _I, _I, _P, _P, ctypes.c_float, _P, _P, _P, _P, _P, _I, _I, _I, _P, _P, _I, _I,
                                 _P, _P, _P, _P, ctypes.c_int]
         self._block.restype = ctypes.c_int
+        self._blocks = lib.sz_qwen_blocks
+        self._blocks.argtypes = [_P, _I, _I, _I, _P, ctypes.c_float, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P, _P, _P, _P,
+                                 ctypes.c_int]
+        self._blocks.restype = ctypes.c_int
 
     @property
     def q8_fn(self):  # (x, S, K, ldx, w8, sw, N, bias, y, nthreads) -> 0, or -1 when scratch allocation failed
@@ -131,6 +135,11 @@ class NativeKernels:
     def block_fn(self):  # (x, S, D, norm1, norm2, eps, lin, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, k, v, C, l0,
         #                   lo, hi, off, idx, nthreads) -> 0, -1 (memory), -2 (bad plan), -3 (bad shapes)
         return self._block
+
+    @property
+    def blocks_fn(self):  # (x, S, D, n, layers [n, 5], eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, lo, hi,
+        #                    off, idx, nthreads) -> as block_fn; layers: norm1, norm2, lin, k, v per block
+        return self._blocks
 
 
 _LOADED: dict[tuple[str, ...], NativeKernels] = {}

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from torch import Tensor, nn
 
-from speczoo.kernels.block import NativeBlock
+from speczoo.kernels.block import NativeBlock, NativeStack
 from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
@@ -70,6 +70,16 @@ class Qwen2(DecoderBase):
         self.lm_head = make_linear("output.weight", tensors, backend, packed, source=head_src)
         self.rope = Rope(args.head_dim, args.rope_theta)
         self.q_scale = default_query_scale(args)
+        self._stack: NativeStack | None = None
+
+    @property
+    def stack(self) -> NativeStack | None:
+        """Every block in one compiled call when all of them are compiled (else None: block by block);
+        rebuilt when a block's compiled forward is swapped (tests run blocks in PyTorch that way)."""
+        natives = [layer.native for layer in self.layers]
+        if self._stack is None or self._stack.blocks != natives:
+            self._stack = NativeStack.build(natives)
+        return self._stack
 
     def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden, keys) -> Tensor:
         pos = positions.tolist()
@@ -77,6 +87,15 @@ class Qwen2(DecoderBase):
         plan = (plan_keys(keys, self.invariant) if keys is not None
                 else plan_attention(l0, pos, positions, tree_mask, 0, self.invariant))
         x = self.embed[tokens].float()                                  # [S, D]
+        stack = self.stack
+        if stack is not None and NativeStack.supports(x, cache.k, cache.v, plan.keys):
+            start = 0
+            for stop in sorted({li + 1 for li in slots} | {len(self.layers)}):   # runs up to each captured layer
+                x = stack.run(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, cache.k, cache.v, l0, plan.keys, start, stop)
+                for k in slots.get(stop - 1, ()):
+                    hidden[k] = x
+                start = stop
+            return x
         for li, layer in enumerate(self.layers):
             x = layer(x, rot, cache.k[li], cache.v[li], l0, plan)
             for k in slots.get(li, ()):
