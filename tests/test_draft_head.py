@@ -60,6 +60,25 @@ def test_reduced_head_keeps_common_and_prompt_ids_only():
         ReducedHead(tiny_model("qwen2", backend="fp32")[0], 64)
 
 
+def test_pick_is_the_full_rows_argmax_with_its_probability():
+    """pick() searches the kept ids only and must give the full row's argmax (ties: the lowest id, as
+    torch.argmax) and, through the kept logits, the same softmax probability to round-off."""
+    model, args = tiny_model("qwen2", backend="q4", vocab=256)
+    head = ReducedHead(model, 64)
+    for keep in ([], [5, 200, 131]):
+        head.keep(keep)
+        rows = model(torch.tensor([3, 200, 7, 9]), torch.arange(4), KVCache(args, 16), head=head).logits
+        rows = torch.cat([rows, rows[:1].clone(), rows[:1].clone()])
+        top = 130 if keep else 10
+        rows[-2, top] = rows[-2].max() + 5.0                          # the max among the prompt's strips
+        rows[-1, 40] = rows[-1, 20] = rows[-1].max() + 1.0            # a tie: the lower id wins
+        for row in rows:
+            t, kept = head.pick(row)
+            assert t == int(row.argmax())
+            torch.testing.assert_close(torch.softmax(kept, -1).max(), torch.softmax(row, -1)[t])
+        assert head.pick(rows[-2])[0] == top and head.pick(rows[-1])[0] == 20
+
+
 def test_drafting_with_a_reduced_head_is_lossless():
     target, args = tiny_model("qwen2", backend="q4", vocab=256, seed=0)
     draft, _ = tiny_model("qwen2", backend="q4", vocab=256, seed=0)    # the model itself: high acceptance

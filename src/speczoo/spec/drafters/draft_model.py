@@ -99,7 +99,11 @@ class DraftModelDrafter(Drafter):
         qs: list[torch.Tensor] = []
         sure = 1.0                          # product of the probabilities given to the tokens so far
         for i in range(k):
-            if self.params.greedy:
+            if self.params.greedy and self.head is not None:          # argmax among the ids it scores
+                t, kept = self.head.pick(logits[0])
+                if i < len(floors):
+                    sure *= float(torch.softmax(kept, -1).max())
+            elif self.params.greedy:
                 t = int(logits[0].argmax())
                 if i < len(floors):
                     sure *= float(torch.softmax(logits[0], -1)[t])
