@@ -104,6 +104,18 @@ def test_compiled_block_does_not_depend_on_the_thread_count():
     assert all(torch.equal(r, results[0]) for r in results[1:])
 
 
+def _refuses_bad_input(call, capacity: int) -> None:
+    """call(l0, keys) runs two rows from slot l0 with these keys: rows past the cache, or keys outside
+    it, must be clear errors."""
+    pos = torch.arange(2)
+    with pytest.raises(ValueError, match="shapes that do not fit"):
+        call(capacity - 1, plan_attention(0, [0, 1], pos, None, 0, invariant=True).keys)
+    bad = plan_attention(0, [0, 1], pos, None, 0, invariant=True)
+    bad.keys.hi.fill_(capacity + 5)
+    with pytest.raises(ValueError, match="key plan is invalid"):
+        call(0, bad.keys)
+
+
 def test_bad_plans_and_shapes_are_clear_errors():
     model, args = tiny_model("qwen2", backend="q4")
     block = model.layers[0].native
@@ -112,12 +124,8 @@ def test_bad_plans_and_shapes_are_clear_errors():
     pos = torch.arange(2)
     rot = Rotation.at(model.rope, pos, 1, model.q_scale)
     plan = plan_attention(0, [0, 1], pos, None, 0, invariant=True)
-    with pytest.raises(ValueError, match="shapes that do not fit"):
-        block(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k[0], c.v[0], c.capacity - 1, plan.keys)
-    bad = plan_attention(0, [0, 1], pos, None, 0, invariant=True)
-    bad.keys.hi.fill_(c.capacity + 5)
-    with pytest.raises(ValueError, match="key plan is invalid"):
-        block(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k[0], c.v[0], 0, bad.keys)
+    _refuses_bad_input(lambda l0, keys: block(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k[0], c.v[0], l0, keys),
+                       c.capacity)
     assert NativeBlock.supports(x, c.k[0], plan.keys)
     assert not NativeBlock.supports(x.double(), c.k[0], plan.keys)
     assert not NativeBlock.supports(x, c.k[0], None)
@@ -199,11 +207,7 @@ def test_stack_needs_every_block_compiled_and_reports_bad_input():
     pos = torch.arange(2)
     rot = Rotation.at(model.rope, pos, 1, model.q_scale)
     plan = plan_attention(0, [0, 1], pos, None, 0, invariant=True)
-    with pytest.raises(ValueError, match="shapes that do not fit"):
-        model.stack.run(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k, c.v, c.capacity - 1, plan.keys)
-    bad = plan_attention(0, [0, 1], pos, None, 0, invariant=True)
-    bad.keys.hi.fill_(c.capacity + 5)
-    with pytest.raises(ValueError, match="key plan is invalid"):
-        model.stack.run(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k, c.v, 0, bad.keys)
+    _refuses_bad_input(lambda l0, keys: model.stack.run(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k, c.v, l0, keys),
+                       c.capacity)
     assert not NativeStack.supports(x, [k.double() for k in c.k], c.v, plan.keys)
     assert torch.equal(model.stack.run(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k, c.v, 0, plan.keys, 1, 1), x)

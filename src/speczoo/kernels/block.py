@@ -34,6 +34,18 @@ def _descriptor(mod: nn.Module) -> list[int] | None:
     return None
 
 
+def _check_rc(rc: int, what: str, s: int, d: int, l0: int, k_cache: Tensor) -> None:
+    """Raise for a failed sz_qwen_block / sz_qwen_blocks call (`what`: "block" or "blocks")."""
+    if rc == -1:
+        raise MemoryError(f"the compiled {what} could not allocate scratch for S={s}")
+    if rc == -2:
+        raise ValueError("attention key plan is invalid for this cache: every row needs at least one key "
+                         "inside the cache")
+    if rc != 0:
+        raise ValueError(f"the compiled {what} got shapes that do not fit (S={s}, D={d}, l0={l0}, "
+                         f"cache {tuple(k_cache.shape)})")
+
+
 class NativeBlock:
     """The compiled forward of one pre-norm block: x += attn(norm1(x)); x += mlp(norm2(x)).
 
@@ -82,14 +94,7 @@ class NativeBlock:
                       self.lin.data_ptr(), cos.data_ptr(), sin.data_ptr(), q_cos.data_ptr(), q_sin.data_ptr(),
                       self.h, self.hkv, self.dh, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1], l0,
                       *keys.args, torch.get_num_threads())
-        if rc == -1:
-            raise MemoryError(f"the compiled block could not allocate its scratch for S={s}")
-        if rc == -2:
-            raise ValueError("attention key plan is invalid for this cache: every row needs at least one key "
-                             "inside the cache")
-        if rc != 0:
-            raise ValueError(f"the compiled block was given shapes that do not fit (S={s}, D={d}, l0={l0}, "
-                             f"cache {tuple(k_cache.shape)})")
+        _check_rc(rc, "block", s, d, l0, k_cache)
         return out
 
 
@@ -137,12 +142,5 @@ class NativeStack:
         rc = self._fn(out.data_ptr(), s, d, stop - start, table.data_ptr(), self.eps, cos.data_ptr(),
                       sin.data_ptr(), q_cos.data_ptr(), q_sin.data_ptr(), self.h, self.hkv, self.dh,
                       k_caches[start].shape[1], l0, *keys.args, torch.get_num_threads())
-        if rc == -1:
-            raise MemoryError(f"the compiled blocks could not allocate their scratch for S={s}")
-        if rc == -2:
-            raise ValueError("attention key plan is invalid for this cache: every row needs at least one key "
-                             "inside the cache")
-        if rc != 0:
-            raise ValueError(f"the compiled blocks were given shapes that do not fit (S={s}, D={d}, l0={l0}, "
-                             f"cache {tuple(k_caches[start].shape)})")
+        _check_rc(rc, "blocks", s, d, l0, k_caches[start])
         return out
