@@ -279,6 +279,13 @@ def test_load_model_from_bundle_with_and_without_stored_packing(arch, tmp_path):
     assert "output.weight.half" in packed            # tied head packed under output.weight
     save_file(packed, tmp_path / "weights-test-stored-models.safetensors")
     torch.testing.assert_close(full(load_model(tmp_path, "test-stored-models"), args, t), ref)
+    for layout in ("2", "1"):                         # stamped by this speczoo, or by an older one
+        save_file(packed, tmp_path / "weights-test-stored-models.safetensors", metadata={"layout": layout})
+        torch.testing.assert_close(full(load_model(tmp_path, "test-stored-models"), args, t), ref)
+    for layout in ("3", "q4"):                        # a newer layout, or one that is not ours: refused
+        save_file(packed, tmp_path / "weights-test-stored-models.safetensors", metadata={"layout": layout})
+        with pytest.raises(ValueError, match="reads layouts 1..2"):
+            load_model(tmp_path, "test-stored-models")
 
 
 def test_unknown_arch_and_backend_are_errors():

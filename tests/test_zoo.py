@@ -281,6 +281,11 @@ def test_stored_backend_packing_is_written_and_loadable(tmp_path, home):
         assert torch.equal(packed[f"{k}.weight"], tensors[src].to(torch.bfloat16))
     m = read_manifest(b)
     assert m.packed_backends == ["test-stored"] and m.files["weights-test-stored.safetensors"] > 0
+    from safetensors import safe_open
+
+    from speczoo.kernels.pack import PACK_LAYOUT
+    with safe_open(str(b / "weights-test-stored.safetensors"), framework="pt") as f:
+        assert f.metadata()["layout"] == str(PACK_LAYOUT)      # older speczoos refuse what they cannot read
     model = load_model(b, "test-stored")
     assert _logits(model).shape[-1] == tensors["token_embd.weight"].shape[0]
 

@@ -21,6 +21,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+# The packed layouts' version, stamped into every stored packing ("layout" in its metadata) so that a
+# speczoo older than the file refuses it instead of reading it wrongly (speczoos from layout 2 on check;
+# earlier ones did not). 1: q4 padded K to 256 (no stamp); 2: q4 ends in a partial super-block
+# (q4_groups). Loading accepts every layout up to this one; change the number with the layout.
+PACK_LAYOUT = 2
 STRIP = 16        # output columns per kernel strip (one zmm of int32 accumulators)
 SUPER = 256       # q4 super-block length along K
 GROUP = 32        # q4 group length along K

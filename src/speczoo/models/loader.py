@@ -13,10 +13,12 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from speczoo.kernels.linear import get_backend
+from speczoo.kernels.pack import PACK_LAYOUT
 from speczoo.models.args import ModelArgs
 from speczoo.models.gemma3 import Gemma3
 from speczoo.models.qwen2 import Qwen2
@@ -75,5 +77,16 @@ def load_model(bundle_dir: Path, backend: str = "fp32") -> nn.Module:
             raise FileNotFoundError(
                 f"{packed_file} is missing: backend {impl.name!r} stores its packing at pull time and this "
                 f"bundle was pulled without it; re-pull with that backend or choose another")
+        _check_layout(packed_file)
         packed = load_file(packed_file)
     return build_model(args, tensors, backend, packed)
+
+
+def _check_layout(packed_file: Path) -> None:
+    """Refuse a stored packing in a layout newer than this speczoo reads (it would compute garbage)."""
+    with safe_open(str(packed_file), framework="pt") as f:
+        stamp = (f.metadata() or {}).get("layout", "1")
+    layout = int(stamp) if stamp.isdigit() else None
+    if layout is None or layout > PACK_LAYOUT:
+        raise ValueError(f"{packed_file} is packed in layout {stamp!r}, and this speczoo reads layouts 1..{PACK_LAYOUT}: "
+                         f"upgrade speczoo, or re-pack the model with this one (speczoo pull NAME --force)")

@@ -40,6 +40,12 @@ def packed_weights_file(backend: str) -> str:
     return f"weights-{backend}.safetensors"
 
 
+def packed_metadata(backend: str) -> dict[str, str]:
+    """The metadata of a stored packing: who wrote it, for which backend, in which layout (PACK_LAYOUT)."""
+    from speczoo.kernels.pack import PACK_LAYOUT
+    return {"producer": "speczoo", "backend": backend, "layout": str(PACK_LAYOUT)}
+
+
 @dataclass
 class SourceInfo:
     kind: str          # one of SOURCE_KINDS

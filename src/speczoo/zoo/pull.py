@@ -143,7 +143,7 @@ def write_weights(tensors: Iterator[tuple[str, Tensor]], n_tensors: int, tensor_
             del t
         fp32.close({"producer": "speczoo"})
         if packed is not None:
-            packed.close({"producer": "speczoo", "backend": backend.name})
+            packed.close(B.packed_metadata(backend.name))
     except BaseException:
         fp32.abort()
         if packed is not None:
@@ -250,7 +250,7 @@ def pack_bundle(bundle_dir: Path, backend: LinearBackend, progress: bool = True)
                 for key in plan[src]:
                     for part, v in backend.pack(w).items():
                         writer.add(f"{key}.{part}", v)
-            writer.close({"producer": "speczoo", "backend": backend.name})
+            writer.close(B.packed_metadata(backend.name))
         except BaseException:
             writer.abort()
             raise
