@@ -1,5 +1,5 @@
-"""A Qwen2-shaped decoder block run as ONE compiled call (cpu_block.cpp, `sz_qwen_block`), and a run of
-such blocks as one call (`NativeStack`, `sz_qwen_blocks`).
+"""Qwen2-shaped decoder blocks run as ONE compiled call (cpu_block.cpp, `sz_qwen_blocks`): one block
+(`NativeBlock`), or a run of them (`NativeStack`).
 
 The block's forward in PyTorch is ~40 small operations (norms, RoPE, cache writes, residual adds, SiLU)
 around four linear calls and the attention; on two cores their dispatch costs about a fifth of a decode
@@ -9,10 +9,11 @@ row by row, so the forward stays batch-invariant (tests/test_block.py holds it t
 PyTorch composition within round-off). It must never be used for a non-fp32 cache or a batched
 (non-invariant) attention plan: the block asks `supports` first.
 
-Calling the blocks one by one from Python still costs about 40 µs each (the argument conversion of a
-23-argument ctypes call, the copies of the inputs, an OpenMP region per block): about a millisecond of a
-10 ms draft-model step. `NativeStack` runs all of a model's blocks, or a range of them, in one call and
-one OpenMP region, with the same arithmetic, so its output is bit-identical to the block-by-block run.
+Calling the blocks one by one from Python costs about 40 µs each (the ctypes call's argument conversion,
+the copies of the inputs, an OpenMP region per block): about a millisecond of a 10 ms draft-model step.
+`NativeStack` runs all of a model's blocks, or a range of them, in one call and one OpenMP region, with
+the same arithmetic, so its output is bit-identical to the block-by-block run (a block alone is a stack
+of one).
 """
 
 from __future__ import annotations
@@ -34,18 +35,6 @@ def _descriptor(mod: nn.Module) -> list[int] | None:
     return None
 
 
-def _check_rc(rc: int, what: str, s: int, d: int, l0: int, k_cache: Tensor) -> None:
-    """Raise for a failed sz_qwen_block / sz_qwen_blocks call (`what`: "block" or "blocks")."""
-    if rc == -1:
-        raise MemoryError(f"the compiled {what} could not allocate scratch for S={s}")
-    if rc == -2:
-        raise ValueError("attention key plan is invalid for this cache: every row needs at least one key "
-                         "inside the cache")
-    if rc != 0:
-        raise ValueError(f"the compiled {what} got shapes that do not fit (S={s}, D={d}, l0={l0}, "
-                         f"cache {tuple(k_cache.shape)})")
-
-
 class NativeBlock:
     """The compiled forward of one pre-norm block: x += attn(norm1(x)); x += mlp(norm2(x)).
 
@@ -60,7 +49,6 @@ class NativeBlock:
         self.eps = eps
         self.h, self.hkv, self.dh = n_heads, n_kv_heads, head_dim
         self.lib = lib
-        self._fn = lib.block_fn
         self._keep = keep                    # the modules whose weights the descriptors point into
 
     @classmethod
@@ -85,17 +73,8 @@ class NativeBlock:
 
     def __call__(self, x: Tensor, cos: Tensor, sin: Tensor, q_cos: Tensor, q_sin: Tensor, k_cache: Tensor,
                  v_cache: Tensor, l0: int, keys) -> Tensor:
-        """x [S, D] -> new residual stream [S, D] (x itself is not modified); cos/sin [S, 1, Dh] (keys),
-        q_cos/q_sin the same with the query scale folded in; keys: kernels.attention.Plan."""
-        s, d = x.shape
-        out = x.contiguous().clone()
-        cos, sin, q_cos, q_sin = (t.contiguous() for t in (cos, sin, q_cos, q_sin))
-        rc = self._fn(out.data_ptr(), s, d, self.norm1.data_ptr(), self.norm2.data_ptr(), self.eps,
-                      self.lin.data_ptr(), cos.data_ptr(), sin.data_ptr(), q_cos.data_ptr(), q_sin.data_ptr(),
-                      self.h, self.hkv, self.dh, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1], l0,
-                      *keys.args, torch.get_num_threads())
-        _check_rc(rc, "block", s, d, l0, k_cache)
-        return out
+        """This block alone: NativeStack.run over a stack of one (k_cache, v_cache: its layer's cache)."""
+        return NativeStack([self]).run(x, cos, sin, q_cos, q_sin, [k_cache], [v_cache], l0, keys)
 
 
 class NativeStack:
@@ -103,9 +82,9 @@ class NativeStack:
     `blocks[start:stop]` applied in turn, bit for bit. Build it with `NativeStack.build(blocks)`, which
     returns None unless every block is a NativeBlock of one library and one shape."""
 
-    def __init__(self, blocks: list[NativeBlock], lib: native.NativeKernels):
+    def __init__(self, blocks: list[NativeBlock]):
         self.blocks = blocks
-        self._fn = lib.blocks_fn
+        self._fn = blocks[0].lib.blocks_fn
         self._static = [(b.norm1.data_ptr(), b.norm2.data_ptr(), b.lin.data_ptr()) for b in blocks]
         first = blocks[0]
         self.eps, self.h, self.hkv, self.dh = first.eps, first.h, first.hkv, first.dh
@@ -118,7 +97,7 @@ class NativeStack:
         libs = {id(b.lib) for b in blocks}                        # type: ignore[union-attr]
         if len(shapes) != 1 or len(libs) != 1:
             return None
-        return cls(blocks, blocks[0].lib)                         # type: ignore[arg-type,union-attr]
+        return cls(blocks)                                        # type: ignore[arg-type]
 
     @staticmethod
     def supports(x: Tensor, k_caches: list[Tensor], v_caches: list[Tensor], keys) -> bool:
@@ -130,7 +109,8 @@ class NativeStack:
     def run(self, x: Tensor, cos: Tensor, sin: Tensor, q_cos: Tensor, q_sin: Tensor, k_caches: list[Tensor],
             v_caches: list[Tensor], l0: int, keys, start: int = 0, stop: int | None = None) -> Tensor:
         """x [S, D] -> the residual stream after blocks start .. stop - 1 [S, D] (x itself is not modified);
-        k_caches/v_caches: every layer's cache [Hkv, C, Dh]; the rest as for NativeBlock.__call__."""
+        cos/sin [S, 1, Dh] (keys), q_cos/q_sin the same with the query scale folded in; k_caches/v_caches:
+        every block's cache [Hkv, C, Dh]; keys: kernels.attention.Plan."""
         stop = len(self.blocks) if stop is None else stop
         s, d = x.shape
         out = x.contiguous().clone()
@@ -142,5 +122,12 @@ class NativeStack:
         rc = self._fn(out.data_ptr(), s, d, stop - start, table.data_ptr(), self.eps, cos.data_ptr(),
                       sin.data_ptr(), q_cos.data_ptr(), q_sin.data_ptr(), self.h, self.hkv, self.dh,
                       k_caches[start].shape[1], l0, *keys.args, torch.get_num_threads())
-        _check_rc(rc, "blocks", s, d, l0, k_caches[start])
+        if rc == -1:
+            raise MemoryError(f"the compiled blocks could not allocate scratch for S={s}")
+        if rc == -2:
+            raise ValueError("attention key plan is invalid for this cache: every row needs at least one key "
+                             "inside the cache")
+        if rc != 0:
+            raise ValueError(f"the compiled blocks got shapes that do not fit (S={s}, D={d}, l0={l0}, "
+                             f"cache {tuple(k_caches[start].shape)})")
         return out

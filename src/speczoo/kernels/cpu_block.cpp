@@ -1,5 +1,5 @@
-// A whole pre-norm decoder block of the Qwen2 shape in one call, one OpenMP region (sz_qwen_block), or
-// a run of such blocks in one call and one region (sz_qwen_blocks, the same arithmetic block by block):
+// Whole pre-norm decoder blocks of the Qwen2 shape, a run of them in one call and one OpenMP region
+// (sz_qwen_blocks; one block is a run of one), each block:
 //   h = rmsnorm(x) ; q, k, v = qkv(h) (+ bias) ; rotate q (scaled) and k ; write k, v to the cache ;
 //   x += wo(attention(q, cache)) ; h = rmsnorm(x) ; g, u = gate_up(h) ; x += down(silu(g) * u).
 // It exists to remove the per-operation overhead of running those ~40 small steps from Python (about a
@@ -178,21 +178,12 @@ static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64
     return failed ? -1 : 0;
 }
 
-// x [S, D] in/out (the residual stream); lin: 4 x 8 int64 (qkv, wo, gate_up, down; see linear_at);
-// cos_k/sin_k, cos_q/sin_q [S, Dh] (the query pair has the query scale folded in); kc/vc [Hkv, C, Dh] of
-// this layer; lo/hi/off/idx: the key plan of kernels/attention.py. Returns 0; -1 when scratch could not
-// be allocated; -2 on an invalid key plan; -3 when the layer shapes do not fit together or the cache.
-extern "C" int sz_qwen_block(float* x, int64_t S, int64_t D, const float* norm1, const float* norm2, float eps,
-                             const int64_t* lin, const float* cos_k, const float* sin_k, const float* cos_q,
-                             const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh, float* kc, float* vc, int64_t C,
-                             int64_t l0, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
-                             int nthreads) {
-    const Layer L = layer_at(norm1, norm2, lin, kc, vc);
-    return run_layers(&L, 1, x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, lo, hi, off, idx, nthreads);
-}
-
-// Blocks n in a row, as n calls of sz_qwen_block would run them (the same arithmetic, in one call and one
-// OpenMP region). layers: n x 5 int64 (norm1, norm2, lin as for sz_qwen_block, kc, vc; pointers as int64).
+// Blocks n in a row over x [S, D] (the residual stream, in place), each with the same arithmetic as a
+// call of its own. layers: n x 5 int64 (pointers as int64): norm1, norm2 [D]; lin: 4 x 8 int64 (qkv, wo,
+// gate_up, down; see linear_at); kc, vc [Hkv, C, Dh] of that block's layer. cos_k/sin_k, cos_q/sin_q
+// [S, Dh] (the query pair has the query scale folded in); lo/hi/off/idx: the key plan of
+// kernels/attention.py. Returns 0; -1 when scratch could not be allocated; -2 on an invalid key plan;
+// -3 when a block's shapes do not fit together or the cache.
 extern "C" int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps,
                               const float* cos_k, const float* sin_k, const float* cos_q, const float* sin_q,
                               int64_t H, int64_t Hkv, int64_t Dh, int64_t C, int64_t l0, const int64_t* lo,

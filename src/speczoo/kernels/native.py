@@ -109,10 +109,6 @@ class NativeKernels:
         self._attend = lib.sz_attend
         self._attend.argtypes = [_P, _I, _I, _I, _P, _P, _I, _I, _P, _P, _P, _P, _P, ctypes.c_int]
         self._attend.restype = ctypes.c_int
-        self._block = lib.sz_qwen_block
-        self._block.argtypes = [_P, _I, _I, _P, _P, ctypes.c_float, _P, _P, _P, _P, _P, _I, _I, _I, _P, _P, _I, _I,
-                                _P, _P, _P, _P, ctypes.c_int]
-        self._block.restype = ctypes.c_int
         self._blocks = lib.sz_qwen_blocks
         self._blocks.argtypes = [_P, _I, _I, _I, _P, ctypes.c_float, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P, _P, _P, _P,
                                  ctypes.c_int]
@@ -132,13 +128,9 @@ class NativeKernels:
         return self._attend
 
     @property
-    def block_fn(self):  # (x, S, D, norm1, norm2, eps, lin, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, k, v, C, l0,
-        #                   lo, hi, off, idx, nthreads) -> 0, -1 (memory), -2 (bad plan), -3 (bad shapes)
-        return self._block
-
-    @property
     def blocks_fn(self):  # (x, S, D, n, layers [n, 5], eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, lo, hi,
-        #                    off, idx, nthreads) -> as block_fn; layers: norm1, norm2, lin, k, v per block
+        #                    off, idx, nthreads) -> 0, -1 (memory), -2 (bad plan), -3 (bad shapes);
+        #                    layers: norm1, norm2, lin (4 x 8 linear descriptors), k, v per block
         return self._blocks
 
 
