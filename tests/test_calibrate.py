@@ -13,7 +13,8 @@ from speczoo.spec.engine import Engine
 from speczoo.spec.reference import HashOracle, IdTokenizer, OracleModel, TokenCache, reference_greedy
 
 PROFILE = Costs(cv=CvCurve.measured({1: 30.0, 2: 30.6, 3: 31.8, 5: 36.0, 9: 54.0}),
-                draft_cost={"ngram": 0.0, "draft": 0.25}, round_overhead=0.02, step_ms=30.0)
+                draft_cost={"ngram": 0.0, "draft": 0.25}, round_overhead=0.02, step_ms=30.0,
+                rows={"draft": {1: 1.0, 9: 2.5}})
 
 
 def test_without_observations_the_profile_stands():
@@ -21,6 +22,7 @@ def test_without_observations_the_profile_stands():
     assert [round(c.cv(s), 6) for s in (1, 2, 3, 5, 9)] == [1.0, 1.02, 1.06, 1.2, 1.8]
     assert c.draft_cost == pytest.approx({"ngram": 0.0, "draft": 0.25})
     assert c.step_ms == pytest.approx(30.0) and c.round_overhead == 0.02
+    assert c.rows["draft"](9) == 2.5           # the draft's own row costs ride along
 
 
 def test_observed_forwards_and_drafts_replace_the_profile():

@@ -43,3 +43,17 @@ def test_draft_cost_uses_the_reduced_head_step_when_profiled(tmp_path, monkeypat
 
 def test_fp32_models_have_no_draft_step(tmp_path):
     assert "draft_ms" not in load_or_measure(loaded(tmp_path, "f", "fp32"))
+
+
+def test_draft_rows_curve_sizes_the_guesses(tmp_path, monkeypatch):
+    """The draft's forward cost over S rows (reduced head) is profiled and reaches the drafter's guesses;
+    a profile from before it falls back to the model's own c_v curve."""
+    monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
+    target, draft = loaded(tmp_path, "t", "q4"), loaded(tmp_path, "d", "q4")
+    d = load_or_measure(draft)
+    assert set(d["draft_cv"]) == {"1", "2", "3", "5", "9"} and d["draft_cv"]["1"] == 1.0
+    rows = runtime_costs(target, draft).rows["draft"]
+    assert rows(9) == d["draft_cv"]["9"]
+    profile_path(draft).write_text(json.dumps({k: v for k, v in d.items() if k != "draft_cv"}))
+    assert runtime_costs(target, draft).rows["draft"](9) == d["cv"]["9"]
+    assert runtime_costs(target).rows == {}

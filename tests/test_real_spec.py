@@ -53,6 +53,24 @@ def test_self_draft_accepts_everything_and_stays_lossless(loaded):
     assert done.stats.accepted == done.stats.drafted > 0
 
 
+def test_guessed_draft_chains_equal_plain_ones_on_the_real_model(runtime, loaded):
+    """Prompt-lookup guesses fed with a draft step (spec/drafters/guess.py) change how many forwards the
+    draft runs, never what it proposes: the forward is batch-invariant, bit for bit."""
+    from speczoo.spec.drafters.draft_model import make_draft_drafter
+
+    ids = runtime.chat_ids([{"role": "user", "content": builtin_prompt("code_edit").message}])
+    *_, done = runtime.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=40))
+    req = GenerationRequest(prompt_ids=ids, max_new_tokens=40)
+    plain = make_draft_drafter(loaded, loaded, 2048)(req)
+    guessed = make_draft_drafter(loaded, loaded, 2048, rows=1.0)(req)
+    plain.prefill(ids)
+    guessed.prefill(ids)
+    for cut in (0, 8, 16, 24, 32):
+        ctx = ids + done.ids[:cut]
+        assert guessed.propose(ctx, 8).tokens == plain.propose(ctx, 8).tokens, f"after {cut} tokens"
+    assert guessed.forwards < plain.forwards
+
+
 def test_prompt_longer_than_the_cache_is_refused(loaded):
     rt = Runtime(loaded, max_seq=64)
     with pytest.raises(CacheFullError, match="exceeds the context"):

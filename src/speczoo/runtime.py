@@ -76,13 +76,15 @@ class Runtime:
         self.tokenizer = target.tokenizer
         self.max_seq = max_seq
         self.vocab_size = target.args.vocab_size     # valid token ids: 0 .. vocab_size - 1
+        if draft is not None:
+            from speczoo.spec.pair import check_pair
+            check_pair(draft, target).raise_if_bad(draft.name, target.name)
+        costs = runtime_costs(target, draft, remeasure=remeasure_costs)
         drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
                     "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
         if draft is not None:
             from speczoo.spec.drafters.draft_model import make_draft_drafter
-            from speczoo.spec.pair import check_pair
-            check_pair(draft, target).raise_if_bad(draft.name, target.name)
-            drafters["draft"] = make_draft_drafter(draft, target, max_seq)
+            drafters["draft"] = make_draft_drafter(draft, target, max_seq, rows=costs.rows["draft"])
         self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend,
                                 default=eagle_head)
         if self.eagle.default is not None:
@@ -92,7 +94,7 @@ class Runtime:
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
         self.engine = Engine(target.model, cache, self.tokenizer, drafters,
                              eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
-                             costs=runtime_costs(target, draft, remeasure=remeasure_costs),
+                             costs=costs,
                              auto_excludes=AUTO_EXCLUDES)
         if self.eagle.default is not None:
             self._use_eagle("eagle")

@@ -84,13 +84,18 @@ def load_or_measure(loaded, remeasure: bool = False) -> dict:
     return data
 
 
+DRAFT_SIZES = [1, 2, 3, 5, 9]     # rows of a draft forward: a step with up to 8 prompt-lookup guesses
+
+
 def profile_data(loaded, res: CvResult, repeats: int = 3) -> dict:
-    """The profile to store: the c_v table, plus the reduced-head draft step ("draft_ms") when it has one."""
+    """The profile to store: the c_v table, plus, when the model has a reduced draft head, its draft
+    step ("draft_ms") and that forward's cost over S rows ("draft_cv", which sizes its guesses)."""
     data = res.to_json(loaded.name, loaded.backend)
     head = draft_head(loaded)
     if head is not None:
-        data["draft_ms"] = round(measure_cv(loaded.model, loaded.args, [1], context=64, repeats=repeats,
-                                            warmup=1, head=head).ms[1], 3)
+        d = measure_cv(loaded.model, loaded.args, DRAFT_SIZES, context=64, repeats=repeats, warmup=1, head=head)
+        data["draft_ms"] = round(d.ms[1], 3)
+        data["draft_cv"] = {str(s): round(c, 4) for s, c in d.cv.items()}
     return data
 
 
@@ -118,8 +123,10 @@ def runtime_costs(target, draft=None, round_overhead: float = 0.02, remeasure: b
 
     t = load_or_measure(target, remeasure)
     draft_cost = {"ngram": 0.0, "ngram-tree": 0.0}
+    rows = {}
     if draft is not None:
         d = load_or_measure(draft, remeasure)
         draft_cost["draft"] = d.get("draft_ms", d["ms"]["1"]) / t["ms"]["1"]   # profiles before draft_ms: full head
+        rows["draft"] = CvCurve.measured(d.get("draft_cv", d["cv"]), source=str(profile_path(draft)))
     return Costs(cv=CvCurve.measured(t["cv"], source=str(profile_path(target))), draft_cost=draft_cost,
-                 round_overhead=round_overhead, step_ms=t["ms"]["1"])
+                 round_overhead=round_overhead, step_ms=t["ms"]["1"], rows=rows)

@@ -42,5 +42,6 @@ def run(args) -> int:
     for s, ms in res.ms.items():
         print(f"{s:>4} {ms:>9.2f} {res.cv[s]:>6.2f}")
     if "draft_ms" in data:
-        print(f"as a draft (reduced-vocabulary head): {data['draft_ms']:.2f} ms per step")
+        print(f"as a draft (reduced-vocabulary head): {data['draft_ms']:.2f} ms per step; over S rows: "
+              + ", ".join(f"c({s}) = {c:.2f}" for s, c in data.get("draft_cv", {}).items()))
     return 0

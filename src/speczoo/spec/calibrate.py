@@ -99,4 +99,4 @@ class CostMeter:
             own = m.value if m is not None and m.weight >= self.min_weight else rel * p.step_ms
             draft_cost[name] = own / step
         return Costs(cv=CvCurve.measured(ms, source="calibrated"), draft_cost=draft_cost,
-                     round_overhead=p.round_overhead, step_ms=step)
+                     round_overhead=p.round_overhead, step_ms=step, rows=p.rows)

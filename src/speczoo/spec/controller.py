@@ -87,15 +87,20 @@ class Costs:
     round_overhead: fixed extra cost of a speculative round (draft bookkeeping, rollback, launching).
     step_ms:        the target's decode step these costs are relative to, in ms, when it was measured
                     (what online calibration, spec/calibrate.py, needs; None: not known).
+    rows:           per drafter that runs a model of its own, that model's forward cost over S rows
+                    relative to one row (its own c_v curve), which sizes a draft model's prompt-lookup
+                    guesses (spec/drafters/guess.py); not read by the controller.
     """
 
     cv: CvCurve | float
     draft_cost: dict[str, float] = field(default_factory=dict)
     round_overhead: float = 0.0
     step_ms: float | None = None
+    rows: dict[str, CvCurve] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.cv = as_curve(self.cv)
+        self.rows = {name: as_curve(c) for name, c in self.rows.items()}
         for name, c in self.draft_cost.items():
             if not (c >= 0 and math.isfinite(c)):
                 raise ValueError(f"draft cost of {name!r} must be a finite number >= 0, got {c}")

@@ -21,9 +21,12 @@ from speczoo import sampling
 from speczoo.events import GenerationRequest, SamplingParams
 from speczoo.spec.drafters.base import Drafter
 from speczoo.spec.drafters.draft_head import ReducedHead
+from speczoo.spec.drafters.guess import Guesser
+from speczoo.spec.cost import CvCurve
 from speczoo.spec.types import Draft
 
 DRAFT_HEAD_VOCAB = 32768   # ids the draft proposes from (plus the prompt's own); see draft_head.py
+GUESS_MAX = 8              # the most prompt-lookup guesses fed along with one draft step (guess.py)
 
 
 def agreeing_prefix(fed: list[int], context: list[int], hint: int = 0) -> int:
@@ -44,10 +47,12 @@ class DraftModelDrafter(Drafter):
     stops_on_confidence = True
 
     def __init__(self, model, cache, params: SamplingParams | None = None,
-                 generator: torch.Generator | None = None, head: ReducedHead | None = None):
+                 generator: torch.Generator | None = None, head: ReducedHead | None = None,
+                 guesser: Guesser | None = None):
         self.model = model
         self.cache = cache
         self.head = head                  # a reduced-vocabulary head for proposals (None: the model's own)
+        self.guesser = guesser            # prompt-lookup guesses fed along with a step (None: none)
         self.params = params or SamplingParams()
         self.generator = generator
         self.fed: list[int] = []          # ids whose K/V sit in the draft cache, in order
@@ -58,14 +63,17 @@ class DraftModelDrafter(Drafter):
         self.cache.reset()
         self.fed = []
         self._agreed = 0
+        if self.guesser is not None:
+            self.guesser = Guesser(self.guesser.rows, self.guesser.guess_max)
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:  # -> logits [R, V]; R = 1 (the last id) for real models
+    def _forward(self, ids: list[int], rows: int = 1) -> torch.Tensor:  # -> logits [rows, V] of the last rows
         start = self.cache.length
         tokens = torch.tensor(ids, dtype=torch.long)
         positions = torch.arange(start, start + len(ids), dtype=torch.long)
         self.fed.extend(ids)
         self.forwards += 1
-        return self.model(tokens, positions, self.cache, logit_rows=slice(-1, None), head=self.head).logits
+        out = self.model(tokens, positions, self.cache, logit_rows=slice(-rows, None), head=self.head)
+        return out.logits[-rows:]                       # (a model may give every row; an oracle does)
 
     def _agreeing(self, context: list[int]) -> int:
         """Within a request the context only grows, so the scan starts where the last sync left off."""
@@ -92,44 +100,67 @@ class DraftModelDrafter(Drafter):
             self._forward(rest[:-1])
 
     def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
+        """The draft's own chain of up to k tokens after `context`. With a guesser, each forward also
+        takes the ids prompt lookup guesses the draft will say next: row j of the forward then gives the
+        draft's token after the first j guessed ids, valid while the draft agrees with them; the cache
+        keeps the agreed ones and drops the rest. Same tokens as one forward per token (the forward is
+        batch-invariant), fewer forwards where the text copies itself."""
         if not context:
             raise ValueError("the draft model needs at least one context token")
-        logits = self._forward(self._sync(context))[-1:]               # [1, V]
+        if k < 1:
+            return Draft(tokens=[], drafter=self.name)
+        feed = self._sync(context)          # ids not in the cache yet; ends with the context's last id
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         sure = 1.0                          # product of the probabilities given to the tokens so far
-        for i in range(k):
-            if self.params.greedy and self.head is not None:          # argmax among the ids it scores
-                t, kept = self.head.pick(logits[0])
-                if i < len(floors):
-                    sure *= float(torch.softmax(kept, -1).max())
-            elif self.params.greedy:
-                t = int(logits[0].argmax())
-                if i < len(floors):
-                    sure *= float(torch.softmax(logits[0], -1)[t])
-            else:
-                q = sampling.probs(logits, self.params)                 # [1, V]
-                t = int(sampling.sample(q, self.generator)[0])
-                qs.append(q[0])
-                sure *= float(q[0, t])
-            tokens.append(t)
-            if i + 1 < k and i < len(floors) and sure < floors[i]:
-                break
-            if i + 1 < k:
-                logits = self._forward([t])
-        probs = torch.stack(qs) if qs else None                         # [K, V]
-        return Draft(tokens=tokens, probs=probs, drafter=self.name)
+        while True:
+            guess = self.guesser.guess(context, tokens, k - len(tokens) - 1) if self.guesser else []
+            base = self.cache.length + len(feed)       # where the guessed ids' rows go
+            logits = self._forward(feed + guess, 1 + len(guess))           # [1 + G, V]
+            for j in range(1 + len(guess)):              # row j: after feed and the first j guessed ids
+                t, p = self._pick(logits[j:j + 1], qs, len(tokens) < len(floors))
+                tokens.append(t)
+                sure *= p
+                done = len(tokens) == k or (len(tokens) <= len(floors) and sure < floors[len(tokens) - 1])
+                if done or j == len(guess) or guess[j] != t:
+                    break
+            if guess:
+                agreed = j < len(guess) and guess[j] == t          # only when the chain ended there
+                self.guesser.judge(len(guess), j + agreed, censored=agreed)
+            if done:
+                return Draft(tokens=tokens, probs=torch.stack(qs) if qs else None, drafter=self.name)
+            self.cache.truncate(base + j)              # rows after a guessed id the draft did not say
+            del self.fed[base + j:]
+            feed = [t]
+
+    def _pick(self, logits: torch.Tensor, qs: list[torch.Tensor], sure: bool) -> tuple[int, float]:
+        """The next draft token from one row of logits [1, V] and, when `sure` asks for it (a confidence
+        floor applies), the probability it was given (1.0 otherwise); under sampling its q [V] is
+        appended to `qs`."""
+        if self.params.greedy and self.head is not None:          # argmax among the ids it scores
+            t, kept = self.head.pick(logits[0])
+            return t, float(torch.softmax(kept, -1).max()) if sure else 1.0
+        if self.params.greedy:
+            t = int(logits[0].argmax())
+            return t, float(torch.softmax(logits[0], -1)[t]) if sure else 1.0
+        q = sampling.probs(logits, self.params)                     # [1, V]
+        t = int(sampling.sample(q, self.generator)[0])
+        qs.append(q[0])
+        return t, float(q[0, t])
 
     def commit(self, accepted: int) -> None:
         """Nothing to do now: the next `propose` keeps exactly the prefix the target agreed with."""
 
 
-def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRAFT_HEAD_VOCAB
+def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRAFT_HEAD_VOCAB,
+                       rows: CvCurve | float | None = None, guess_max: int = GUESS_MAX
                        ) -> Callable[[GenerationRequest], DraftModelDrafter]:
     """A factory the engine calls per request: one draft cache, reused (reset) across requests.
 
     head_vocab: propose from a reduced head over the first `head_vocab` ids plus the prompt's own
     (draft_head.py) when the draft's LM head is a compiled kernel; None: the full head.
+    rows: the draft's forward cost over S rows relative to one (its c_v curve), which sizes the
+    prompt-lookup guesses (guess.py); None: no guesses. guess_max: the most guessed ids per forward.
     """
     from speczoo.cache import KVCache
     from speczoo.spec.engine import MAX_K
@@ -143,7 +174,8 @@ def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRA
     def factory(req: GenerationRequest) -> DraftModelDrafter:
         gen = None if req.sampling.greedy else sampling.make_generator(
             None if req.sampling.seed is None else req.sampling.seed + 1)
-        d = DraftModelDrafter(draft.model, cache, req.sampling, gen, head)
+        guesser = Guesser(rows, guess_max) if rows is not None and guess_max > 0 else None
+        d = DraftModelDrafter(draft.model, cache, req.sampling, gen, head, guesser)
         d.reset()
         return d
 

@@ -83,24 +83,29 @@ class NgramIndex:
         Remembered until the history grows (a round asks for it twice: situation, then lookup)."""
         if self._longest[0] == len(self.tokens):
             return self._longest[1]
-        starts: list[int] = []
-        for n in range(self.max_order, self.min_order - 1, -1):
-            starts = self.matches(n)
-            if starts:
-                break
+        starts = self.occurrences(self.tokens[-self.max_order:])
         self._longest = (len(self.tokens), starts)
         return starts
+
+    def occurrences(self, tail: list[int]) -> list[int]:
+        """Positions right after the earlier occurrences of the longest suffix of `tail` (ids that may run
+        past the history, such as a draft's own tokens) that occurs in the history; [] when none does."""
+        for n in range(min(self.max_order, len(tail)), self.min_order - 1, -1):
+            starts = self._maps[n].get(tuple(tail[len(tail) - n:]), [])
+            if starts:
+                return starts
+        return []
 
     def lookup(self, k: int) -> list[int]:
         """k tokens that followed the latest earlier occurrence of the longest matching suffix."""
         starts = self.longest()
         return self.continuation(starts[-1], k) if starts else []
 
-    def match_length(self, start: int, cap: int = MATCH_CAP) -> int:
-        """How many tokens before `start` equal the last tokens of the history (up to `cap`): the match
-        of the occurrence at `start`, extended backwards past the index's largest order."""
-        toks, end, n = self.tokens, len(self.tokens), 0
-        while n < cap and start - 1 - n >= 0 and toks[start - 1 - n] == toks[end - 1 - n]:
+    def match_length(self, start: int, cap: int = MATCH_CAP, present: list[int] | None = None) -> int:
+        """How many tokens before `start` equal the last tokens of `present` (default: the history), up to
+        `cap`: the match of the occurrence at `start`, extended backwards past the index's largest order."""
+        toks, now, n = self.tokens, self.tokens if present is None else present, 0
+        while n < min(cap, len(now)) and start - 1 - n >= 0 and toks[start - 1 - n] == now[len(now) - 1 - n]:
             n += 1
         return n
 
@@ -109,9 +114,19 @@ class NgramIndex:
         (bands 1, 2-3, 4-7, 8+) and whether the recent occurrences of the suffix all continue with the
         same token; None when there is no match."""
         starts = self.longest()
+        return self._label(starts, self.tokens[-MATCH_CAP:]) if starts else None
+
+    def ahead(self, drafted: list[int], k: int) -> tuple[str | None, list[int]]:
+        """Prompt lookup past the history: the situation and the k ids that follow the history continued
+        by `drafted` (ids not committed, such as a draft's own); (None, []) when nothing matches."""
+        present = (self.tokens[-MATCH_CAP:] + drafted)[-MATCH_CAP:]
+        starts = self.occurrences(present[-self.max_order:])
         if not starts:
-            return None
-        n = self.match_length(starts[-1])
+            return None, []
+        return self._label(starts, present), self.continuation(starts[-1], k)
+
+    def _label(self, starts: list[int], present: list[int]) -> str:
+        n = self.match_length(starts[-1], present=present)
         band = "1" if n <= 1 else "2-3" if n < 4 else "4-7" if n < 8 else "8+"
         recent = starts[-AGREE_WINDOW:]
         nxt = {self.tokens[s] for s in recent}      # an occurrence is indexed when its next token arrives
