@@ -35,7 +35,8 @@ from pathlib import Path
 from speczoo.spec.controller import NONE, Controller, Costs
 from speczoo.spec.cost import CvCurve
 from speczoo.spec.drafters.base import Drafter
-from speczoo.spec.drafters.draft_model import agreeing_prefix
+from speczoo.spec.drafters.draft_model import GUESS_MAX, agreeing_prefix
+from speczoo.spec.drafters.guess import Guesser
 from speczoo.spec.tree import TreeLayout, head, is_chain, verify_tree_greedy
 from speczoo.spec.types import Draft
 
@@ -59,20 +60,25 @@ class Recording:
 
 class RecordedDraft(Drafter):
     """The draft model as the recording saw it: proposes its recorded argmax chain (stopping on the
-    controller's floors, or after its first wrong token), keeps `fed` as DraftModelDrafter does, and
-    reports each proposal's cost in target steps through `spent`."""
+    controller's floors, or after its first wrong token), keeps `fed` as DraftModelDrafter does, sizes
+    and judges its prompt-lookup guesses with the real Guesser (spec/drafters/guess.py: a forward over
+    the guessed ids as well; each the draft confirms saves a step), and reports each proposal's cost in
+    target steps through `spent`."""
 
     name = "draft"
     stops_on_confidence = True
 
-    def __init__(self, rec: Recording):
+    def __init__(self, rec: Recording, guesses: bool = True):
         self.rec = rec
         self.fed: list[int] = []
         self.spent = 0.0
         self._cv = CvCurve.measured(rec.draft_cv) if rec.draft_cv else CvCurve.constant(1.0)
+        self.guesses = guesses
+        self.guesser: Guesser | None = None
 
     def reset(self) -> None:
         self.fed = []
+        self.guesser = Guesser(self._cv, GUESS_MAX) if self.guesses else None
 
     def lag(self, context: list[int]) -> int:
         return len(context) - 1 - agreeing_prefix(self.fed, context)
@@ -87,19 +93,31 @@ class RecordedDraft(Drafter):
         j = len(context) - len(r.prompt)                         # the output index the first token predicts
         tokens: list[int] = []
         sure = 1.0
-        for i in range(k):
-            if j + i >= len(r.out):
-                break
-            t = r.guess[j + i]
-            tokens.append(t)
-            if i < len(floors):
-                sure *= r.sure[j + i]
-            if t != r.out[j + i]:                                # what follows a miss was not recorded
-                break
-            if i + 1 < k and i < len(floors) and sure < floors[i]:
-                break
+        end = False
+        while not end:
+            g = self.guesser.guess(context, tokens, k - len(tokens) - 1) if self.guesser else []
+            self.spent += r.draft_step * self._cv.wide(feed + len(g))          # one forward
+            confirmed, censored = 0, False
+            for m in range(1 + len(g)):
+                i = len(tokens)
+                if j + i >= len(r.out):                          # the recording ends here
+                    end, censored = True, True
+                    break
+                t = r.guess[j + i]
+                tokens.append(t)
+                if i < len(floors):
+                    sure *= r.sure[j + i]
+                # what follows a miss was not recorded
+                end = t != r.out[j + i] or i + 1 == k or (i < len(floors) and sure < floors[i])
+                agreed = m < len(g) and g[m] == t
+                confirmed += agreed
+                if end or not agreed:
+                    censored = end and agreed
+                    break
+            if g:
+                self.guesser.judge(len(g), confirmed, censored)
+            feed = 1
         self.fed.extend(tokens[:-1])
-        self.spent += r.draft_step * (self._cv.wide(feed) + max(0, len(tokens) - 1))
         return Draft(tokens=tokens, drafter=self.name)
 
     def commit(self, accepted: int) -> None:
