@@ -11,7 +11,9 @@ prompt-lookup drafter round by round, with the draft model stood in for by its r
 its lag (the ids it has not fed) kept as the real drafter keeps it. Each round is charged what it would
 cost, in target decode steps:
   * the draft model: its catch-up forward over lag + 1 ids at its OWN c_v curve (not the target's, which
-    the controller assumes), then one draft step per further token;
+    the controller assumes), then one forward per further step, each also over the ids prompt lookup
+    guesses it will say (the real Guesser, spec/drafters/guess.py; those it confirms need no step of
+    their own); its price per drafted token is re-measured every few rounds, as the engine's meter does;
   * the verify: the target's c_v(K + 1) plus the round overhead; a plain round: 1.
 With `--head NAME` an EAGLE head joins in: one teacher-forced target forward per recording gives the
 features the engine would hand it, and the real EagleDrafter (chain and tree) drafts from them, round
