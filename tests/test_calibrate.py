@@ -132,3 +132,12 @@ def test_replacing_the_engines_costs_replaces_their_calibration():
     assert eng.meter is None
     eng.costs = Costs(cv=1.0, draft_cost={}, step_ms=5.0)
     assert eng.meter is not first and not eng.meter.forwards
+
+
+def test_a_draft_step_is_priced_per_unit_of_work_not_per_token():
+    """A draft model fed guesses reports its forwards' work (Draft.work): 8 tokens from one 9-row forward
+    that cost 2 steps price the step at half the seconds, not at an eighth."""
+    m = CostMeter(PROFILE)
+    for _ in range(4):
+        m.draft("draft", 2.0, 0.016)
+    assert m.costs().draft_cost["draft"] == pytest.approx(8.0 / 30.0)

@@ -67,6 +67,14 @@ def test_a_copying_text_is_drafted_in_one_forward():
     draft = d.propose(prompt, 8)
     assert draft.tokens == reference_greedy(base, prompt, 8)
     assert d.model.forwards - before == 1              # the step and 7 confirmed guesses together
+    assert draft.work == 1.0                           # one forward over 8 rows, which cost nothing here
+    rows = CvCurve.measured({1: 1.0, 9: 2.0})
+    d = drafter(base, Guesser(rows, 8))
+    d.prefill(prompt)
+    assert d.propose(prompt, 8).work == rows(8)        # 1 + 7 rows: what the calibration prices a step from
+    plain = drafter(base)
+    plain.prefill(prompt)
+    assert plain.propose(prompt, 8).work == 8.0        # one forward per token
 
 
 def test_guesses_are_sized_by_row_costs_and_confirmations():

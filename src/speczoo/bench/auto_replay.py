@@ -13,7 +13,8 @@ cost, in target decode steps:
   * the draft model: its catch-up forward over lag + 1 ids at its OWN c_v curve (not the target's, which
     the controller assumes), then one forward per further step, each also over the ids prompt lookup
     guesses it will say (the real Guesser, spec/drafters/guess.py; those it confirms need no step of
-    their own); its price per drafted token is re-measured every few rounds, as the engine's meter does;
+    their own; the controller still prices each token at a full draft step, as the engine's meter
+    does, spec/calibrate.py);
   * the verify: the target's c_v(K + 1) plus the round overhead; a plain round: 1.
 With `--head NAME` an EAGLE head joins in: one teacher-forced target forward per recording gives the
 features the engine would hand it, and the real EagleDrafter (chain and tree) drafts from them, round
@@ -31,16 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from speczoo.spec.calibrate import CostMeter
 from speczoo.spec.controller import NONE, Controller, Costs
 from speczoo.spec.cost import CvCurve
 from speczoo.spec.drafters.base import Drafter
 from speczoo.spec.drafters.draft_model import GUESS_MAX, agreeing_prefix
 from speczoo.spec.drafters.guess import Guesser
-from speczoo.spec.engine import RECALIBRATE_EVERY
 from speczoo.spec.tree import TreeLayout, head, is_chain, verify_tree_greedy
 from speczoo.spec.types import Draft
 
@@ -177,10 +176,6 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
         price["eagle"], price["eagle-tree"] = eagle.step, eagle.step / eagle.tree.branch   # as runtime.py
     costs = Costs(cv=CvCurve.measured(rec.target_cv), draft_cost={n: price[n] for n in drafters},
                   round_overhead=rec.round_overhead)
-    # The engine re-prices a drafter's step from its measured ms per drafted token (spec/calibrate.py);
-    # where the draft's guesses save forwards that price falls, and the replay re-prices it alike, in
-    # target steps (a "second" here is one target step: step_ms = 1000).
-    meter = CostMeter(replace(costs, step_ms=1000.0))
     ctl = controller(costs, list(drafters), k_max=k_max,
                      priors={n: d.situation_priors for n, d in drafters.items()},
                      confident={n for n, d in drafters.items() if d.stops_on_confidence})
@@ -204,10 +199,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
         steps0 = sum(d.steps for d in readers)
         if choice is not None and choice.drafting:
             k = min(choice.k, remaining - 1)
-            spent0 = getattr(drafters[choice.drafter], "spent", 0.0)
             draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
-            if lags[choice.drafter] <= 2 and hasattr(drafters[choice.drafter], "spent"):   # as the engine
-                meter.draft(choice.drafter, draft.k, drafters[choice.drafter].spent - spent0)
             if not draft.tokens:
                 alt = ctl.alternative(choice.drafter, lags)
                 choice = alt
@@ -239,8 +231,6 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
         name = choice.drafter if draft.tokens else NONE
         by[name] = by.get(name, 0) + 1
         rounds += 1
-        if rounds % RECALIBRATE_EVERY == 0:
-            ctl.use_costs(meter.costs())
         i += 1 + accepted
     cost += sum(getattr(d, "spent", 0.0) for d in drafters.values()) + head_steps * (eagle.step if eagle else 0.0)
     return Replay(speedup=n / cost, rounds=rounds, by_drafter=by, cost=cost)

@@ -3,6 +3,9 @@
     python -m speczoo.bench.drafters [TARGET] [--prompts verbatim,code_edit,extractive_qa,free_form]
                                      [--modes ngram,draft,auto] [--gen 128] [--runs 3]
 
+The mode `draft-noguess` is the draft model without its prompt-lookup guesses (spec/drafters/guess.py):
+beside `draft` it measures what the guesses save.
+
 This machine's speed drifts by a third within minutes (docs/results.md), so separate A/B runs per mode
 would compare modes measured in different states. Here each of --runs rounds runs greedy and every mode
 once, back to back, in a rotating order; a mode's speedup is the median over rounds of its tok/s over
@@ -22,6 +25,7 @@ from speczoo.bench.ab import run_request
 from speczoo.events import GenerationRequest
 
 OFF = "off"
+NOGUESS = "draft-noguess"
 
 
 @dataclass
@@ -56,6 +60,18 @@ def interleaved(runtime, prompt_ids: list[int], modes: list[str], k: int, gen: i
     return out
 
 
+def add_noguess(rt) -> None:
+    """Offer the draft model without guesses as the mode NOGUESS, at the draft's price (not in auto)."""
+    from speczoo.spec.drafters.draft_model import make_draft_drafter
+
+    if rt.draft is None:
+        raise ValueError(f"{NOGUESS} needs a draft model")
+    eng = rt.engine
+    eng.drafters[NOGUESS] = make_draft_drafter(rt.draft, rt.target, rt.max_seq)
+    eng.costs.draft_cost[NOGUESS] = eng.costs.draft_cost["draft"]
+    eng.auto_excludes = eng.auto_excludes | {NOGUESS}
+
+
 def paired_ratio(a: ModeRuns, b: ModeRuns) -> float:
     """The median over rounds of a's tok/s over b's in the same round."""
     return statistics.median(x / y for x, y in zip(a.tok_s, b.tok_s))
@@ -81,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     modes = args.modes.split(",")
     if OFF in modes:
         raise ValueError("greedy ('off') is the baseline every round already runs; leave it out of --modes")
-    draft = draft_to_load(args.target, modes, None)
+    draft = draft_to_load(args.target, [m if m != NOGUESS else "draft" for m in modes], None)
     rt = load_runtime(args.target, draft, remeasure_costs=True)   # as `speczoo bench`: today's costs
+    if NOGUESS in modes:
+        add_noguess(rt)
     print(f"target {args.target}, draft {draft}, {args.gen} tokens, K <= {args.k}, {args.runs} interleaved "
           f"round(s); speedup = median over rounds of tok/s over greedy's in the same round")
     for name in prompts:
@@ -96,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:14s} {mode:6s} {statistics.median(r.tok_s):6.1f} tok/s  speedup "
                   f"{paired_ratio(r, greedy):.2f}x  accepted/round {statistics.median(r.accepted_per_round):.2f}  "
                   f"lossless {'PASS' if r.lossless else 'FAIL'}", flush=True)
-        singles = [m for m in modes if m != "auto"]
+        singles = [m for m in modes if m not in ("auto", NOGUESS)]
         if "auto" in modes and singles:
             best = max(singles, key=lambda m: paired_ratio(res[m], greedy))
             print(f"{name:14s} auto vs best single ({best}): {paired_ratio(res['auto'], res[best]) - 1:+.1%}",

@@ -9,7 +9,11 @@ back into `Costs`, in target decode steps as the controller wants them:
   * ms(S) is the running mean where S has been seen often enough, else the profile's ms(S) scaled by
     the observed/profile ratio of the nearest S that has been seen (the profile alone before that);
   * c_v(S) = ms(S) / ms(1), made non-decreasing in S (noise can make a 2-token forward look cheaper
-    than a 1-token one); a drafter's cost per proposed token = its running ms per token / ms(1).
+    than a 1-token one); a drafter's cost per proposed token = its running ms per step / ms(1). A step
+    is a token, or, for a draft model fed prompt-lookup guesses, a one-row forward (Draft.work): its
+    ms per drafted token falls wherever the text copies itself, and priced so, every token of the draft
+    model would look that cheap to the controller (`auto` lost 11% to prompt lookup on the built-in
+    code edit right after `draft` alone had run on it).
 Pure bookkeeping: the engine hands in seconds, the controller gets Costs; neither clock nor model here.
 """
 
@@ -62,11 +66,12 @@ class CostMeter:
         if s >= 1 and seconds > 0 and math.isfinite(seconds):
             self.forwards.setdefault(s, _Mean(self.half_life)).add(seconds * 1e3)
 
-    def draft(self, name: str, tokens: int, seconds: float) -> None:
-        """Drafter `name` proposed `tokens` tokens in `seconds` (a proposal without catch-up). Drafters
-        the profile counts as free (prompt lookup) stay free: their microseconds are round overhead."""
-        if tokens >= 1 and seconds > 0 and math.isfinite(seconds) and self.profile.draft_cost.get(name, 0.0) > 0:
-            self.drafts.setdefault(name, _Mean(self.half_life)).add(seconds * 1e3 / tokens, tokens)
+    def draft(self, name: str, steps: float, seconds: float) -> None:
+        """Drafter `name` did `steps` of its own steps in `seconds` (a proposal without catch-up: one step
+        per token, or Draft.work). Drafters the profile counts as free (prompt lookup) stay free: their
+        microseconds are round overhead."""
+        if steps > 0 and seconds > 0 and math.isfinite(seconds) and self.profile.draft_cost.get(name, 0.0) > 0:
+            self.drafts.setdefault(name, _Mean(self.half_life)).add(seconds * 1e3 / steps, steps)
 
     def _profile_ms(self, s: int) -> float:
         assert self.profile.step_ms is not None

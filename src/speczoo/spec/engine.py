@@ -164,7 +164,8 @@ class Engine:
                     t_draft = time.perf_counter()
                     draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
                     if meter is not None and lags[choice.drafter] <= 2:   # in step: no catch-up
-                        meter.draft(choice.drafter, draft.k, time.perf_counter() - t_draft)
+                        meter.draft(choice.drafter, draft.k if draft.work is None else draft.work,
+                                    time.perf_counter() - t_draft)
                     if not draft.tokens:       # no candidate (prompt lookup found none): the next best drafter
                         alt = policy.alternative(choice.drafter, lags)
                         if alt.drafting:

@@ -120,4 +120,5 @@ def head(draft: Draft, k: int) -> Draft:
     if draft.k <= k:
         return draft
     return Draft(tokens=draft.tokens[:k], probs=None if draft.probs is None else draft.probs[:k],
-                 parents=None if draft.parents is None else draft.parents[:k], drafter=draft.drafter)
+                 parents=None if draft.parents is None else draft.parents[:k], drafter=draft.drafter,
+                 work=draft.work)

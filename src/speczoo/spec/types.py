@@ -21,12 +21,16 @@ class Draft:
             for n-gram drafts, which count as one-hot q.
     parents: for a token tree, parents[i] is the index of node i's parent in `tokens` (-1: the root,
             i.e. the last committed token); None for a chain.
+    work:   what proposing it took, in the drafter's own steps (a draft model: its forwards, each
+            counted at its cost over its rows; spec/calibrate.py prices a step from it); None: one
+            step per token.
     """
 
     tokens: list[int]
     probs: Tensor | None = None
     parents: list[int] | None = None
     drafter: str = ""
+    work: float | None = None
 
     @property
     def k(self) -> int:

@@ -113,9 +113,11 @@ class DraftModelDrafter(Drafter):
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         sure = 1.0                          # product of the probabilities given to the tokens so far
+        work = 0.0                          # its forwards, each at its cost over its rows (in steps)
         while True:
             guess = self.guesser.guess(context, tokens, k - len(tokens) - 1) if self.guesser else []
             base = self.cache.length + len(feed)       # where the guessed ids' rows go
+            work += self.guesser.rows.wide(len(feed) + len(guess)) if guess else 1.0
             logits = self._forward(feed + guess, 1 + len(guess))           # [1 + G, V]
             for j in range(1 + len(guess)):              # row j: after feed and the first j guessed ids
                 t, p = self._pick(logits[j:j + 1], qs, len(tokens) < len(floors))
@@ -128,7 +130,7 @@ class DraftModelDrafter(Drafter):
                 agreed = j < len(guess) and guess[j] == t          # only when the chain ended there
                 self.guesser.judge(len(guess), j + agreed, censored=agreed)
             if done:
-                return Draft(tokens=tokens, probs=torch.stack(qs) if qs else None, drafter=self.name)
+                return Draft(tokens=tokens, probs=torch.stack(qs) if qs else None, drafter=self.name, work=work)
             self.cache.truncate(base + j)              # rows after a guessed id the draft did not say
             del self.fed[base + j:]
             feed = [t]
