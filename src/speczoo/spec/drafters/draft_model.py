@@ -8,7 +8,8 @@ Greedy proposals return no probabilities; under sampling it returns q [K, V] for
 It stops on its own confidence (`floors`, set by the controller): once the product of the
 probabilities it gave its tokens (the argmax's softmax probability, or q of the sampled token) falls
 below the floor, one more draft step is unlikely to pay. The stop depends on the draft alone, so the
-verify rules stay exact.
+verify rules stay exact. Where the text copies itself, a step also takes the ids prompt lookup guesses
+the draft will say (guess.py): the same chain in fewer forwards.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import torch
 
 from speczoo import sampling
 from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.spec.cost import CvCurve
 from speczoo.spec.drafters.base import Drafter
 from speczoo.spec.drafters.draft_head import ReducedHead
 from speczoo.spec.drafters.guess import Guesser
-from speczoo.spec.cost import CvCurve
 from speczoo.spec.types import Draft
 
 DRAFT_HEAD_VOCAB = 32768   # ids the draft proposes from (plus the prompt's own); see draft_head.py

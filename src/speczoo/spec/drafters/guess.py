@@ -7,7 +7,7 @@ each guessed id, and every guess the draft agrees with is a draft token that nee
 The chain is the draft's own either way (a guess it disagrees with is dropped from its cache), so the
 proposals, and everything the target makes of them, are unchanged: only the draft's time changes.
 
-Extra rows are not free (a 9-row forward of qwen2.5-coder-0.5b costs ~2.9 of its steps), so the guess
+Extra rows are not free (a 9-row forward of qwen2.5-coder-0.5b costs 1.9-2.9 of its steps), so the guess
 is sized per round like a speculative round: the length g that maximizes E(α, g) / rows(g + 1), the
 draft tokens expected from one forward over its cost (spec/cost.py), with α the running rate at which
 the draft has confirmed guessed ids in this prompt-lookup situation (NgramIndex.situation; it starts
