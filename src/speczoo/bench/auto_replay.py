@@ -76,12 +76,12 @@ class RecordedDraft(Drafter):
         self.fed: list[int] = []
         self.spent = 0.0
         self._cv = CvCurve.measured(rec.draft_cv) if rec.draft_cv else CvCurve.constant(1.0)
-        self.guesses = guesses
-        self.guesser: Guesser | None = None
+        self.guesser = Guesser(self._cv, GUESS_MAX) if guesses else None
 
     def reset(self) -> None:
         self.fed = []
-        self.guesser = Guesser(self._cv, GUESS_MAX) if self.guesses else None
+        if self.guesser is not None:
+            self.guesser.reset()
 
     def lag(self, context: list[int]) -> int:
         return len(context) - 1 - agreeing_prefix(self.fed, context)

@@ -66,10 +66,11 @@ class NativeBlock:
         return cls(lin, norm1, norm2, eps, n_heads, n_kv_heads, head_dim, mods[0].lib, mods)
 
     @staticmethod
-    def supports(x: Tensor, k_cache: Tensor, keys) -> bool:
-        """The compiled block takes an fp32 [S, D] input, an fp32 contiguous cache and a row-wise key plan."""
-        return (keys is not None and x.dtype == torch.float32 and k_cache.dtype == torch.float32
-                and k_cache.is_contiguous())
+    def supports(x: Tensor, k_cache: Tensor, keys, v_cache: Tensor | None = None) -> bool:
+        """The compiled block takes an fp32 [S, D] input, an fp32 contiguous cache (keys, and values when
+        given) and a row-wise key plan."""
+        return (keys is not None and x.dtype == torch.float32
+                and all(c.dtype == torch.float32 and c.is_contiguous() for c in (k_cache, v_cache) if c is not None))
 
     def __call__(self, x: Tensor, cos: Tensor, sin: Tensor, q_cos: Tensor, q_sin: Tensor, k_cache: Tensor,
                  v_cache: Tensor, l0: int, keys) -> Tensor:
@@ -101,10 +102,8 @@ class NativeStack:
 
     @staticmethod
     def supports(x: Tensor, k_caches: list[Tensor], v_caches: list[Tensor], keys) -> bool:
-        """NativeBlock.supports for every layer's cache (fp32, contiguous)."""
-        return (keys is not None and x.dtype == torch.float32
-                and all(k.dtype == torch.float32 and k.is_contiguous() for k in k_caches)
-                and all(v.dtype == torch.float32 and v.is_contiguous() for v in v_caches))
+        """NativeBlock.supports for every layer's cache."""
+        return all(NativeBlock.supports(x, k, keys, v) for k, v in zip(k_caches, v_caches, strict=True))
 
     def run(self, x: Tensor, cos: Tensor, sin: Tensor, q_cos: Tensor, q_sin: Tensor, k_caches: list[Tensor],
             v_caches: list[Tensor], l0: int, keys, start: int = 0, stop: int | None = None) -> Tensor:

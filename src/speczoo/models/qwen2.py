@@ -41,7 +41,7 @@ class Qwen2Block(nn.Module):
 
     def forward(self, x: Tensor, rot: Rotation, k_cache: Tensor, v_cache: Tensor, l0: int,
                 plan: AttnPlan) -> Tensor:  # x: [S, D] -> [S, D]
-        if self.native is not None and NativeBlock.supports(x, k_cache, plan.keys):
+        if self.native is not None and NativeBlock.supports(x, k_cache, plan.keys, v_cache):
             return self.native(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, k_cache, v_cache, l0, plan.keys)
         s = x.shape[0]
         h = self.attn_norm(x)

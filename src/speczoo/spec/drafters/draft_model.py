@@ -65,7 +65,7 @@ class DraftModelDrafter(Drafter):
         self.fed = []
         self._agreed = 0
         if self.guesser is not None:
-            self.guesser = Guesser(self.guesser.rows, self.guesser.guess_max)
+            self.guesser.reset()
 
     def _forward(self, ids: list[int], rows: int = 1) -> torch.Tensor:  # -> logits [rows, V] of the last rows
         start = self.cache.length

@@ -37,7 +37,12 @@ class Guesser:
         self.rows = as_curve(rows)
         top = self.rows.max_s
         self.guess_max = guess_max if top is None else min(guess_max, top - 1)
-        self.index = NgramIndex(order)
+        self.order = order
+        self.reset()
+
+    def reset(self) -> None:
+        """A new sequence: an empty index, the confirmation rates back at their priors."""
+        self.index = NgramIndex(self.order)
         self.estimates: dict[str, AcceptanceEstimate] = {}
         self._judged: AcceptanceEstimate | None = None      # the estimate the pending guess reports to
 
