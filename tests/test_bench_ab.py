@@ -70,6 +70,31 @@ def test_drafters_bench_interleaves_modes_and_checks_every_run():
     assert paired_ratio(res["ngram"], res[OFF]) > 0
 
 
+def test_auto_without_the_head_is_auto_with_the_eagle_drafters_left_out_for_its_runs_only():
+    from types import SimpleNamespace
+
+    from fake_runtime import FakeRuntime
+
+    from speczoo.bench.drafters import NOEAGLE, interleaved
+
+    rt = FakeRuntime()
+    rt.engine = SimpleNamespace(auto_excludes=frozenset({"ngram-tree"}))
+    seen = []
+    real = rt.generate
+
+    def spy(req):
+        seen.append((req.spec, rt.engine.auto_excludes))
+        return real(req)
+
+    rt.generate = spy
+    res = interleaved(rt, rt.tokenizer.encode("hello"), ["auto", NOEAGLE], k=4, gen=20, runs=2)
+    assert {s for s, _ in seen} == {"off", "auto"}
+    assert ("auto", frozenset({"ngram-tree"})) in seen
+    assert ("auto", frozenset({"ngram-tree", "eagle", "eagle-tree"})) in seen
+    assert rt.engine.auto_excludes == frozenset({"ngram-tree"})          # restored after each run
+    assert res[NOEAGLE].lossless and len(res[NOEAGLE].tok_s) == 2
+
+
 def test_draft_replay_charges_fixed_k_and_floors_as_the_engine_would():
     from speczoo.bench.draft_replay import Teacher, replay
     from speczoo.spec.controller import Costs

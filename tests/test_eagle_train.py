@@ -260,3 +260,72 @@ def test_follow_ups_make_multi_turn_conversations(tmp_path):
     assert training_chunks(target, plain)[1] != training_chunks(target, more)[1]
     next(training_chunks(target, more)[0])
     assert [len(c) for c in seen] == [3, 3]
+
+
+def test_held_out_chunks_are_spread_over_the_cache_and_optional():
+    from speczoo.spec.eagle.holdout import split
+    train_idx, held = split(45, 20)
+    assert held == [19, 39] and sorted(train_idx + held) == list(range(45))
+    assert split(45, 0) == (list(range(45)), []) and split(19, 20) == (list(range(19)), [])
+    with pytest.raises(ValueError, match="held-out"):
+        split(45, -1)
+
+
+def test_the_head_is_judged_and_calibrated_on_chunks_it_never_trained_on(tmp_path, corpus, monkeypatch):
+    from safetensors import safe_open
+
+    from speczoo.spec.eagle.holdout import TEMPERATURES, calibrate, judge
+    from speczoo.spec.eagle.train import CHECKPOINT
+
+    seen: list[int] = []
+    real_get = FeatureSet.get
+
+    def spy(self, index):
+        seen.extend(index)
+        return real_get(self, index)
+
+    monkeypatch.setattr(FeatureSet, "get", spy)
+    target = tiny_target()
+    rep = train_eagle(target, options(tmp_path / "run", corpus, steps=40))        # 30 chunks: chunk 19 held out
+    held = rep.held_out
+    assert held is not None and held.rows == 63 and len(held.top1) == 3 and held.temperature in TEMPERATURES
+    assert seen.count(19) == 1                        # read once, by the judge: never a training batch
+    assert all(0.0 <= a <= 1.0 for a in held.top1 + held.confidence)
+    # the saved head is the checkpoint's (uncalibrated, for --resume) with its LM head at the temperature
+    saved = load_head(rep.head_dir, target.model.embed)
+    ckpt = load_head(tmp_path / "run" / CHECKPOINT / "head", target.model.embed)
+    torch.testing.assert_close(saved.lm_head.weight, ckpt.lm_head.weight / held.temperature)
+    with safe_open(str(rep.head_dir / "model.safetensors"), framework="pt") as f:
+        assert float(f.metadata()["temperature"]) == pytest.approx(held.temperature, abs=1e-4)
+    # a head made three times as sure of itself is told to cool down by about three
+    data = FeatureSet(tmp_path / "run" / "features")
+    base = judge(ckpt, data, [19], 3)
+    calibrate(ckpt, 1 / 3)
+    hot = judge(ckpt, data, [19], 3)
+    assert hot.top1 == base.top1                      # the argmax, so every greedy proposal, is unchanged
+    assert hot.temperature == pytest.approx(3 * base.temperature, rel=0.06)
+    assert judge(ckpt, data, [], 3) is None
+
+
+def test_without_held_out_chunks_the_head_is_saved_as_trained(tmp_path, corpus):
+    target = tiny_target()
+    opts = options(tmp_path / "run", corpus, steps=3)
+    opts.train.holdout_every = 0
+    rep = train_eagle(target, opts)
+    assert rep.held_out is None
+    saved = load_head(rep.head_dir, target.model.embed)
+    ckpt = load_head(tmp_path / "run" / "checkpoint" / "head", target.model.embed)
+    torch.testing.assert_close(saved.lm_head.weight, ckpt.lm_head.weight)
+
+
+def test_a_larger_cache_serves_the_first_tokens_asked_for(tmp_path, corpus, monkeypatch):
+    target = tiny_target()
+    train_eagle(target, options(tmp_path / "run", corpus, steps=1))              # 30 chunks cached
+    seen: list[int] = []
+    real_get = FeatureSet.get
+    monkeypatch.setattr(FeatureSet, "get", lambda self, index: seen.extend(index) or real_get(self, index))
+    opts = options(tmp_path / "run", corpus, steps=30, resume=True)
+    opts.max_tokens = 64 * 22                                                      # chunks 0..21; 19 held out
+    rep = train_eagle(target, opts)
+    assert rep.features.new_tokens == 0 and rep.held_out.rows == 63
+    assert max(seen) == 21 and seen.count(19) == 1

@@ -1,10 +1,11 @@
 """Drafters side by side: every built-in prompt × every speculative mode against greedy, interleaved.
 
     python -m speczoo.bench.drafters [TARGET] [--prompts verbatim,code_edit,extractive_qa,free_form]
-                                     [--modes ngram,draft,auto] [--gen 128] [--runs 3]
+                                     [--modes ngram,draft,auto] [--gen 128] [--runs 3] [--head NAME]
 
 The mode `draft-noguess` is the draft model without its prompt-lookup guesses (spec/drafters/guess.py):
-beside `draft` it measures what the guesses save.
+beside `draft` it measures what the guesses save. The mode `auto-noeagle` is `auto` without the EAGLE
+head: beside `auto` it measures what an installed head adds to the controller's choice (or costs it).
 
 This machine's speed drifts by a third within minutes (docs/results.md), so separate A/B runs per mode
 would compare modes measured in different states. Here each of --runs rounds runs greedy and every mode
@@ -26,6 +27,8 @@ from speczoo.events import GenerationRequest
 
 OFF = "off"
 NOGUESS = "draft-noguess"
+NOEAGLE = "auto-noeagle"
+VARIANTS = (NOGUESS, NOEAGLE)       # modes that are not single drafters of their own
 
 
 @dataclass
@@ -45,12 +48,12 @@ def interleaved(runtime, prompt_ids: list[int], modes: list[str], k: int, gen: i
     order = [OFF, *modes]
     base = GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=gen, k=k)
     for mode in order:
-        run_request(runtime, GenerationRequest(**{**base.__dict__, "spec": mode, "max_new_tokens": min(8, gen)}))
+        run_mode(runtime, GenerationRequest(**{**base.__dict__, "spec": mode, "max_new_tokens": min(8, gen)}))
     out = {mode: ModeRuns() for mode in order}
     reference: list[int] = []
     for r in range(runs):
         for mode in order[r % len(order):] + order[:r % len(order)]:   # round 0 starts with greedy
-            done = run_request(runtime, GenerationRequest(**{**base.__dict__, "spec": mode}))
+            done = run_mode(runtime, GenerationRequest(**{**base.__dict__, "spec": mode}))
             if r == 0 and mode == OFF:
                 reference = done.ids
             res = out[mode]
@@ -58,6 +61,19 @@ def interleaved(runtime, prompt_ids: list[int], modes: list[str], k: int, gen: i
             res.accepted_per_round.append(done.stats.accepted_per_round)
             res.lossless = res.lossless and done.ids == reference
     return out
+
+
+def run_mode(runtime, req: GenerationRequest):
+    """Run a request; the mode NOEAGLE runs as "auto" with the EAGLE drafters left out of it."""
+    if req.spec != NOEAGLE:
+        return run_request(runtime, req)
+    eng = runtime.engine
+    before = eng.auto_excludes
+    eng.auto_excludes = before | {"eagle", "eagle-tree"}
+    try:
+        return run_request(runtime, GenerationRequest(**{**req.__dict__, "spec": "auto"}))
+    finally:
+        eng.auto_excludes = before
 
 
 def add_noguess(rt) -> None:
@@ -85,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen", type=int, default=128, help="new tokens per run")
     ap.add_argument("--runs", type=int, default=3, help="rounds (greedy and every mode once each)")
     ap.add_argument("--k", type=int, default=8, help="max draft tokens per round")
+    ap.add_argument("--head", default=None, help="EAGLE head (installed name or directory) for eagle, eagle-tree "
+                                                 "and auto (default: the newest installed for the target)")
     args = ap.parse_args(argv)
 
     from speczoo.bench.prompts import builtin_prompt
@@ -97,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     modes = args.modes.split(",")
     if OFF in modes:
         raise ValueError("greedy ('off') is the baseline every round already runs; leave it out of --modes")
-    draft = draft_to_load(args.target, [m if m != NOGUESS else "draft" for m in modes], None)
-    rt = load_runtime(args.target, draft, remeasure_costs=True)   # as `speczoo bench`: today's costs
+    draft = draft_to_load(args.target, [{NOGUESS: "draft", NOEAGLE: "auto"}.get(m, m) for m in modes], None)
+    rt = load_runtime(args.target, draft, remeasure_costs=True, eagle_head=args.head)   # today's costs
     if NOGUESS in modes:
         add_noguess(rt)
     print(f"target {args.target}, draft {draft}, {args.gen} tokens, K <= {args.k}, {args.runs} interleaved "
@@ -114,10 +132,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:14s} {mode:6s} {statistics.median(r.tok_s):6.1f} tok/s  speedup "
                   f"{paired_ratio(r, greedy):.2f}x  accepted/round {statistics.median(r.accepted_per_round):.2f}  "
                   f"lossless {'PASS' if r.lossless else 'FAIL'}", flush=True)
-        singles = [m for m in modes if m not in ("auto", NOGUESS)]
+        singles = [m for m in modes if m not in ("auto", *VARIANTS)]
         if "auto" in modes and singles:
             best = max(singles, key=lambda m: paired_ratio(res[m], greedy))
             print(f"{name:14s} auto vs best single ({best}): {paired_ratio(res['auto'], res[best]) - 1:+.1%}",
+                  flush=True)
+        if "auto" in modes and NOEAGLE in modes:
+            print(f"{name:14s} auto vs auto without the head: {paired_ratio(res['auto'], res[NOEAGLE]) - 1:+.1%}",
                   flush=True)
     return 0
 

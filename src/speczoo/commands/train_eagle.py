@@ -7,6 +7,8 @@ from pathlib import Path
 
 
 def register(sub) -> None:
+    from speczoo.spec.eagle.holdout import HOLDOUT_EVERY
+
     p = sub.add_parser(
         "train-eagle", help="train an EAGLE-3 draft head for a target (self-distillation on a local corpus)",
         description="Extract the target's features over a local corpus (cached in DIR/features), train an "
@@ -36,7 +38,8 @@ def register(sub) -> None:
     p.add_argument("--device", default="cpu", help="where the head trains: cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"],
                    help="training matmul precision (bf16 autocast, fp32 master weights; default bf16)")
-    p.add_argument("--tokens", type=int, default=200_000, help="tokens of features to extract (default 200k)")
+    p.add_argument("--tokens", type=int, default=200_000, help="tokens of features to train on (default 200k): extracted "
+                   "into DIR/features, or the first of those a cache there already holds")
     p.add_argument("--seq-len", type=int, default=512, help="tokens per training chunk (default 512)")
     p.add_argument("--batch", type=int, default=4, help="chunks per step (default 4)")
     p.add_argument("--lr", type=float, default=5e-4)
@@ -44,6 +47,9 @@ def register(sub) -> None:
     p.add_argument("--draft-vocab", type=int, default=32_000, help="draft vocabulary size (default 32000)")
     p.add_argument("--ffn-dim", type=int, default=None, help="the head's MLP width (default: the target's)")
     p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--holdout-every", type=int, default=HOLDOUT_EVERY,
+                   help=f"hold one chunk in N out of training: the head is judged on those (top-1 agreement on "
+                        f"unseen text) and its confidences calibrated there (default {HOLDOUT_EVERY}; 0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default=None, help="the target's linear backend for feature extraction "
                    "(default: the one it runs with)")
@@ -85,14 +91,17 @@ def run(args) -> int:
         max_tokens=args.tokens, seq_len=args.seq_len, draft_vocab=args.draft_vocab, ffn_dim=args.ffn_dim,
         name=name, resume=args.resume,
         train=TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, ttt_steps=args.ttt_steps,
-                          seed=args.seed, device=args.device, dtype=args.dtype, checkpoint_every=args.checkpoint_every))
+                          seed=args.seed, device=args.device, dtype=args.dtype, checkpoint_every=args.checkpoint_every,
+                          holdout_every=args.holdout_every))
     rep = train_eagle(target, opts)
     f, r = rep.features, rep.result
     acc = r.recent_acc()
     print(f"features: {f.tokens} tokens cached ({f.new_tokens} new, {f.tok_s:.0f} tok/s)", file=sys.stderr)
     print(f"training: step {r.state.step}, {r.steps_run} steps this run at {r.steps_per_s:.2f} steps/s "
           f"({r.steps_per_s * r.tokens_per_step:.0f} tok/s); loss {r.state.losses[-1]:.3f}; "
-          f"top-1 agreement by step (last 20) {' / '.join(f'{a:.2f}' for a in acc)}", file=sys.stderr)
+          f"top-1 agreement by step (last 20 training batches) {' / '.join(f'{a:.2f}' for a in acc)}", file=sys.stderr)
+    if rep.held_out is not None:
+        print(f"judged: {rep.held_out.describe()}", file=sys.stderr)
     print(f"head: {rep.head_dir}" + (f", installed as {rep.installed.name} (--spec eagle:{rep.installed.name})"
                                      if rep.installed else ""))
     return 0

@@ -4,7 +4,8 @@ Work directory layout (--out DIR):
   DIR/features/     the feature cache (spec/eagle/features.py), reused by later runs on the same data
   DIR/answers.jsonl the target's answers to --prompts (spec/eagle/answers.py), read back on --resume
   DIR/checkpoint/   the latest checkpoint (spec/eagle/train.py); --resume continues from it
-  DIR/head/         the final head in the speculators format
+  DIR/head/         the final head in the speculators format, calibrated on the held-out chunks
+                    (spec/eagle/holdout.py)
 and, when a name is given, a copy installed as a zoo entry ($SPECZOO_HOME/eagle/NAME).
 A run without --resume refuses a directory that already holds a checkpoint rather than overwrite it.
 This module wires the stages together; each stage lives in its own module.
@@ -24,6 +25,7 @@ from speczoo.spec.eagle.answers import AnswerLog, answer_chunks, conversations, 
 from speczoo.spec.eagle.features import (ExtractStats, FeatureManifest, FeatureSet, corpus_chunks, corpus_digest,
                                          corpus_files, default_corpus, extract)
 from speczoo.spec.eagle.head import EagleHead
+from speczoo.spec.eagle.holdout import HeldOut, calibrate, judge, split
 from speczoo.spec.eagle.io import save_head
 from speczoo.spec.eagle.train import CHECKPOINT, TrainConfig, TrainResult, load_checkpoint, train
 from speczoo.spec.eagle.vocab import draft_vocab
@@ -38,7 +40,7 @@ class EagleTrainOptions:
     answer_tokens: int = 256               # greedy tokens per answer
     answer_batch: int = 8                  # prompts answered side by side (one packed decode)
     follow_ups: int = 0                    # further user turns per prompt (answers.FOLLOW_UPS)
-    max_tokens: int = 200_000              # tokens of features to extract
+    max_tokens: int = 200_000              # tokens of features to extract and train on
     seq_len: int = 512                     # chunk length L
     shard_seqs: int = 8                    # chunks per feature shard
     draft_vocab: int = 32_000
@@ -52,6 +54,7 @@ class EagleTrainOptions:
 class EagleTrainReport:
     features: ExtractStats
     result: TrainResult
+    held_out: HeldOut | None               # the head on chunks it never trained on (None: none held out)
     head_dir: Path
     installed: HeadEntry | None
 
@@ -95,10 +98,16 @@ def train_eagle(target: Target, opts: EagleTrainOptions) -> EagleTrainReport:
         head = new_head(target, cfg, data, opts.train.seed)
         head.to(device)
         opt, state = None, None
-    result = train(head, data, opts.train, out, opt, state)
-    head_dir = save_head(head.cpu(), out / "head")
+    # a cache filled further by an earlier run on the same data serves its first max_tokens only
+    chunks, held = split(min(len(data), opts.max_tokens // opts.seq_len), opts.train.holdout_every)
+    result = train(head, data, opts.train, out, opt, state, chunks)
+    held_out = judge(head, data, held, opts.train.ttt_steps, opts.train.batch, device)
+    if held_out is not None:                   # the checkpoint keeps the uncalibrated head, for --resume
+        calibrate(head, held_out.temperature)
+    head_dir = save_head(head.cpu(), out / "head", held_out.metadata() if held_out else None)
     installed = install_head(head_dir, opts.name) if opts.name else None
-    return EagleTrainReport(features=stats, result=result, head_dir=head_dir, installed=installed)
+    return EagleTrainReport(features=stats, result=result, held_out=held_out, head_dir=head_dir,
+                            installed=installed)
 
 
 def training_chunks(target: Target, opts: EagleTrainOptions) -> tuple[Iterator[list[int]], str]:

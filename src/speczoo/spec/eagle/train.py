@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from speczoo.spec.eagle.features import FeatureSet
 from speczoo.spec.eagle.head import EagleHead
+from speczoo.spec.eagle.holdout import HOLDOUT_EVERY
 from speczoo.spec.eagle.io import load_head, save_head
 from speczoo.spec.eagle.ttt import unroll
 from speczoo.spec.eagle.vocab import t2d_index
@@ -43,14 +44,15 @@ class TrainConfig:
     device: str = "cpu"
     dtype: str = "bf16"          # matmul precision (autocast; weights and AdamW stay fp32): bf16 or fp32
     checkpoint_every: int = 100
+    holdout_every: int = HOLDOUT_EVERY   # one chunk in this many is held out of training (spec/eagle/holdout.py)
     progress: bool = True
 
     def __post_init__(self):
         if self.dtype not in ("bf16", "fp32"):
             raise ValueError(f"training dtype must be bf16 or fp32, got {self.dtype!r}")
-        if self.steps < 0 or self.batch < 1 or self.ttt_steps < 1:
-            raise ValueError(f"need steps >= 0, batch >= 1 and ttt_steps >= 1; got {self.steps}, {self.batch}, "
-                             f"{self.ttt_steps}")
+        if self.steps < 0 or self.batch < 1 or self.ttt_steps < 1 or self.holdout_every < 0:
+            raise ValueError(f"need steps >= 0, batch >= 1, ttt_steps >= 1 and holdout_every >= 0; got {self.steps}, "
+                             f"{self.batch}, {self.ttt_steps}, {self.holdout_every}")
 
     def lr_at(self, step: int) -> float:
         """Linear warm-up, then cosine down to a tenth."""
@@ -137,23 +139,27 @@ def load_checkpoint(work: Path, embed: torch.Tensor, cfg: TrainConfig) -> tuple[
 
 
 def train(head: EagleHead, data: FeatureSet, cfg: TrainConfig, work: Path,
-          opt: torch.optim.AdamW | None = None, state: TrainState | None = None) -> TrainResult:
-    """Train `head` (already on cfg.device) up to cfg.steps; checkpoint into work/ every
-    cfg.checkpoint_every steps and at the end. Pass the optimizer and state of a loaded checkpoint to
-    resume."""
+          opt: torch.optim.AdamW | None = None, state: TrainState | None = None,
+          chunks: list[int] | None = None) -> TrainResult:
+    """Train `head` (already on cfg.device) up to cfg.steps on the cache's `chunks` (default: all of
+    them); checkpoint into work/ every cfg.checkpoint_every steps and at the end. Pass the optimizer and
+    state of a loaded checkpoint to resume."""
     work = Path(work)
     head.train()
     opt = opt or make_optimizer(head, cfg)
     state = state or TrainState()
     index = t2d_index(head.draft_to_target.cpu(), head.cfg.target_vocab)        # [V] draft id or -100
     seq = data.manifest.seq_len
+    chunks = list(range(len(data))) if chunks is None else chunks
+    if not chunks:
+        raise ValueError("no chunks to train on: the feature cache is empty or all of it is held out")
     start, t0 = state.step, time.perf_counter()
     last = t0
     bar = tqdm(total=cfg.steps, initial=state.step, unit="step", desc="train", disable=not cfg.progress,
                dynamic_ncols=True)
     while state.step < cfg.steps:
         g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.step)
-        pick = torch.randint(0, len(data), (cfg.batch,), generator=g).tolist()
+        pick = [chunks[i] for i in torch.randint(0, len(chunks), (cfg.batch,), generator=g).tolist()]
         feats, ids, top1 = data.get(pick)
         labels = index[top1]                                                     # [B, L]
         for group in opt.param_groups:

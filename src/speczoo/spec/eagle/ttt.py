@@ -49,6 +49,14 @@ def ttt_attention(q: Tensor, ks: list[Tensor], vs: list[Tensor]) -> Tensor:
     return out
 
 
+def step_labels(labels: Tensor, j: int) -> Tensor:
+    """labels: [B, L] draft ids of the target's top-1 per position -> [B, L - 1] the labels of step j's rows
+    (row t: the label at position t + 1 + j; -100 past the chunk's end)."""
+    seq = labels.shape[1]
+    src = torch.arange(seq - 1, device=labels.device) + 1 + j                # [T]
+    return labels[:, src.clamp(max=seq - 1)].masked_fill(src >= seq, -100)
+
+
 def unroll(head: EagleHead, features: Tensor, ids: Tensor, labels: Tensor, steps: int,
            decay: float = 0.8, keep_logits: bool = False) -> TTTOut:
     """features: [B, L, 3D] target features; ids: [B, L] chunk tokens; labels: [B, L] draft ids of the
@@ -69,10 +77,8 @@ def unroll(head: EagleHead, features: Tensor, ids: Tensor, labels: Tensor, steps
     kept: list[Tensor] = []
     for j in range(steps):
         src = rows + 1 + j                                                 # [T] position of the input token
-        inside = src < seq
-        src_c = src.clamp(max=seq - 1)
-        tok = ids[:, src_c]                                                # [B, T]
-        lab = labels[:, src_c].masked_fill(~inside, -100)                  # [B, T]
+        tok = ids[:, src.clamp(max=seq - 1)]                                                # [B, T]
+        lab = step_labels(labels, j)                                       # [B, T]
         q, k, v = layer.project(head.embed[tok], hid)                      # [B, T, H, Dh], [B, T, Hkv, Dh] x2
         cos, sin = head.rope(src)                                          # [T, 1, Dh]
         ks.append(rotate(k, cos, sin).transpose(1, 2))                     # [B, Hkv, T, Dh]
