@@ -77,7 +77,7 @@ def unroll(head: EagleHead, features: Tensor, ids: Tensor, labels: Tensor, steps
     kept: list[Tensor] = []
     for j in range(steps):
         src = rows + 1 + j                                                 # [T] position of the input token
-        tok = ids[:, src.clamp(max=seq - 1)]                                                # [B, T]
+        tok = ids[:, src.clamp(max=seq - 1)]                               # [B, T]
         lab = step_labels(labels, j)                                       # [B, T]
         q, k, v = layer.project(head.embed[tok], hid)                      # [B, T, H, Dh], [B, T, Hkv, Dh] x2
         cos, sin = head.rope(src)                                          # [T, 1, Dh]
