@@ -142,7 +142,7 @@ def test_portable_build_runs_the_block_and_agrees():
     args = tiny_args("qwen2")
     tensors = tiny_tensors(args)
     fast = Qwen2(args, tensors, Q4Backend())
-    portable = Qwen2(args, tensors, Q4Backend(native.ARCH_PORTABLE))
+    portable = Qwen2(args, tensors, Q4Backend(native.scalar_path()))
     assert portable.layers[0].native is not None
     t = toks(16)
     a = fast(t, torch.arange(16), KVCache(args, 32)).logits

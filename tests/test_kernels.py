@@ -100,12 +100,12 @@ def test_compiled_kernel_equals_torch_twin(fast, twin, n, k, packed_cache):
 
 def test_scalar_build_matches_vnni_build(packed_cache):
     """The portable (no AVX-512) code path of the same source gives the same bits."""
-    lib = native.kernels(native.ARCH_PORTABLE)
-    assert not lib.has_vnni
+    lib = native.kernels(native.scalar_path())
+    assert lib.path_name == "scalar"
     for fam, backend in (("q8", Q8Backend), ("q4", Q4Backend)):
         w, b, packed = packed_cache(fam, 33, 600)
         x = _acts(5, 600)
-        assert torch.equal(backend(native.ARCH_PORTABLE).build(packed, b)(x), get_backend(fam).build(packed, b)(x))
+        assert torch.equal(backend(native.scalar_path()).build(packed, b)(x), get_backend(fam).build(packed, b)(x))
 
 
 # stated tolerances: relative Frobenius error of the product against fp32 (Gaussian weights; activations with
@@ -280,7 +280,7 @@ def test_bad_shapes_and_inputs_are_clear_errors():
 def test_missing_compiler_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler-xyz")
     with pytest.raises(native.KernelBuildError, match="q8_torch"):
-        native._build(native.ARCH_NATIVE)
+        native._build(native.chosen_path())
 
 
 def test_default_fast_backend_is_batch_invariant():

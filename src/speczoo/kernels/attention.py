@@ -110,7 +110,7 @@ _NATIVE: list = []   # [NativeKernels] once built, [None] when building failed (
 def _lib() -> native.NativeKernels | None:
     if not _NATIVE:
         try:
-            _NATIVE.append(native.kernels(native.ARCH_NATIVE))
+            _NATIVE.append(native.kernels())
         except native.KernelBuildError as err:
             warnings.warn(f"batch-invariant attention runs in PyTorch (slower): {err}", RuntimeWarning, stacklevel=3)
             _NATIVE.append(None)
@@ -121,7 +121,7 @@ def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows | Plan,
            lib: native.NativeKernels | None = None) -> Tensor:
     """q [S, H, Dh] fp32 (scaled, rotated); k/v caches [Hkv, C, Dh] of one layer. Returns [S, H, Dh] fp32.
 
-    `lib` picks a build of the kernels (tests pass the portable one); default: the native build.
+    `lib` picks a build of the kernels (tests pass other paths); default: the path chosen for this CPU.
     """
     plan = keys if isinstance(keys, Plan) else Plan(keys)
     s, h, dh, hkv = _check(q, k_cache, v_cache, plan.keys)

@@ -12,7 +12,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <omp.h>
 #include "cpu_kernels.h"
 
 // y = x / sqrt(mean(x^2) + eps) * w: squares summed in 16 lanes (k mod 16), lanes by a fixed tree.
@@ -39,24 +38,17 @@ static void rope_row(const float* x, int64_t nh, int64_t Dh, const float* cs, co
     }
 }
 
-// y = silu(g) * u = g * sigmoid(g) * u, sigmoid from e = exp(-|g|) so that exp never overflows.
+// y = silu(g) * u = g * sigmoid(g) * u, lane-wise on V16, sigmoid from e = exp(-|g|) so that exp never
+// overflows: g >= 0: 1 / (1 + e), else e / (1 + e).
 static void silu_mul_row(const float* g, const float* u, int64_t F, float* y) {
-    int64_t j = 0;
-#if defined(__AVX512F__)
-    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
-    for (; j + 16 <= F; j += 16) {
-        const __m512 gv = _mm512_loadu_ps(g + j);
-        const __m512 e = exp_neg_ps(_mm512_sub_ps(zero, _mm512_abs_ps(gv)));
-        const __m512 den = _mm512_add_ps(one, e);
-        const __mmask16 pos = _mm512_cmp_ps_mask(gv, zero, _CMP_GE_OQ);
-        const __m512 sig = _mm512_mask_div_ps(_mm512_div_ps(e, den), pos, one, den);
-        _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_mul_ps(gv, sig), _mm512_loadu_ps(u + j)));
-    }
-#endif
-    for (; j < F; ++j) {
-        const float e = expf(-fabsf(g[j]));
-        const float sig = g[j] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-        y[j] = g[j] * sig * u[j];
+    const V16 one = v_set1(1.0f), zero = v_zero();
+    for (int64_t j = 0; j < F; j += 16) {
+        const int cnt = (int)(F - j);
+        const V16 gv = v_loadn(g + j, cnt);
+        const V16 e = v_exp_neg(v_sub(zero, v_abs(gv)));
+        const V16 den = v_add(one, e);
+        const V16 sig = v_select_ge(gv, zero, v_div(one, den), v_div(e, den));
+        v_storen(y + j, v_mul(v_mul(gv, sig), v_loadn(u + j, cnt)), cnt);
     }
 }
 
@@ -184,7 +176,7 @@ static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64
 // [S, Dh] (the query pair has the query scale folded in); lo/hi/off/idx: the key plan of
 // kernels/attention.py. Returns 0; -1 when scratch could not be allocated; -2 on an invalid key plan;
 // -3 when a block's shapes do not fit together or the cache.
-extern "C" int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps,
+SZ_API int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps,
                               const float* cos_k, const float* sin_k, const float* cos_q, const float* sin_q,
                               int64_t H, int64_t Hkv, int64_t Dh, int64_t C, int64_t l0, const int64_t* lo,
                               const int64_t* hi, const int64_t* off, const int64_t* idx, int nthreads) {

@@ -30,35 +30,29 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <omp.h>
 #include <mutex>
 #include "cpu_kernels.h"
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#include <immintrin.h>
-#define SZ_VNNI 1
-#else
-#define SZ_VNNI 0
-#endif
+#include "cpu_tiles.h"
 
-#define SZ_TILE 12  // most activation rows per register tile
 #ifndef SZ_PF
 #define SZ_PF 12  // q4: software prefetch distance in super-blocks (2 KiB of codes each), into L2
 #endif
-#ifndef SZ_PFHINT
-#define SZ_PFHINT _MM_HINT_T1
-#endif
-#ifndef SZ_PF8
-#define SZ_PF8 0  // q8: software prefetch distance in k-blocks (4 KiB each); 0: none (measured: it only hurt)
-#endif
 #define SZ_KBLOCK 64  // q8: quads (4 inputs) per k-block; one k-block of a strip stays in L1 across row tiles
 
-extern "C" int sz_has_vnni(void) { return SZ_VNNI; }
-extern "C" int sz_abi_version(void) { return 6; }
+SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
+SZ_API int sz_abi_version(void) { return 7; }
+SZ_API int sz_openmp(void) {
+#if defined(_OPENMP)
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 // ---------------------------------------------------------------- activation quantization (per row)
 static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64_t s, int32_t* xw, int32_t* xg,
                          float* sa, int32_t* xsum) {
-#if SZ_VNNI
+#if defined(SZ_PATH_AVX512VNNI)
     __m512 vmax = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += 16) {
         const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
@@ -81,7 +75,7 @@ static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64
         xsum[s] = 0;
         return;
     }
-#if SZ_VNNI
+#if defined(SZ_PATH_AVX512VNNI)
     const __m512 vs = _mm512_set1_ps(scale);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
     for (int64_t k0 = 0; k0 < KP; k0 += 64) {  // one pair of groups per step
@@ -177,10 +171,6 @@ static inline void store_cols(float* y, const float* v, int64_t ncols, bool accu
         for (int64_t c = 0; c < ncols; ++c) y[c] = v[c];
 }
 
-static inline int8_t act(const int32_t* xw, int64_t S, int64_t k, int r) {  // xq[r, k] from quad-major words
-    return ((const int8_t*)(xw + (k / 4) * S + r))[k % 4];
-}
-
 // ---------------------------------------------------------------- row tiles
 // Rows are split into balanced tiles of at most SZ_TILE; the split changes which rows share registers,
 // never the arithmetic of one row.
@@ -189,156 +179,32 @@ static inline int64_t row_tile(int64_t S) {
     return (S + ntiles - 1) / ntiles;
 }
 
-#if SZ_VNNI
-// acc += dpbusd(w, broadcast of the 32-bit word at x): the broadcast is folded into the instruction
-// ({1to16} memory operand), which the compiler does not do for the intrinsic on its own.
-static inline __m512i dpbusd_bcst(__m512i acc, __m512i w, const int32_t* x) {
-    __asm__("vpdpbusd %[x]%{1to16%}, %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [x] "m"(*x));
-    return acc;
-}
-static inline __m512i dpwssd_bcst(__m512i acc, __m512i w, const int32_t* x) {
-    __asm__("vpdpwssd %[x]%{1to16%}, %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [x] "m"(*x));
-    return acc;
-}
-// q8: R rows x nq quads of one strip; acc[R][16] int32 in memory between k-blocks.
-// w: strip weights at the block's first quad; xk: activation words at (first quad, first row).
-template <int R>
-static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, int32_t* acc, bool first) {
-    constexpr int C = R >= 4 ? 1 : (R == 1 ? 4 : 2);  // chains per row: short tiles are latency bound
-    __m512i a[C][R];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-        a[0][r] = first ? _mm512_setzero_si512() : _mm512_load_si512((const void*)(acc + r * 16));
-#pragma GCC unroll 4
-        for (int c = 1; c < C; ++c) a[c][r] = _mm512_setzero_si512();
-    }
-    for (int64_t q = 0; q < nq; q += C) {  // nq is a multiple of 8
-#pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) {
-            const __m512i wv = _mm512_loadu_si512((const void*)(w + (q + c) * 64));
-            const int32_t* xr = xk + (q + c) * S;
-#pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) a[c][r] = dpbusd_bcst(a[c][r], wv, xr + r);
-        }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-        __m512i v = a[0][r];
-#pragma GCC unroll 4
-        for (int c = 1; c < C; ++c) v = _mm512_add_epi32(v, a[c][r]);
-        _mm512_store_si512((void*)(acc + r * 16), v);
-    }
-}
-
-// q4: R rows x one super-block of ng groups (8, or fewer in a strip's last block; even), nibbles unpacked
-// in registers (a tile of up to SZ_TILE rows shares them). qb: the strip's packed super-block; xk, xp:
-// activation words and group-sum pairs at (super-block, first row). facc/fmin [R][16] += this block's terms.
-template <int R>
-static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
-                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
-    constexpr int C = R >= 4 ? 1 : 2;
-    const __m512i nib = _mm512_set1_epi8(0x0F);
-    __m512i isb[R];
-#pragma GCC unroll 1
-    for (int g = 0; g < ng; ++g) {
-        __m512i t[C][R];
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-            for (int c = 0; c < C; ++c) t[c][r] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-            const __m512i p = _mm512_loadu_si512((const void*)(qb + g * 256 + j * 64));
-            const __m512i lo = _mm512_and_si512(p, nib);                            // k = 32g + 4j + i
-            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), nib);  // k + 16
-            const int32_t* xl = xk + (g * 8 + j) * S;
-            const int32_t* xh = xl + 4 * S;
-#pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) t[0][r] = dpbusd_bcst(t[0][r], lo, xl + r);
-#pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) t[C - 1][r] = dpbusd_bcst(t[C - 1][r], hi, xh + r);
-        }
-        const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(scb + g * 16)));
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-            __m512i v = t[0][r];
-            if constexpr (C == 2) v = _mm512_add_epi32(v, t[C - 1][r]);
-            v = _mm512_mullo_epi32(v, scv);
-            isb[r] = g == 0 ? v : _mm512_add_epi32(isb[r], v);
-        }
-    }
-    const __m512 dv = _mm512_loadu_ps(ddb);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dv);
-        _mm512_store_ps(facc + r * 16, _mm512_add_ps(_mm512_load_ps(facc + r * 16), v));
-        isb[r] = _mm512_setzero_si512();  // reused below for the mins
-    }
-#pragma GCC unroll 4
-    for (int p = 0; p < ng / 2; ++p) {
-        const __m512i mv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(mnb + p * 32)));
-        const int32_t* xr = xp + p * S;
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) isb[r] = dpwssd_bcst(isb[r], mv, xr + r);
-    }
-    const __m512 dmv = _mm512_loadu_ps(ddb + 16);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dmv);
-        _mm512_store_ps(fmin + r * 16, _mm512_add_ps(_mm512_load_ps(fmin + r * 16), v));
-    }
-}
-
-typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
-typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
-                           const int32_t*, int64_t, int, float*, float*);
-template <int... Rs>
-struct Tiles {
-    static constexpr q8_tile_fn q8[sizeof...(Rs)] = {&q8_tile<Rs>...};
-    static constexpr q4_tile_fn q4[sizeof...(Rs)] = {&q4_tile<Rs>...};
-};
-typedef Tiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12> TL;
-static_assert(SZ_TILE == 12, "Tiles must list 1..SZ_TILE");
-#endif
-
 // ---------------------------------------------------------------- strips (16 output columns, all S rows)
 // ws: per-thread workspace of 48 * S 32-bit words. out: y + nb*16, row stride N, ncols valid columns.
 static void q8_strip(const uint8_t* w, int64_t KP, const int32_t* xw, int64_t S, const float* sa,
                      const int32_t* xsum, const float* sw, const float* bias, int32_t* ws, float* out, int64_t N,
                      int64_t ncols, bool accum) {
     int32_t* acc = ws;  // [S][16]
-#if SZ_VNNI
     const int64_t tile = row_tile(S), KQ = KP / 4;
     for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {
-#if SZ_PF8 > 0
-        for (int64_t l = 0; l < SZ_KBLOCK * 64; l += 64)  // SZ_PF8 k-blocks ahead (or into the next strip)
-            _mm_prefetch((const char*)(w + (q0 + SZ_KBLOCK * SZ_PF8) * 64 + l), SZ_PFHINT);
-#endif
         const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK;
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
             TL::q8[R - 1](w + q0 * 64, nq, xw + q0 * S + r0, S, acc + r0 * 16, q0 == 0);
         }
     }
-#else
-    for (int64_t r = 0; r < S; ++r)
-        for (int c = 0; c < 16; ++c) {
-            int32_t a = 0;
-            for (int64_t k = 0; k < KP; ++k)
-                a += (int32_t)act(xw, S, k, (int)r) * (int32_t)w[(k / 4) * 64 + c * 4 + (k % 4)];
-            acc[r * 16 + c] = a;
-        }
-#endif
     alignas(64) float f[16];
     for (int64_t r = 0; r < S; ++r) {
         for (int c = 0; c < 16; ++c) {
-            float v = (float)(acc[r * 16 + c] - 128 * xsum[r]) * sa[r];
+            const int32_t a = SZ_Q8_UNSIGNED ? acc[r * 16 + c] - 128 * xsum[r] : acc[r * 16 + c];  // sum of q * x
+            float v = (float)a * sa[r];
             v = v * sw[c];
             if (bias) v = v + bias[c];
             f[c] = v;
         }
         store_cols(out + r * N, f, ncols, accum);
     }
+    (void)xsum;
 }
 
 static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t G,
@@ -348,17 +214,16 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
     float* fmin = (float*)(ws + S * 16);  // [S][16]
     for (int64_t i = 0; i < S * 16; ++i) facc[i] = fmin[i] = 0.0f;
     const int64_t KB = (G + 7) / 8;  // super-blocks; block b holds groups 8b .. min(8b + 8, G) - 1
-#if SZ_VNNI
     const int64_t tile = row_tile(S);
     for (int64_t b = 0; b < KB; ++b) {
         // prefetch SZ_PF super-blocks ahead (past the strip's end this runs into the next strip, which is
         // stored right after it; a prefetch past the array is harmless)
         const int64_t bp = b + SZ_PF;
-        for (int l = 0; l < 2048; l += 64) _mm_prefetch((const char*)(qs + bp * 2048 + l), SZ_PFHINT);
+        for (int l = 0; l < 2048; l += 64) SZ_PREFETCH(qs + bp * 2048 + l);
         for (int l = 0; l < 128; l += 64) {
-            _mm_prefetch((const char*)(sc + bp * 128 + l), SZ_PFHINT);
-            _mm_prefetch((const char*)(mn + bp * 128 + l), SZ_PFHINT);
-            _mm_prefetch((const char*)(dd + bp * 32 + l / 4), SZ_PFHINT);
+            SZ_PREFETCH(sc + bp * 128 + l);
+            SZ_PREFETCH(mn + bp * 128 + l);
+            SZ_PREFETCH(dd + bp * 32 + l / 4);
         }
         const int ng = (int)(G - 8 * b < 8 ? G - 8 * b : 8);
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
@@ -367,29 +232,6 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
                           xg + b * 4 * S + r0, S, ng, facc + r0 * 16, fmin + r0 * 16);
         }
     }
-#else
-    for (int64_t b = 0; b < KB; ++b)
-        for (int64_t r = 0; r < S; ++r)
-            for (int c = 0; c < 16; ++c) {
-                int32_t isum = 0, imn = 0;
-                for (int g = 0; g < 8 && 8 * b + g < G; ++g) {
-                    int32_t t = 0, xs = 0;
-                    for (int k = 0; k < 32; ++k) {
-                        const int j = (k % 16) / 4, i = k % 4;
-                        const uint8_t byte = qs[b * 2048 + g * 256 + j * 64 + c * 4 + i];
-                        const int32_t q = k < 16 ? (byte & 15) : (byte >> 4);
-                        const int32_t xv = act(xw, S, b * 256 + g * 32 + k, (int)r);
-                        t += xv * q;
-                        xs += xv;
-                    }
-                    isum += t * (int32_t)sc[b * 128 + g * 16 + c];
-                    imn += (int32_t)mn[b * 128 + (g / 2) * 32 + c * 2 + (g % 2)] * xs;
-                }
-                facc[r * 16 + c] = facc[r * 16 + c] + (float)isum * dd[b * 32 + c];
-                fmin[r * 16 + c] = fmin[r * 16 + c] + (float)imn * dd[b * 32 + 16 + c];
-            }
-    (void)xg;
-#endif
     alignas(64) float f[16];
     for (int64_t r = 0; r < S; ++r) {
         for (int c = 0; c < 16; ++c) {
@@ -453,13 +295,13 @@ static int linear_call(const SzLinear& w, const float* x, int64_t S, int64_t ldx
     return failed ? -1 : 0;
 }
 
-extern "C" int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8,
+SZ_API int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8,
                             const float* sw, int64_t N, const float* bias, float* y, int nthreads) {
     const SzLinear w{SZ_FMT_Q8, N, K, w8, nullptr, nullptr, sw, bias};
     return linear_call(w, x, S, ldx, y, nthreads);
 }
 
-extern "C" int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs,
+SZ_API int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs,
                             const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t N, const float* bias,
                             float* y, int nthreads) {
     const SzLinear w{SZ_FMT_Q4, N, K, qs, sc, mn, dd, bias};
@@ -477,8 +319,9 @@ extern "C" int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, c
 //   out[d] = (sum_j p_j * v_j[d], one fma chain in key order) / l.
 // One thread computes one (kv-head, row) pair for all q-heads of the group, so neither S, the other rows
 // nor the thread count can change a result. K/V: [Hkv, C, Dh] per layer (cache.py), fp32.
-#if defined(__AVX512F__)
-// 16 lane vectors -> one vector whose lane k is the lane sum of a[k], by the same tree for every k.
+#if defined(SZ_PATH_AVX512VNNI)
+// 16 lane vectors -> one vector whose lane k is the lane sum of a[k], by v_sum_tree's tree for every k
+// (16 keys' scores at once instead of one horizontal sum each).
 static inline __m512 lane_sums16(__m512* a) {
     __m512 r1[8], r2[4], r3[2];
     for (int p = 0; p < 8; ++p)  // s1[m] = x[m] + x[m+8]
@@ -498,12 +341,13 @@ static inline __m512 lane_sums16(__m512* a) {
 }
 #endif
 
-// One (kv-head, row): G q-heads qh[G][Dh] -> oh[G][Dh]. slots[n]; scores: scratch [G][n16] then lsum [G].
-static void attend_task(const float* qh, const float* kh, const float* vh, int64_t Dh, int64_t G,
-                        const int32_t* slots, int64_t n, float* scores, int64_t n16, float* oh) {
-#if defined(__AVX512F__)
+// scores[h][j] = q_h . k_j for the G heads and n keys: per key, one fma chain over the 16-lane chunks of
+// Dh in order (a last partial chunk zero-filled), then v_sum_tree.
+static void attend_scores(const float* qh, const float* kh, int64_t Dh, int64_t G, const int32_t* slots, int64_t n,
+                          float* scores, int64_t n16) {
+    const int64_t nc = (Dh + 15) / 16;
+#if defined(SZ_PATH_AVX512VNNI)
     if (Dh % 16 == 0) {
-        const int64_t nc = Dh / 16;
         for (int64_t j0 = 0; j0 < n; j0 += 16) {
             const float* kp[16];
             for (int t = 0; t < 16; ++t) kp[t] = kh + (int64_t)slots[j0 + t < n ? j0 + t : j0] * Dh;
@@ -519,70 +363,58 @@ static void attend_task(const float* qh, const float* kh, const float* vh, int64
                 _mm512_storeu_ps(scores + h * n16 + j0, lane_sums16(acc));
             }
         }
-        const __mmask16 tail = (n % 16) ? (__mmask16)((1u << (n % 16)) - 1) : (__mmask16)0xFFFF;
-        float* lsum = scores + G * n16;
-        for (int64_t h = 0; h < G; ++h) {
-            float* sh = scores + h * n16;
-            __m512 vm = _mm512_set1_ps(-INFINITY);
-            for (int64_t j0 = 0; j0 < n; j0 += 16)
-                vm = _mm512_mask_max_ps(vm, j0 + 16 <= n ? (__mmask16)0xFFFF : tail, vm, _mm512_loadu_ps(sh + j0));
-            const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
-            __m512 ls = _mm512_setzero_ps();
-            for (int64_t j0 = 0; j0 < n; j0 += 16) {
-                const __mmask16 k = j0 + 16 <= n ? (__mmask16)0xFFFF : tail;
-                const __m512 p = _mm512_maskz_mov_ps(k, exp_neg_ps(_mm512_sub_ps(_mm512_loadu_ps(sh + j0), m)));
-                _mm512_storeu_ps(sh + j0, p);
-                ls = _mm512_add_ps(ls, p);
-            }
-            alignas(64) float lanes[16];
-            _mm512_store_ps(lanes, ls);
-            float l8[8], l4[4], l2[2];
-            for (int t = 0; t < 8; ++t) l8[t] = lanes[t] + lanes[t + 8];
-            for (int t = 0; t < 4; ++t) l4[t] = l8[t] + l8[t + 4];
-            for (int t = 0; t < 2; ++t) l2[t] = l4[t] + l4[t + 2];
-            lsum[h] = l2[0] + l2[1];
-        }
-        for (int64_t h0 = 0; h0 < G; h0 += 8) {  // up to 8 heads share each loaded value vector
-            const int64_t gh = G - h0 < 8 ? G - h0 : 8;
-            for (int64_t c = 0; c < nc; ++c) {
-                __m512 acc[8];
-                for (int h = 0; h < 8; ++h) acc[h] = _mm512_setzero_ps();
-                for (int64_t j = 0; j < n; ++j) {
-                    const __m512 v = _mm512_loadu_ps(vh + (int64_t)slots[j] * Dh + 16 * c);
-                    for (int h = 0; h < gh; ++h)
-                        acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(h0 + h) * n16 + j]), v, acc[h]);
-                }
-                for (int h = 0; h < gh; ++h)
-                    _mm512_storeu_ps(oh + (h0 + h) * Dh + 16 * c,
-                                     _mm512_div_ps(acc[h], _mm512_set1_ps(lsum[h0 + h])));
-            }
-        }
         return;
     }
 #endif
-    for (int64_t h = 0; h < G; ++h) {  // portable path: plain sequential sums
-        const float* q = qh + h * Dh;
+    for (int64_t j = 0; j < n; ++j) {
+        const float* k = kh + (int64_t)slots[j] * Dh;
+        for (int64_t h = 0; h < G; ++h) {
+            const float* q = qh + h * Dh;
+            V16 acc = v_zero();
+            for (int64_t c = 0; c < nc; ++c) {
+                const int rem = (int)(Dh - 16 * c);
+                acc = v_fma(v_loadn(q + 16 * c, rem), v_loadn(k + 16 * c, rem), acc);
+            }
+            scores[h * n16 + j] = v_sum_tree(acc);
+        }
+    }
+}
+
+// One (kv-head, row): G q-heads qh[G][Dh] -> oh[G][Dh]. slots[n]; scores: scratch [G][n16] then lsum [G].
+static void attend_task(const float* qh, const float* kh, const float* vh, int64_t Dh, int64_t G,
+                        const int32_t* slots, int64_t n, float* scores, int64_t n16, float* oh) {
+    attend_scores(qh, kh, Dh, G, slots, n, scores, n16);
+    float* lsum = scores + G * n16;
+    for (int64_t h = 0; h < G; ++h) {  // softmax numerators in place, and their sum
         float* sh = scores + h * n16;
-        float m = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) {
-            const float* k = kh + (int64_t)slots[j] * Dh;
-            float s = 0.0f;
-            for (int64_t d = 0; d < Dh; ++d) s += q[d] * k[d];
-            sh[j] = s;
-            m = s > m ? s : m;
+        V16 vm = v_set1(-INFINITY);  // the max is exact, so any order gives the same m
+        int64_t j0 = 0;
+        for (; j0 + 16 <= n; j0 += 16) vm = v_max(vm, v_load(sh + j0));
+        float mx = v_max_lanes(vm);
+        for (; j0 < n; ++j0) mx = sh[j0] > mx ? sh[j0] : mx;
+        const V16 m = v_set1(mx);
+        V16 ls = v_zero();
+        for (j0 = 0; j0 < n; j0 += 16) {  // lane t sums p_j for j = t mod 16, in key order
+            const int cnt = (int)(n - j0);
+            const V16 p = v_keep(v_exp_neg(v_sub(v_loadn(sh + j0, cnt), m)), cnt);
+            v_storen(sh + j0, p, cnt);
+            ls = v_add(ls, p);
         }
-        float l = 0.0f;
-        for (int64_t j = 0; j < n; ++j) {
-            sh[j] = expf(sh[j] - m);
-            l += sh[j];
+        lsum[h] = v_sum_tree(ls);
+    }
+    const int64_t nc = (Dh + 15) / 16;
+    for (int64_t h0 = 0; h0 < G; h0 += 8) {  // up to 8 heads share each loaded value vector
+        const int64_t gh = G - h0 < 8 ? G - h0 : 8;
+        for (int64_t c = 0; c < nc; ++c) {
+            const int rem = (int)(Dh - 16 * c);
+            V16 acc[8];
+            for (int h = 0; h < 8; ++h) acc[h] = v_zero();
+            for (int64_t j = 0; j < n; ++j) {
+                const V16 v = v_loadn(vh + (int64_t)slots[j] * Dh + 16 * c, rem);
+                for (int h = 0; h < gh; ++h) acc[h] = v_fma(v_set1(scores[(h0 + h) * n16 + j]), v, acc[h]);
+            }
+            for (int h = 0; h < gh; ++h) v_storen(oh + (h0 + h) * Dh + 16 * c, v_div(acc[h], v_set1(lsum[h0 + h])), rem);
         }
-        float* o = oh + h * Dh;
-        for (int64_t d = 0; d < Dh; ++d) o[d] = 0.0f;
-        for (int64_t j = 0; j < n; ++j) {
-            const float* v = vh + (int64_t)slots[j] * Dh;
-            for (int64_t d = 0; d < Dh; ++d) o[d] += sh[j] * v[d];
-        }
-        for (int64_t d = 0; d < Dh; ++d) o[d] /= l;
     }
 }
 
@@ -626,7 +458,7 @@ void sz_attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const float
 
 // q, out: [S, H, Dh]; kc, vc: [Hkv, C, Dh]; lo, hi: [S]; off: [S + 1]; idx: [off[S]] (all int64).
 // Returns 0, -1 when scratch could not be allocated, -2 on an invalid slot or an empty row.
-extern "C" int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc,
+SZ_API int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc,
                          int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off,
                          const int64_t* idx, float* out, int nthreads) {
     if (S <= 0) return 0;

@@ -73,7 +73,7 @@ class Bf16Backend(LinearBackend):
         return Bf16Linear(packed["weight"], bias)
 
 
-DEFAULT_FAST_BACKEND = "q4"  # batch-invariant 4-bit x int8 AVX-512 VNNI kernel (see kernels/quantized.py)
+DEFAULT_FAST_BACKEND = "q4"  # batch-invariant 4-bit x int8 compiled kernel, one path per ISA (kernels/quantized.py)
 
 BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (Fp32Backend(), Bf16Backend())}
 

@@ -58,7 +58,7 @@ def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
 
 # ---------------------------------------------------------------------------------- compiled
 class Q8Native(nn.Module):
-    """int8 weights (per-column scale) x int8 activations (per-row scale), compiled AVX-512 VNNI kernel."""
+    """int8 weights (per-column scale) x int8 activations (per-row scale), compiled kernel (per-ISA paths, bit-identical)."""
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
         super().__init__()
@@ -81,7 +81,7 @@ class Q8Native(nn.Module):
 
 
 class Q4Native(nn.Module):
-    """4-bit super-block weights x int8 activations (per-row scale), compiled AVX-512 VNNI kernel."""
+    """4-bit super-block weights x int8 activations (per-row scale), compiled kernel (per-ISA paths, bit-identical)."""
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
         super().__init__()
@@ -218,14 +218,14 @@ class Q8Backend(LinearBackend):
     stored = True
     batch_invariant = True
 
-    def __init__(self, arch: tuple[str, ...] = native.ARCH_NATIVE):
-        self.arch = arch
+    def __init__(self, path: native.KernelPath | None = None):
+        self.path = path  # None: the path chosen for this CPU
 
     def pack(self, weight: Tensor) -> dict[str, Tensor]:
         return pack_q8(weight)
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
-        return Q8Native(packed, bias, native.kernels(self.arch))
+        return Q8Native(packed, bias, native.kernels(self.path))
 
 
 class Q4Backend(LinearBackend):
@@ -233,14 +233,14 @@ class Q4Backend(LinearBackend):
     stored = True
     batch_invariant = True
 
-    def __init__(self, arch: tuple[str, ...] = native.ARCH_NATIVE):
-        self.arch = arch
+    def __init__(self, path: native.KernelPath | None = None):
+        self.path = path  # None: the path chosen for this CPU
 
     def pack(self, weight: Tensor) -> dict[str, Tensor]:
         return pack_q4(weight)
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
-        return Q4Native(packed, bias, native.kernels(self.arch))
+        return Q4Native(packed, bias, native.kernels(self.path))
 
 
 class Q8TorchBackend(LinearBackend):
@@ -279,9 +279,9 @@ class Q4MixBackend(LinearBackend):
     stored = True
     batch_invariant = True
 
-    def __init__(self, max_q4_error: float = 0.01, arch: tuple[str, ...] = native.ARCH_NATIVE):
+    def __init__(self, max_q4_error: float = 0.01, path: native.KernelPath | None = None):
         self.max_q4_error = max_q4_error
-        self.arch = arch
+        self.path = path
 
     def pack(self, weight: Tensor) -> dict[str, Tensor]:
         packed = pack_q4(weight)
@@ -291,7 +291,7 @@ class Q4MixBackend(LinearBackend):
         return packed if err <= self.max_q4_error else pack_q8(weight)
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
-        lib = native.kernels(self.arch)
+        lib = native.kernels(self.path)
         return Q4Native(packed, bias, lib) if "qs" in packed else Q8Native(packed, bias, lib)
 
 

@@ -1,0 +1,492 @@
+// Integer tiles of the linear kernels, one set per instruction-set path (cpu_simd.h picks the path).
+//
+// Every path provides the same two templates over R, the rows of a register tile:
+//   q8_tile<R>(w, nq, xk, S, acc, first): acc[r][16] int32 (in memory; zeroed first when `first`) += the
+//     products of nq quads (4 inputs) of a q8 strip with rows r of the activation words xk. Where
+//     SZ_Q8_UNSIGNED is 1 the tile sums the stored codes q + 128 and the strip subtracts 128 * xsum later;
+//     elsewhere it sums q itself. Either way the strip ends with the exact integer sum of q * x.
+//   q4_tile<R>(qb, scb, mnb, ddb, xk, xp, S, ng, facc, fmin): one q4 super-block of ng groups; the exact
+//     integers isb = sum_g sc_g * (sum_{k in g} q * x) and imn = sum_g m_g * (sum_{k in g} x) per (row,
+//     column), then facc += (float)isb * D and fmin += (float)imn * Dm, lane-wise, in that order.
+// Integer sums are exact in every path (each path states why its narrow intermediates cannot overflow
+// or saturate), so the tiles may sum in any order; the float steps are the same lane-wise operations
+// everywhere. That makes every path bit-identical to the scalar one. SZ_TILE is the most rows a tile
+// holds in registers; tiling never changes a row's result.
+#pragma once
+#include <stdint.h>
+#include "cpu_simd.h"
+
+// The float step every path but AVX-512's shares: facc/fmin [R][16] += (float)isb * D, (float)imn * Dm.
+template <int R>
+static inline void q4_float_update(const int32_t* isb, const int32_t* imn, const float* ddb, float* facc,
+                                   float* fmin) {
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < 16; ++c) {
+            facc[r * 16 + c] = facc[r * 16 + c] + (float)isb[r * 16 + c] * ddb[c];
+            fmin[r * 16 + c] = fmin[r * 16 + c] + (float)imn[r * 16 + c] * ddb[16 + c];
+        }
+}
+
+#if defined(SZ_PATH_AVX512VNNI)
+#define SZ_TILE 12
+#define SZ_Q8_UNSIGNED 1
+// acc += dpbusd(w, broadcast of the 32-bit word at x): the broadcast is folded into the instruction
+// ({1to16} memory operand), which the compiler does not do for the intrinsic on its own.
+static inline __m512i dpbusd_bcst(__m512i acc, __m512i w, const int32_t* x) {
+    __asm__("vpdpbusd %[x]%{1to16%}, %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [x] "m"(*x));
+    return acc;
+}
+static inline __m512i dpwssd_bcst(__m512i acc, __m512i w, const int32_t* x) {
+    __asm__("vpdpwssd %[x]%{1to16%}, %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [x] "m"(*x));
+    return acc;
+}
+// q8: R rows x nq quads of one strip; acc[R][16] int32 in memory between k-blocks.
+// w: strip weights at the block's first quad; xk: activation words at (first quad, first row).
+template <int R>
+static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, int32_t* acc, bool first) {
+    constexpr int C = R >= 4 ? 1 : (R == 1 ? 4 : 2);  // chains per row: short tiles are latency bound
+    __m512i a[C][R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        a[0][r] = first ? _mm512_setzero_si512() : _mm512_load_si512((const void*)(acc + r * 16));
+#pragma GCC unroll 4
+        for (int c = 1; c < C; ++c) a[c][r] = _mm512_setzero_si512();
+    }
+    for (int64_t q = 0; q < nq; q += C) {  // nq is a multiple of 8
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+            const __m512i wv = _mm512_loadu_si512((const void*)(w + (q + c) * 64));
+            const int32_t* xr = xk + (q + c) * S;
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) a[c][r] = dpbusd_bcst(a[c][r], wv, xr + r);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        __m512i v = a[0][r];
+#pragma GCC unroll 4
+        for (int c = 1; c < C; ++c) v = _mm512_add_epi32(v, a[c][r]);
+        _mm512_store_si512((void*)(acc + r * 16), v);
+    }
+}
+
+// q4: R rows x one super-block of ng groups (8, or fewer in a strip's last block; even), nibbles unpacked
+// in registers (a tile of up to SZ_TILE rows shares them). qb: the strip's packed super-block; xk, xp:
+// activation words and group-sum pairs at (super-block, first row). facc/fmin [R][16] += this block's terms.
+template <int R>
+static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
+                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+    constexpr int C = R >= 4 ? 1 : 2;
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    __m512i isb[R];
+#pragma GCC unroll 1
+    for (int g = 0; g < ng; ++g) {
+        __m512i t[C][R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+            for (int c = 0; c < C; ++c) t[c][r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+            const __m512i p = _mm512_loadu_si512((const void*)(qb + g * 256 + j * 64));
+            const __m512i lo = _mm512_and_si512(p, nib);                            // k = 32g + 4j + i
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), nib);  // k + 16
+            const int32_t* xl = xk + (g * 8 + j) * S;
+            const int32_t* xh = xl + 4 * S;
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) t[0][r] = dpbusd_bcst(t[0][r], lo, xl + r);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) t[C - 1][r] = dpbusd_bcst(t[C - 1][r], hi, xh + r);
+        }
+        const __m512i scv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(scb + g * 16)));
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            __m512i v = t[0][r];
+            if constexpr (C == 2) v = _mm512_add_epi32(v, t[C - 1][r]);
+            v = _mm512_mullo_epi32(v, scv);
+            isb[r] = g == 0 ? v : _mm512_add_epi32(isb[r], v);
+        }
+    }
+    const __m512 dv = _mm512_loadu_ps(ddb);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dv);
+        _mm512_store_ps(facc + r * 16, _mm512_add_ps(_mm512_load_ps(facc + r * 16), v));
+        isb[r] = _mm512_setzero_si512();  // reused below for the mins
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < ng / 2; ++p) {
+        const __m512i mv = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(mnb + p * 32)));
+        const int32_t* xr = xp + p * S;
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) isb[r] = dpwssd_bcst(isb[r], mv, xr + r);
+    }
+    const __m512 dmv = _mm512_loadu_ps(ddb + 16);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dmv);
+        _mm512_store_ps(fmin + r * 16, _mm512_add_ps(_mm512_load_ps(fmin + r * 16), v));
+    }
+}
+#elif defined(SZ_PATH_AVXVNNI) || defined(SZ_PATH_AVX2)
+#define SZ_TILE 4
+#if defined(SZ_PATH_AVXVNNI)
+#define SZ_Q8_UNSIGNED 1
+#else
+#define SZ_Q8_UNSIGNED 0
+#endif
+// 16 columns as two ymm halves (columns 0-7, 8-15), each 32-bit lane holding one column's 4 inputs.
+
+template <int R>
+static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, int32_t* acc, bool first) {
+    __m256i a[R][2];
+    for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h)
+            a[r][h] = first ? _mm256_setzero_si256() : _mm256_load_si256((const __m256i*)(acc + r * 16 + h * 8));
+#if defined(SZ_PATH_AVXVNNI)
+    for (int64_t q = 0; q < nq; ++q) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i*)(w + q * 64));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i*)(w + q * 64 + 32));
+        const int32_t* xr = xk + q * S;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const __m256i xb = _mm256_set1_epi32(xr[r]);
+            a[r][0] = _mm256_dpbusd_avx_epi32(a[r][0], w0, xb);
+            a[r][1] = _mm256_dpbusd_avx_epi32(a[r][1], w1, xb);
+        }
+    }
+#else
+    // |q| * (x * sign(q)): u8 <= 127 times s8 in [-127, 127], so a pair of products is at most
+    // 2 * 127 * 127 = 32258 and vpmaddubsw cannot saturate; vpmaddwd by ones widens the pairs exactly.
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    for (int64_t q = 0; q < nq; ++q) {
+        const __m256i s0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(w + q * 64)), flip);
+        const __m256i s1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(w + q * 64 + 32)), flip);
+        const __m256i u0 = _mm256_abs_epi8(s0), u1 = _mm256_abs_epi8(s1);
+        const int32_t* xr = xk + q * S;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const __m256i xb = _mm256_set1_epi32(xr[r]);
+            a[r][0] = _mm256_add_epi32(a[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(xb, s0)), ones));
+            a[r][1] = _mm256_add_epi32(a[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(xb, s1)), ones));
+        }
+    }
+#endif
+    for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h) _mm256_store_si256((__m256i*)(acc + r * 16 + h * 8), a[r][h]);
+}
+
+template <int R>
+static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
+                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+    alignas(32) int32_t isb[R * 16], imn[R * 16];
+    __m256i ai[R][2];
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    for (int r = 0; r < R; ++r) ai[r][0] = ai[r][1] = _mm256_setzero_si256();
+    for (int g = 0; g < ng; ++g) {
+        __m256i t[R][2];
+        for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+            const __m256i p0 = _mm256_loadu_si256((const __m256i*)(qb + g * 256 + j * 64));
+            const __m256i p1 = _mm256_loadu_si256((const __m256i*)(qb + g * 256 + j * 64 + 32));
+            const __m256i l0 = _mm256_and_si256(p0, nib), h0 = _mm256_and_si256(_mm256_srli_epi16(p0, 4), nib);
+            const __m256i l1 = _mm256_and_si256(p1, nib), h1 = _mm256_and_si256(_mm256_srli_epi16(p1, 4), nib);
+            const int32_t* xl = xk + (g * 8 + j) * S;
+            const int32_t* xh = xl + 4 * S;
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256i xlv = _mm256_set1_epi32(xl[r]), xhv = _mm256_set1_epi32(xh[r]);
+#if defined(SZ_PATH_AVXVNNI)
+                t[r][0] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(t[r][0], l0, xlv), h0, xhv);
+                t[r][1] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(t[r][1], l1, xlv), h1, xhv);
+#else
+                // int16 lanes: each vpmaddubsw pair is at most 2 * 15 * 127 = 3810 in size, and a lane sums 8
+                // of them over the group (4 quads, low and high nibbles): at most 30480 < 32767, exact.
+                t[r][0] = _mm256_add_epi16(t[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(l0, xlv),
+                                                                     _mm256_maddubs_epi16(h0, xhv)));
+                t[r][1] = _mm256_add_epi16(t[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(l1, xlv),
+                                                                     _mm256_maddubs_epi16(h1, xhv)));
+#endif
+            }
+        }
+        const __m128i s16 = _mm_loadu_si128((const __m128i*)(scb + g * 16));
+        const __m256i sc0 = _mm256_cvtepu8_epi32(s16), sc1 = _mm256_cvtepu8_epi32(_mm_srli_si128(s16, 8));
+#if defined(SZ_PATH_AVXVNNI)
+        for (int r = 0; r < R; ++r) {
+            ai[r][0] = _mm256_add_epi32(ai[r][0], _mm256_mullo_epi32(t[r][0], sc0));
+            ai[r][1] = _mm256_add_epi32(ai[r][1], _mm256_mullo_epi32(t[r][1], sc1));
+        }
+#else
+        // (sc, sc) in each lane's two int16 halves: vpmaddwd gives sc * (both halves' sums) = sc * t_g, exact
+        const __m256i sp0 = _mm256_or_si256(sc0, _mm256_slli_epi32(sc0, 16));
+        const __m256i sp1 = _mm256_or_si256(sc1, _mm256_slli_epi32(sc1, 16));
+        for (int r = 0; r < R; ++r) {
+            ai[r][0] = _mm256_add_epi32(ai[r][0], _mm256_madd_epi16(t[r][0], sp0));
+            ai[r][1] = _mm256_add_epi32(ai[r][1], _mm256_madd_epi16(t[r][1], sp1));
+        }
+#endif
+    }
+    for (int r = 0; r < R; ++r) {
+        _mm256_store_si256((__m256i*)(isb + r * 16), ai[r][0]);
+        _mm256_store_si256((__m256i*)(isb + r * 16 + 8), ai[r][1]);
+        ai[r][0] = ai[r][1] = _mm256_setzero_si256();  // reused for the mins
+    }
+    // mins: (m_2p, m_2p+1) of a column times the row's (xs_2p, xs_2p+1) int16 pair, summed by vpmaddwd
+    for (int p = 0; p < ng / 2; ++p) {
+        const __m256i mb = _mm256_loadu_si256((const __m256i*)(mnb + p * 32));
+        const __m256i m0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(mb));
+        const __m256i m1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(mb, 1));
+        const int32_t* xr = xp + p * S;
+        for (int r = 0; r < R; ++r) {
+            const __m256i xv = _mm256_set1_epi32(xr[r]);
+            ai[r][0] = _mm256_add_epi32(ai[r][0], _mm256_madd_epi16(m0, xv));
+            ai[r][1] = _mm256_add_epi32(ai[r][1], _mm256_madd_epi16(m1, xv));
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        _mm256_store_si256((__m256i*)(imn + r * 16), ai[r][0]);
+        _mm256_store_si256((__m256i*)(imn + r * 16 + 8), ai[r][1]);
+    }
+    q4_float_update<R>(isb, imn, ddb, facc, fmin);
+}
+
+#elif defined(SZ_FLOAT_NEON)
+#define SZ_TILE 4
+#define SZ_Q8_UNSIGNED 0
+// 16 columns as four q registers (columns 4m .. 4m+3), each 32-bit lane holding one column's 4 inputs.
+
+// acc[c] += the dot product of the 4 bytes of lane c of a and b (both int8).
+static inline int32x4_t sz_dot(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(acc, a, b);
+#else
+    // an int8 product fits int16 exactly (|a b| <= 128 * 128); the pairwise widening sums are exact
+    const int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+    const int16x8_t hi = vmull_high_s8(a, b);
+    return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi)));
+#endif
+}
+
+static inline int8x16_t sz_bcast(const int32_t* x) { return vreinterpretq_s8_s32(vld1q_dup_s32(x)); }
+
+#if defined(SZ_PATH_I8MM)
+// Rows r, r+1 of 8 inputs (quads q and q+1) as the 2x8 left operand of smmla: bytes 0-7 row r, 8-15 row r+1.
+static inline int8x16_t sz_rowpair(const int32_t* xq, const int32_t* xq1) {
+    const int32x2_t a = vld1_s32(xq), b = vld1_s32(xq1);  // (quad q: rows r, r+1), (quad q+1: rows r, r+1)
+    return vreinterpretq_s8_s32(vcombine_s32(vzip1_s32(a, b), vzip2_s32(a, b)));
+}
+// Columns of quads q (wq) and q+1 (wq1), 4 columns each, as two 2x8 right operands (columns 0-1, 2-3).
+static inline void sz_colpairs(int8x16_t wq, int8x16_t wq1, int8x16_t* out) {
+    out[0] = vreinterpretq_s8_s32(vzip1q_s32(vreinterpretq_s32_s8(wq), vreinterpretq_s32_s8(wq1)));
+    out[1] = vreinterpretq_s8_s32(vzip2q_s32(vreinterpretq_s32_s8(wq), vreinterpretq_s32_s8(wq1)));
+}
+// smmla accumulators [row r: c, c+1 | row r+1: c, c+1] for column pairs (4m, 4m+1), (4m+2, 4m+3) -> rows.
+static inline int32x4_t sz_row0(int32x4_t p01, int32x4_t p23) {
+    return vreinterpretq_s32_s64(vzip1q_s64(vreinterpretq_s64_s32(p01), vreinterpretq_s64_s32(p23)));
+}
+static inline int32x4_t sz_row1(int32x4_t p01, int32x4_t p23) {
+    return vreinterpretq_s32_s64(vzip2q_s64(vreinterpretq_s64_s32(p01), vreinterpretq_s64_s32(p23)));
+}
+#endif
+
+template <int R>
+static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, int32_t* acc, bool first) {
+    int32x4_t a[R][4];
+    for (int r = 0; r < R; ++r)
+        for (int m = 0; m < 4; ++m) a[r][m] = first ? vdupq_n_s32(0) : vld1q_s32(acc + r * 16 + m * 4);
+    const uint8x16_t flip = vdupq_n_u8(0x80);  // stored q + 128 -> q
+#if defined(SZ_PATH_I8MM)
+    constexpr int P = R / 2;  // row pairs through smmla; an odd last row through sdot
+    int32x4_t pa[P > 0 ? P : 1][8];
+    for (int p = 0; p < P; ++p)
+        for (int n = 0; n < 8; ++n) pa[p][n] = vdupq_n_s32(0);
+    for (int64_t q = 0; q < nq; q += 2) {  // nq is even (a multiple of 8)
+        int8x16_t w0[4], w1[4], b[8];
+        for (int m = 0; m < 4; ++m) {
+            w0[m] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(w + q * 64 + 16 * m), flip));
+            w1[m] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(w + (q + 1) * 64 + 16 * m), flip));
+            sz_colpairs(w0[m], w1[m], b + 2 * m);
+        }
+        for (int p = 0; p < P; ++p) {
+            const int8x16_t x2 = sz_rowpair(xk + q * S + 2 * p, xk + (q + 1) * S + 2 * p);
+            for (int n = 0; n < 8; ++n) pa[p][n] = vmmlaq_s32(pa[p][n], x2, b[n]);
+        }
+        if (R % 2) {
+            const int8x16_t x0 = sz_bcast(xk + q * S + R - 1), x1 = sz_bcast(xk + (q + 1) * S + R - 1);
+            for (int m = 0; m < 4; ++m) a[R - 1][m] = sz_dot(sz_dot(a[R - 1][m], w0[m], x0), w1[m], x1);
+        }
+    }
+    for (int p = 0; p < P; ++p)
+        for (int m = 0; m < 4; ++m) {
+            a[2 * p][m] = vaddq_s32(a[2 * p][m], sz_row0(pa[p][2 * m], pa[p][2 * m + 1]));
+            a[2 * p + 1][m] = vaddq_s32(a[2 * p + 1][m], sz_row1(pa[p][2 * m], pa[p][2 * m + 1]));
+        }
+#else
+    for (int64_t q = 0; q < nq; ++q) {
+        int8x16_t wq[4];
+        for (int m = 0; m < 4; ++m) wq[m] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(w + q * 64 + 16 * m), flip));
+        const int32_t* xr = xk + q * S;
+        for (int r = 0; r < R; ++r) {
+            const int8x16_t xb = sz_bcast(xr + r);
+            for (int m = 0; m < 4; ++m) a[r][m] = sz_dot(a[r][m], wq[m], xb);
+        }
+    }
+#endif
+    for (int r = 0; r < R; ++r)
+        for (int m = 0; m < 4; ++m) vst1q_s32(acc + r * 16 + m * 4, a[r][m]);
+}
+
+template <int R>
+static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
+                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+    alignas(16) int32_t isb[R * 16], imn[R * 16];
+    int32x4_t ai[R][4];
+    const uint8x16_t nib = vdupq_n_u8(0x0F);
+    for (int r = 0; r < R; ++r)
+        for (int m = 0; m < 4; ++m) ai[r][m] = vdupq_n_s32(0);
+    for (int g = 0; g < ng; ++g) {
+        int32x4_t t[R][4];
+        for (int r = 0; r < R; ++r)
+            for (int m = 0; m < 4; ++m) t[r][m] = vdupq_n_s32(0);
+#if defined(SZ_PATH_I8MM)
+        constexpr int P = R / 2;
+        int32x4_t pt[P > 0 ? P : 1][8];
+        for (int p = 0; p < P; ++p)
+            for (int n = 0; n < 8; ++n) pt[p][n] = vdupq_n_s32(0);
+        for (int j = 0; j < 4; j += 2) {
+            for (int half = 0; half < 2; ++half) {  // low nibbles: quads 8g + j, j+1; high: 4 quads later
+                int8x16_t w0[4], w1[4], b[8];
+                for (int m = 0; m < 4; ++m) {
+                    const uint8x16_t p0 = vld1q_u8(qb + g * 256 + j * 64 + 16 * m);
+                    const uint8x16_t p1 = vld1q_u8(qb + g * 256 + (j + 1) * 64 + 16 * m);
+                    w0[m] = vreinterpretq_s8_u8(half ? vshrq_n_u8(p0, 4) : vandq_u8(p0, nib));
+                    w1[m] = vreinterpretq_s8_u8(half ? vshrq_n_u8(p1, 4) : vandq_u8(p1, nib));
+                    sz_colpairs(w0[m], w1[m], b + 2 * m);
+                }
+                const int32_t* x0 = xk + (g * 8 + j + 4 * half) * S;
+                const int32_t* x1 = x0 + S;
+                for (int p = 0; p < P; ++p) {
+                    const int8x16_t x2 = sz_rowpair(x0 + 2 * p, x1 + 2 * p);
+                    for (int n = 0; n < 8; ++n) pt[p][n] = vmmlaq_s32(pt[p][n], x2, b[n]);
+                }
+                if (R % 2) {
+                    const int8x16_t xa = sz_bcast(x0 + R - 1), xb = sz_bcast(x1 + R - 1);
+                    for (int m = 0; m < 4; ++m) t[R - 1][m] = sz_dot(sz_dot(t[R - 1][m], w0[m], xa), w1[m], xb);
+                }
+            }
+        }
+        for (int p = 0; p < P; ++p)
+            for (int m = 0; m < 4; ++m) {
+                t[2 * p][m] = sz_row0(pt[p][2 * m], pt[p][2 * m + 1]);
+                t[2 * p + 1][m] = sz_row1(pt[p][2 * m], pt[p][2 * m + 1]);
+            }
+#else
+        for (int j = 0; j < 4; ++j) {
+            int8x16_t lo[4], hi[4];
+            for (int m = 0; m < 4; ++m) {
+                const uint8x16_t p = vld1q_u8(qb + g * 256 + j * 64 + 16 * m);
+                lo[m] = vreinterpretq_s8_u8(vandq_u8(p, nib));
+                hi[m] = vreinterpretq_s8_u8(vshrq_n_u8(p, 4));
+            }
+            const int32_t* xl = xk + (g * 8 + j) * S;
+            const int32_t* xh = xl + 4 * S;
+            for (int r = 0; r < R; ++r) {
+                const int8x16_t xlv = sz_bcast(xl + r), xhv = sz_bcast(xh + r);
+                for (int m = 0; m < 4; ++m) t[r][m] = sz_dot(sz_dot(t[r][m], lo[m], xlv), hi[m], xhv);
+            }
+        }
+#endif
+        const uint8x16_t s8 = vld1q_u8(scb + g * 16);
+        const uint16x8_t s16l = vmovl_u8(vget_low_u8(s8)), s16h = vmovl_high_u8(s8);
+        const int32x4_t scv[4] = {vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(s16l))),
+                                  vreinterpretq_s32_u32(vmovl_high_u16(s16l)),
+                                  vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(s16h))),
+                                  vreinterpretq_s32_u32(vmovl_high_u16(s16h))};
+        for (int r = 0; r < R; ++r)
+            for (int m = 0; m < 4; ++m) ai[r][m] = vmlaq_s32(ai[r][m], t[r][m], scv[m]);
+    }
+    for (int r = 0; r < R; ++r)
+        for (int m = 0; m < 4; ++m) {
+            vst1q_s32(isb + r * 16 + m * 4, ai[r][m]);
+            ai[r][m] = vdupq_n_s32(0);  // reused for the mins
+        }
+    for (int p = 0; p < ng / 2; ++p) {
+        const uint8x16_t ma = vld1q_u8(mnb + p * 32), mb = vld1q_u8(mnb + p * 32 + 16);
+        const int16x8_t m16[4] = {vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(ma))),
+                                  vreinterpretq_s16_u16(vmovl_high_u8(ma)),
+                                  vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mb))),
+                                  vreinterpretq_s16_u16(vmovl_high_u8(mb))};
+        const int32_t* xr = xp + p * S;
+        for (int r = 0; r < R; ++r) {
+            const int16x8_t xv = vreinterpretq_s16_s32(vld1q_dup_s32(xr + r));  // (xs_2p, xs_2p+1) x 4
+            for (int m = 0; m < 4; ++m) {
+                const int32x4_t lo = vmull_s16(vget_low_s16(m16[m]), vget_low_s16(xv));
+                const int32x4_t hi = vmull_high_s16(m16[m], xv);
+                ai[r][m] = vaddq_s32(ai[r][m], vpaddq_s32(lo, hi));
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int m = 0; m < 4; ++m) vst1q_s32(imn + r * 16 + m * 4, ai[r][m]);
+    q4_float_update<R>(isb, imn, ddb, facc, fmin);
+}
+
+#else  // scalar reference
+#define SZ_TILE 4
+#define SZ_Q8_UNSIGNED 0
+
+static inline int32_t sz_act(const int32_t* xq, int i) { return ((const int8_t*)xq)[i]; }
+
+template <int R>
+static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, int32_t* acc, bool first) {
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < 16; ++c) {
+            int32_t a = first ? 0 : acc[r * 16 + c];
+            for (int64_t q = 0; q < nq; ++q)
+                for (int i = 0; i < 4; ++i) a += sz_act(xk + q * S + r, i) * ((int32_t)w[q * 64 + c * 4 + i] - 128);
+            acc[r * 16 + c] = a;
+        }
+}
+
+template <int R>
+static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
+                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+    int32_t isb[R * 16], imn[R * 16];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < 16; ++c) {
+            int32_t is = 0, im = 0;
+            for (int g = 0; g < ng; ++g) {
+                int32_t t = 0, xs = 0;
+                for (int k = 0; k < 32; ++k) {  // k < 16: low nibble of quad k / 4; k >= 16: high nibble
+                    const int j = (k % 16) / 4, i = k % 4;
+                    const uint8_t byte = qb[g * 256 + j * 64 + c * 4 + i];
+                    const int32_t q = k < 16 ? (byte & 15) : (byte >> 4);
+                    const int32_t x = sz_act(xk + (g * 8 + k / 4) * S + r, i);
+                    t += x * q;
+                    xs += x;
+                }
+                is += t * (int32_t)scb[g * 16 + c];
+                im += (int32_t)mnb[(g / 2) * 32 + c * 2 + (g % 2)] * xs;
+            }
+            isb[r * 16 + c] = is;
+            imn[r * 16 + c] = im;
+        }
+    (void)xp;
+    q4_float_update<R>(isb, imn, ddb, facc, fmin);
+}
+#endif
+
+typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
+typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
+                           const int32_t*, int64_t, int, float*, float*);
+template <int... Rs>
+struct Tiles {
+    static constexpr q8_tile_fn q8[sizeof...(Rs)] = {&q8_tile<Rs>...};
+    static constexpr q4_tile_fn q4[sizeof...(Rs)] = {&q4_tile<Rs>...};
+};
+#if SZ_TILE == 12
+typedef Tiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12> TL;
+#elif SZ_TILE == 4
+typedef Tiles<1, 2, 3, 4> TL;
+#endif
