@@ -1,0 +1,166 @@
+"""Every instruction-set path of the compiled kernels this CPU can run gives the scalar reference's bits.
+
+Each path is its own build of the same sources (kernels/native.py, flags per path); a CPU that cannot
+run a path skips it here, and the torch-free driver (test_kernel_paths_driver.py) covers the Arm paths
+under qemu. Compared bit for bit against the scalar build: q8 and q4 linears (S in {1, 2, 5, 9, 17}, K
+off every block size and ending in partial super-blocks, N ending in a partial strip, bias or not, one
+and two threads), attention over chains and tree rows, and whole tiny models (prefill, decode, chain and
+tree verifies, and their caches). Also: how a path is chosen from the CPU's features.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tiny import tiny_args, tiny_tensors
+
+from speczoo.cache import KVCache
+from speczoo.kernels import attention, native
+from speczoo.kernels.pack import pack_q4, pack_q8
+from speczoo.kernels.quantized import Q4Backend, Q8Backend
+from speczoo.models.qwen2 import Qwen2
+
+PATHS = [p for p in native.runnable_paths() if p.simd]
+S_VALUES = (1, 2, 5, 9, 17)
+SHAPES = ((17, 33), (40, 200), (33, 600), (24, 896), (50, 1000), (16, 1536))
+
+
+def _path_ids(paths):
+    return [p.name for p in paths]
+
+
+@pytest.fixture(scope="module")
+def scalar():
+    return native.scalar_path()
+
+
+def _threads(n: int):
+    class _Set:
+        def __enter__(self):
+            self.saved = torch.get_num_threads()
+            torch.set_num_threads(n)
+
+        def __exit__(self, *exc):
+            torch.set_num_threads(self.saved)
+    return _Set()
+
+
+@pytest.mark.parametrize("path", PATHS, ids=_path_ids(PATHS))
+@pytest.mark.parametrize("fam", ("q8", "q4"))
+def test_linears_equal_the_scalar_path(path, fam, scalar):
+    backend, pack = (Q8Backend, pack_q8) if fam == "q8" else (Q4Backend, pack_q4)
+    g = torch.Generator().manual_seed(3)
+    for n, k in SHAPES:
+        w = torch.randn(n, k, generator=g) * 0.05
+        packed = pack(w)
+        for bias in (torch.randn(n, generator=g), None):
+            ref_mod, mod = backend(scalar).build(packed, bias), backend(path).build(packed, bias)
+            for s in S_VALUES:
+                x = torch.randn(s, k, generator=g)
+                x[:, : max(1, k // 50)] *= 20.0
+                ref = ref_mod(x)
+                for threads in (1, 2):
+                    with _threads(threads):
+                        y = mod(x)
+                    assert torch.equal(y, ref), f"{path.name} {fam} N={n} K={k} S={s} threads={threads}"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=_path_ids(PATHS))
+def test_attention_equals_the_scalar_path(path, scalar):
+    lib, ref_lib = native.kernels(path), native.kernels(scalar)
+    g = torch.Generator().manual_seed(4)
+    rows = [(0, 20 + i) for i in range(5)] + [torch.tensor([0, 1, 2, 40, 41]), torch.tensor([3, 42]), (7, 60)]
+    keys = attention.KeyRows.from_rows(rows)
+    for h, hkv, dh in ((14, 2, 64), (12, 2, 128), (4, 4, 16), (8, 2, 40)):
+        q = torch.randn(len(rows), h, dh, generator=g)
+        kc, vc = torch.randn(hkv, 64, dh, generator=g) * 3, torch.randn(hkv, 64, dh, generator=g)
+        ref = attention.attend(q, kc, vc, keys, lib=ref_lib)
+        for threads in (1, 2):
+            with _threads(threads):
+                out = attention.attend(q, kc, vc, keys, lib=lib)
+            assert torch.equal(out, ref), f"{path.name} H={h} Hkv={hkv} Dh={dh} threads={threads}"
+
+
+def _tree_mask(parents: list[int]) -> torch.Tensor:
+    mask = torch.zeros(len(parents), len(parents), dtype=torch.bool)
+    for i in range(len(parents)):
+        j = i
+        while j >= 0:
+            mask[i, j] = True
+            j = parents[j]
+    return mask
+
+
+def _forwards(model, args) -> list[torch.Tensor]:
+    """Prefill, a decode step, a chain verify of 5 and a tree verify of 4: logits and the caches."""
+    toks = torch.randint(0, args.vocab_size, (30,), generator=torch.Generator().manual_seed(5))
+    c = KVCache(args, 64)
+    outs = [model(toks[:20], torch.arange(20), c).logits, model(toks[20:21], torch.tensor([20]), c).logits,
+            model(toks[21:26], torch.arange(21, 26), c).logits,
+            model(toks[26:30], torch.tensor([26, 27, 28, 27]), c, tree_mask=_tree_mask([-1, 0, 1, 0])).logits]
+    return outs + [c._k.clone(), c._v.clone()]
+
+
+@pytest.mark.parametrize("path", PATHS, ids=_path_ids(PATHS))
+@pytest.mark.parametrize("backend", (Q4Backend, Q8Backend))
+def test_whole_model_equals_the_scalar_path(path, backend, scalar):
+    args = tiny_args("qwen2")
+    tensors = tiny_tensors(args)
+    model, ref = Qwen2(args, tensors, backend(path)), Qwen2(args, tensors, backend(scalar))
+    assert model.layers[0].native is not None, "the compiled block should run on this path"
+    for a, b in zip(_forwards(model, args), _forwards(ref, args), strict=True):
+        assert torch.equal(a, b), path.name
+
+
+# ------------------------------------------------------------------------------------------ choosing a path
+ZEN3 = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nphysical id\t: 0\ncore id\t: 0\nflags\t\t: fpu sse2 ssse3 " \
+       "sse4_1 sse4_2 avx avx2 fma bmi1 bmi2 f16c movbe abm popcnt\nprocessor\t: 1\nphysical id\t: 0\ncore id\t: 0\n"
+SPR = ZEN3.replace("AMD EPYC 7B13", "Intel Xeon").replace(
+    "popcnt", "popcnt avx512f avx512bw avx512cd avx512dq avx512vl avx512_vnni avx_vnni")
+ADL = ZEN3.replace("popcnt", "popcnt avx_vnni")
+OLD = "processor\t: 0\nmodel name\t: Old\nflags\t\t: fpu sse2 ssse3 sse4_1 sse4_2 avx popcnt\n"
+ARM = "processor\t: 0\nFeatures\t: fp asimd evtstrm crc32 cpuid asimddp i8mm\nCPU part\t: 0xd0c\n"
+PI4 = "processor\t: 0\nFeatures\t: fp asimd evtstrm crc32 cpuid\nCPU part\t: 0xd08\n"
+
+
+@pytest.mark.parametrize("text,arch,best", [(ZEN3, "x86_64", "avx2"), (SPR, "x86_64", "avx512vnni"),
+                                            (ADL, "x86_64", "avxvnni"), (OLD, "x86_64", "scalar"),
+                                            (ARM, "aarch64", "i8mm"), (PI4, "aarch64", "neon")])
+def test_the_best_path_comes_from_the_cpu_features(text, arch, best):
+    info = native.parse_cpuinfo(text, arch)
+    assert native.runnable_paths(info)[0].name == best
+    assert native.runnable_paths(info)[-1].name == "scalar"
+
+
+def test_cores_are_counted_without_hyperthreads():
+    info = native.parse_cpuinfo(ZEN3, "x86_64")
+    assert (info.physical_cores, info.logical_cores, info.model) == (1, 2, "AMD EPYC 7B13")
+
+
+def test_a_forced_path_is_refused_when_the_cpu_lacks_it(monkeypatch):
+    zen3 = native.parse_cpuinfo(ZEN3, "x86_64")
+    with pytest.raises(native.KernelBuildError, match="avx512_vnni"):
+        native.path_named("avx512vnni", zen3)
+    with pytest.raises(native.KernelBuildError, match="unknown kernel path"):
+        native.path_named("sse9", zen3)
+    monkeypatch.setenv(native.PATH_ENV, "scalar")
+    assert native.chosen_path() == native.scalar_path()
+
+
+def test_the_library_reports_the_path_it_was_built_for(scalar):
+    assert native.kernels(scalar).path_name == "scalar"
+    for path in PATHS:
+        assert native.kernels(path).path_name == path.name
+
+
+def test_landing_on_the_scalar_path_is_said_once(monkeypatch, capsys, scalar):
+    monkeypatch.delenv(native.PATH_ENV, raising=False)
+    monkeypatch.setattr(native, "_WARNED", set())
+    monkeypatch.setattr(native, "chosen_path", lambda: scalar)
+    native.kernels()
+    native.kernels()
+    err = capsys.readouterr().err
+    assert err.count("scalar reference path") == 1 and "speczoo doctor" in err
+    native.kernels(scalar)                              # a path asked for by name is not a surprise
+    assert "scalar" not in capsys.readouterr().err
