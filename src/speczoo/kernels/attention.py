@@ -104,17 +104,19 @@ class Plan:
         self.args = (self.lo.data_ptr(), self.hi.data_ptr(), self.off.data_ptr(), self.idx.data_ptr())
 
 
-_NATIVE: list = []   # [NativeKernels] once built, [None] when building failed (warned once)
+_FAILED: list[str] = []   # the build error, once building failed (warned once)
 
 
 def _lib() -> native.NativeKernels | None:
-    if not _NATIVE:
-        try:
-            _NATIVE.append(native.kernels())
-        except native.KernelBuildError as err:
-            warnings.warn(f"batch-invariant attention runs in PyTorch (slower): {err}", RuntimeWarning, stacklevel=3)
-            _NATIVE.append(None)
-    return _NATIVE[0]
+    """The kernels of the path chosen for this CPU (native.kernels caches them per path)."""
+    if _FAILED:
+        return None
+    try:
+        return native.kernels()
+    except native.KernelBuildError as err:
+        warnings.warn(f"batch-invariant attention runs in PyTorch (slower): {err}", RuntimeWarning, stacklevel=3)
+        _FAILED.append(str(err))
+        return None
 
 
 def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows | Plan,
