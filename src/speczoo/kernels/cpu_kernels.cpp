@@ -4,9 +4,10 @@
 // Batch invariance is the contract: every output element y[s, n] is computed by one thread with one
 // fixed sequence of operations that depends only on row s of x and column n of W, never on S, on the
 // row tiling, or on the number of threads. Integer sums are exact, so only the order of the fp32 steps
-// matters, and that order is spelled out below and mirrored exactly by the PyTorch reference
-// (speczoo/kernels/reference.py). Compile with -ffp-contract=off: a fused multiply-add would round
-// differently from the reference.
+// matters, and that order is spelled out below and mirrored exactly by the PyTorch twins
+// (speczoo/kernels/quantized.py) and by every instruction-set path (cpu_simd.h picks one at compile time,
+// cpu_tiles.h holds each path's integer tiles). Compile with -ffp-contract=off: a fused multiply-add
+// would round differently from the reference.
 //
 // Weight layouts (built by speczoo/kernels/pack.py; NB = ceil(N/16) strips of 16 output columns):
 //   q8: w8 u8 [NB, KP/4, 16, 4] = q + 128 (q in [-127, 127]), KP = K rounded up to 32;
@@ -60,11 +61,9 @@ static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64
     }
     const float amax = _mm512_reduce_max_ps(vmax);
 #else
-    float amax = 0.0f;
-    for (int64_t k = 0; k < K; ++k) {
-        const float a = fabsf(x[k]);
-        amax = a > amax ? a : amax;
-    }
+    V16 vmax = v_zero();  // the max is exact, so the lane split cannot change it
+    for (int64_t k = 0; k < K; k += 16) vmax = v_max(vmax, v_abs(v_loadn(x + k, (int)(K - k))));
+    const float amax = v_max_lanes(vmax);
 #endif
     const float scale = amax / 127.0f;
     sa[s] = scale;
@@ -101,25 +100,22 @@ static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64
         total += gsum[0] + gsum[1];
     }
 #else
+    const V16 vs = v_set1(scale), lo = v_set1(-127.0f), hi = v_set1(127.0f);
     int32_t gsum[2] = {0, 0};
-    for (int64_t kq = 0; kq < KP / 4; ++kq) {
-        int8_t q4[4];
-        for (int i = 0; i < 4; ++i) {
-            const int64_t k = kq * 4 + i;
-            int32_t q = 0;
-            if (k < K) {
-                float v = nearbyintf(x[k] / scale);  // default rounding mode: half to even
-                v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-                q = (int32_t)v;
-            }
-            q4[i] = (int8_t)q;
-            total += q;
-            gsum[(kq / 8) % 2] += q;
+    for (int64_t k = 0; k < KP; k += 16) {  // x / scale rounded half to even, clamped: integral floats
+        float v[16];
+        v_store(v, v_min(v_max(v_round(v_div(v_loadn(x + k, (int)(K - k)), vs)), lo), hi));
+        for (int t = 0; t < 16; t += 4) {
+            const int8_t q4[4] = {(int8_t)v[t], (int8_t)v[t + 1], (int8_t)v[t + 2], (int8_t)v[t + 3]};
+            memcpy(&xw[((k + t) / 4) * S + s], q4, 4);
         }
-        memcpy(&xw[kq * S + s], q4, 4);
-        if (kq % 16 == 15) {  // end of a pair of groups (64 inputs)
+        int32_t part = 0;
+        for (int t = 0; t < 16; ++t) part += (int32_t)v[t];
+        gsum[(k / 32) % 2] += part;
+        total += part;
+        if (k % 64 == 48) {  // end of a pair of groups (64 inputs)
             const int16_t pair[2] = {(int16_t)gsum[0], (int16_t)gsum[1]};
-            memcpy(&xg[(kq / 16) * S + s], pair, 4);
+            memcpy(&xg[(k / 64) * S + s], pair, 4);
             gsum[0] = gsum[1] = 0;
         }
     }

@@ -85,7 +85,7 @@ static inline V16 v_zero() { return v_wrap(_mm512_setzero_ps()); }
 static inline V16 v_set1(float x) { return v_wrap(_mm512_set1_ps(x)); }
 static inline V16 v_load(const float* p) { return v_wrap(_mm512_loadu_ps(p)); }
 static inline void v_store(float* p, V16 x) { _mm512_storeu_ps(p, x.v); }
-static inline __mmask16 v_mask(int n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+static inline __mmask16 v_mask(int n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1); }
 static inline V16 v_loadn(const float* p, int n) { return v_wrap(_mm512_maskz_loadu_ps(v_mask(n), p)); }
 static inline void v_storen(float* p, V16 x, int n) { _mm512_mask_storeu_ps(p, v_mask(n), x.v); }
 static inline V16 v_keep(V16 x, int n) { return v_wrap(_mm512_maskz_mov_ps(v_mask(n), x.v)); }
@@ -94,6 +94,7 @@ static inline V16 v_sub(V16 x, V16 y) { return v_wrap(_mm512_sub_ps(x.v, y.v)); 
 static inline V16 v_mul(V16 x, V16 y) { return v_wrap(_mm512_mul_ps(x.v, y.v)); }
 static inline V16 v_div(V16 x, V16 y) { return v_wrap(_mm512_div_ps(x.v, y.v)); }
 static inline V16 v_max(V16 x, V16 y) { return v_wrap(_mm512_max_ps(x.v, y.v)); }
+static inline V16 v_min(V16 x, V16 y) { return v_wrap(_mm512_min_ps(x.v, y.v)); }
 static inline V16 v_fma(V16 x, V16 y, V16 z) { return v_wrap(_mm512_fmadd_ps(x.v, y.v, z.v)); }    // x*y + z
 static inline V16 v_fnma(V16 x, V16 y, V16 z) { return v_wrap(_mm512_fnmadd_ps(x.v, y.v, z.v)); }  // z - x*y
 static inline V16 v_abs(V16 x) { return v_wrap(_mm512_abs_ps(x.v)); }
@@ -141,6 +142,7 @@ SZ_V2(v_sub, _mm256_sub_ps)
 SZ_V2(v_mul, _mm256_mul_ps)
 SZ_V2(v_div, _mm256_div_ps)
 SZ_V2(v_max, _mm256_max_ps)
+SZ_V2(v_min, _mm256_min_ps)
 #undef SZ_V2
 static inline V16 v_fma(V16 x, V16 y, V16 z) { return v_wrap(_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)); }
 static inline V16 v_fnma(V16 x, V16 y, V16 z) {
@@ -196,6 +198,7 @@ static inline V16 v_sub(V16 x, V16 y) { SZ_V4(vsubq_f32(x.q[i], y.q[i])) }
 static inline V16 v_mul(V16 x, V16 y) { SZ_V4(vmulq_f32(x.q[i], y.q[i])) }
 static inline V16 v_div(V16 x, V16 y) { SZ_V4(vdivq_f32(x.q[i], y.q[i])) }
 static inline V16 v_max(V16 x, V16 y) { SZ_V4(vmaxq_f32(x.q[i], y.q[i])) }
+static inline V16 v_min(V16 x, V16 y) { SZ_V4(vminq_f32(x.q[i], y.q[i])) }
 static inline V16 v_fma(V16 x, V16 y, V16 z) { SZ_V4(vfmaq_f32(z.q[i], x.q[i], y.q[i])) }
 static inline V16 v_fnma(V16 x, V16 y, V16 z) { SZ_V4(vfmsq_f32(z.q[i], x.q[i], y.q[i])) }
 static inline V16 v_abs(V16 x) { SZ_V4(vabsq_f32(x.q[i])) }
@@ -227,6 +230,7 @@ static inline V16 v_sub(V16 x, V16 y) { SZ_V1(x.f[i] - y.f[i]) }
 static inline V16 v_mul(V16 x, V16 y) { SZ_V1(x.f[i] * y.f[i]) }
 static inline V16 v_div(V16 x, V16 y) { SZ_V1(x.f[i] / y.f[i]) }
 static inline V16 v_max(V16 x, V16 y) { SZ_V1(x.f[i] > y.f[i] ? x.f[i] : y.f[i]) }
+static inline V16 v_min(V16 x, V16 y) { SZ_V1(x.f[i] < y.f[i] ? x.f[i] : y.f[i]) }
 static inline V16 v_fma(V16 x, V16 y, V16 z) { SZ_V1(fmaf(x.f[i], y.f[i], z.f[i])) }
 static inline V16 v_fnma(V16 x, V16 y, V16 z) { SZ_V1(fmaf(-x.f[i], y.f[i], z.f[i])) }
 static inline V16 v_abs(V16 x) { SZ_V1(fabsf(x.f[i])) }
