@@ -10,6 +10,9 @@ tree verifies, and their caches). Also: how a path is chosen from the CPU's feat
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 import torch
 
@@ -111,6 +114,25 @@ def test_whole_model_equals_the_scalar_path(path, backend, scalar):
     assert model.layers[0].native is not None, "the compiled block should run on this path"
     for a, b in zip(_forwards(model, args), _forwards(ref, args), strict=True):
         assert torch.equal(a, b), path.name
+
+
+@pytest.mark.skipif(shutil.which("clang++") is None and os.environ.get("CI") != "true",
+                    reason="clang++ is not installed (CI installs it)")
+def test_a_clang_build_equals_the_gcc_scalar_path(monkeypatch, scalar):
+    """CXX=clang++ builds the chosen path (threaded through libgomp, as torch is) with the same bits."""
+    monkeypatch.setenv("CXX", "clang++")
+    path = native.runnable_paths()[0]
+    lib = native.NativeKernels(native._build(path), path)
+    assert lib.threaded and lib.path_name == path.name
+    monkeypatch.delenv("CXX")
+    w = torch.randn(40, 1000, generator=torch.Generator().manual_seed(6)) * 0.05
+    x = torch.randn(9, 1000, generator=torch.Generator().manual_seed(7))
+    for backend, pack in ((Q4Backend, pack_q4), (Q8Backend, pack_q8)):
+        packed = pack(w)
+        ref = backend(scalar).build(packed, None)(x)
+        mod = backend(scalar).build(packed, None)
+        mod.lib, mod._fn = lib, (lib.q4_fn if backend is Q4Backend else lib.q8_fn)
+        assert torch.equal(mod(x), ref)
 
 
 # ------------------------------------------------------------------------------------------ choosing a path

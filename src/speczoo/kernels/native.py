@@ -215,11 +215,24 @@ def compiler_description() -> str:
     return f"{cxx} ({out.splitlines()[0].strip() if out.strip() else 'version unknown'})"
 
 
-def _openmp_flags() -> tuple[str, ...]:
-    """OpenMP for the build: -fopenmp on Linux; on macOS the libomp torch ships (or Homebrew's), else
-    none (the kernels then run on one thread, and say so)."""
+@functools.lru_cache(maxsize=4)
+def _links_openmp(cxx: str) -> bool:
+    """Whether `cxx -fopenmp` builds a shared library here (clang needs libomp installed for it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.cpp"
+        src.write_text("int f(int n) { int s = 0;\n#pragma omp parallel for reduction(+:s)\n"
+                       "for (int i = 0; i < n; ++i) s += i; return s; }\n")
+        proc = subprocess.run([cxx, "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(Path(tmp) / "p.so")],
+                              capture_output=True, text=True)
+    return proc.returncode == 0
+
+
+def _openmp_flags(cxx: str) -> tuple[str, ...]:
+    """OpenMP for the build: -fopenmp where the compiler can link it (g++ always; clang with libomp);
+    on macOS the libomp torch ships, or Homebrew's. Else none: the kernels then run on one thread, and
+    say so once with what to install."""
     if sys.platform != "darwin":
-        return ("-fopenmp",)
+        return ("-fopenmp",) if _links_openmp(cxx) else ("-DSZ_NO_OPENMP",)
     torch_lib = Path(torch.__file__).parent / "lib"
     for lib_dir in (torch_lib, Path("/opt/homebrew/opt/libomp/lib"), Path("/usr/local/opt/libomp/lib")):
         if (lib_dir / "libomp.dylib").exists():
@@ -227,13 +240,13 @@ def _openmp_flags() -> tuple[str, ...]:
     return ("-DSZ_NO_OPENMP",)
 
 
-def build_flags(path: KernelPath) -> tuple[str, ...]:
-    return BASE_FLAGS + _openmp_flags() + path.flags
+def build_flags(path: KernelPath, cxx: str) -> tuple[str, ...]:
+    return BASE_FLAGS + _openmp_flags(cxx) + path.flags
 
 
 def _build(path: KernelPath) -> Path:
     cxx = _compiler()
-    flags = build_flags(path)
+    flags = build_flags(path, cxx)
     key = hashlib.sha256()
     for part in (*(f.read_bytes() for f in SOURCES + HEADERS), " ".join(flags).encode(), cxx.encode()):
         key.update(part)
@@ -329,8 +342,9 @@ def _announce(lib: NativeKernels, forced: bool) -> None:
                             "AVX2 or NEON runs them at full speed.")
     if not lib.threaded:
         _say_once("openmp", "the compiled kernels were built without OpenMP and run on one thread; "
-                            "install libomp (macOS: brew install libomp) and delete "
-                            f"{paths.home() / 'kernels'} to rebuild them threaded.")
+                            "install OpenMP for your compiler (Debian/Ubuntu with clang: apt-get install "
+                            "libomp-dev; macOS: brew install libomp), or use g++ (CXX=g++); they rebuild by "
+                            "themselves once it links.")
 
 
 def kernels(path: KernelPath | None = None) -> NativeKernels:
