@@ -1,8 +1,10 @@
 """The `speczoo` command: thin. It only parses arguments and calls library code.
 
 Each subcommand lives in its own module under `speczoo.commands` (see that package's docstring).
-Errors a user can fix (`SpeczooError`, `ValueError`, `FileNotFoundError`) are printed as one clear line
-and exit with status 2; anything else is a bug and keeps its traceback.
+Every command takes `--threads N` (speczoo/threads.py: --threads, else $OMP_NUM_THREADS, else the
+physical cores), applied here before the command runs. Errors a user can fix (`SpeczooError`,
+`ValueError`, `FileNotFoundError`) are printed as one clear line and exit with status 2; anything else
+is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import pkgutil
 import sys
 
 from speczoo import __version__, commands
+from speczoo.commands._model_args import add_threads_arg
 from speczoo.errors import SpeczooError
+from speczoo.threads import apply_threads
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"speczoo.commands.{info.name}")
         module.register(sub)
+    for p in sub.choices.values():
+        try:
+            add_threads_arg(p)
+        except argparse.ArgumentError:      # the command defines its own --threads (peers)
+            pass
     return parser
 
 
@@ -36,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        apply_threads(args.threads)
         return int(args.func(args) or 0)
     except (SpeczooError, ValueError, FileNotFoundError) as exc:
         print(f"speczoo {args.command}: error: {exc}", file=sys.stderr)

@@ -19,6 +19,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    "(default: the zoo's draft for the target, if it has one)")
     p.add_argument("--backend", default=None, help="linear backend (default: the fast batch-invariant one)")
     p.add_argument("--max-seq", type=int, default=4096, help="KV cache capacity in tokens")
+    add_threads_arg(p)
+
+
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    """--threads: the kernels' and torch's thread count, applied by the CLI before the command runs
+    (speczoo/threads.py). The CLI gives every command that does not define it this option."""
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="threads for the kernels and torch (default: $OMP_NUM_THREADS, else the physical cores)")
 
 
 def draft_for(target: str, spec: str, draft: str | None) -> str | None:
