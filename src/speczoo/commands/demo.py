@@ -1,6 +1,13 @@
-"""`speczoo demo`: the main job — the A/B bench on the default target over the built-in prompts."""
+"""`speczoo demo`: the main job — the A/B bench on the default target over the built-in prompts.
+
+Each prompt's result is printed (and flushed) the moment it is known, then the summary table; the demo
+must never sit silent until the end. It only parses, calls the bench and prints.
+"""
 
 from __future__ import annotations
+
+import statistics
+import sys
 
 from speczoo.commands._model_args import add_model_args, draft_for
 
@@ -28,7 +35,13 @@ def run(args) -> int:
     from speczoo.bench.prompts import BUILTIN_PROMPTS
     from speczoo.runtime import load_runtime
 
-    console = Console()
+    unknown = sorted(set(args.only or ()) - {p.name for p in BUILTIN_PROMPTS})
+    if unknown:
+        raise ValueError(f"--only {' '.join(unknown)}: no such built-in prompt; "
+                         f"they are: {', '.join(p.name for p in BUILTIN_PROMPTS)}")
+    prompts = [p for p in BUILTIN_PROMPTS if not args.only or p.name in args.only]
+    say(f"speczoo demo: loading {args.target}, then {len(prompts)} prompt(s), each run plain greedy and "
+        f"--spec {args.spec} ({args.gen} new tokens, {args.runs} run(s) of each side)")
     rt = load_runtime(args.target, draft=draft_for(args.target, args.spec, args.draft),
                       backend=args.backend, max_seq=args.max_seq, remeasure_costs=True)
     table = Table(title=f"{args.target}: --spec {args.spec} vs plain greedy "
@@ -36,18 +49,26 @@ def run(args) -> int:
     for col in ("prompt", "greedy tok/s", "spec tok/s", "speedup", "accepted/round", "lossless"):
         table.add_column(col, justify="left" if col == "prompt" else "right")
     failed = False
-    for p in BUILTIN_PROMPTS:
-        if args.only and p.name not in args.only:
-            continue
+    for i, p in enumerate(prompts, 1):
         ids = rt.chat_ids([{"role": "user", "content": p.message}])
+        say(f"[{i}/{len(prompts)}] {p.kind} ({len(ids)} prompt tokens) ...")
         res = run_ab(rt, ids, args.spec, k=args.k, ngram=args.ngram, gen=args.gen, runs=args.runs)
-        console.print(f"[bold]{p.kind}[/bold] ({len(ids)} prompt tokens)")
-        for line in res.lines():
-            console.print("  " + line, markup=False, highlight=False)
+        for line in res.lines():        # SPEC LOSSLESS ... PASS|FAIL, SPEC STATS (speeds, speedup, accepted)
+            say("  " + line)
         failed |= not res.lossless
-        g = sorted(res.greedy_tok_s)[len(res.greedy_tok_s) // 2]
-        s = sorted(res.spec_tok_s)[len(res.spec_tok_s) // 2]
-        table.add_row(p.kind, f"{g:.1f}", f"{s:.1f}", f"{res.speedup:.2f}x", f"{res.accepted_per_round:.2f}",
-                      f"{res.matching}/{len(res.greedy_ids)} {'PASS' if res.lossless else 'FAIL'}")
-    console.print(table)
+        table.add_row(*_row(p.kind, res))
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
     return 1 if failed else 0
+
+
+def say(line: str) -> None:
+    """One line to stdout, now: a piped stdout is block-buffered and would hold it back to the end."""
+    print(line, flush=True)
+
+
+def _row(kind: str, res) -> tuple[str, ...]:
+    """The table's row for one prompt's A/B result."""
+    g = statistics.median(res.greedy_tok_s)
+    s = statistics.median(res.spec_tok_s)
+    return (kind, f"{g:.1f}", f"{s:.1f}", f"{res.speedup:.2f}x", f"{res.accepted_per_round:.2f}",
+            f"{res.matching}/{len(res.greedy_ids)} {'PASS' if res.lossless else 'FAIL'}")
