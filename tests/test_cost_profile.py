@@ -1,12 +1,14 @@
 """The cost profile a runtime reads (bench/cv.py): measured once, cached in the bundle, with the draft's
-reduced-head step; the controller's draft cost comes from it."""
+reduced-head step; the controller's draft cost comes from it. Measuring it says so on stderr and keeps
+to a time budget even where every forward is slow."""
 
 import json
+import time
 from pathlib import Path
 
 from tiny import tiny_model
 
-from speczoo.bench.cv import load_or_measure, profile_path, runtime_costs
+from speczoo.bench.cv import PROFILE_SIZES, load_or_measure, profile_path, runtime_costs
 from speczoo.runtime import LoadedModel
 
 
@@ -20,9 +22,10 @@ def loaded(tmp_path: Path, name: str, backend: str, **over) -> LoadedModel:
 def test_profile_is_measured_once_and_holds_the_draft_step(tmp_path, monkeypatch):
     monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
     m = loaded(tmp_path, "small", "q4")
-    data = load_or_measure(m)
+    data = load_or_measure(m, budget_s=60)      # a loaded machine must not make it take the slow plan
     assert set(data["ms"]) == {"1", "2", "3", "5", "9", "17"} and data["cv"]["1"] == 1.0
     assert data["draft_ms"] > 0
+    assert "interpolated" not in data and "draft_interpolated" not in data   # fast: every size timed
     assert json.loads(profile_path(m).read_text()) == data
     profile_path(m).write_text(json.dumps({**data, "draft_ms": 123.0}))
     assert load_or_measure(m)["draft_ms"] == 123.0                  # read back, not re-measured
@@ -57,3 +60,37 @@ def test_draft_rows_curve_sizes_the_guesses(tmp_path, monkeypatch):
     profile_path(draft).write_text(json.dumps({k: v for k, v in d.items() if k != "draft_cv"}))
     assert runtime_costs(target, draft).rows["draft"](9) == d["cv"]["9"]
     assert runtime_costs(target).rows == {}
+
+
+def test_measuring_announces_itself_once_and_why(tmp_path, capsys):
+    m = loaded(tmp_path, "m", "fp32")
+    load_or_measure(m)
+    err = capsys.readouterr().err
+    assert "speczoo: timing m (fp32) once for its cost profile" in err and str(profile_path(m)) in err
+    load_or_measure(m)
+    assert capsys.readouterr().err == ""                             # read back: nothing to say
+    load_or_measure(m, remeasure=True)
+    assert "afresh" in capsys.readouterr().err
+
+
+def test_a_slow_path_keeps_to_the_budget_and_fits_the_larger_sizes(tmp_path, monkeypatch):
+    """Every forward costing 50 ms a row (a scalar path in miniature): the full profile would take about
+    15 s; within a 1 s budget it times S = 1 and 3 only and fits the rest on their line."""
+    monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
+    m = loaded(tmp_path, "slow", "q4")
+    fast = m.model.forward
+
+    def slow(tokens, *a, **kw):
+        time.sleep(0.05 * len(tokens))
+        return fast(tokens, *a, **kw)
+
+    monkeypatch.setattr(m.model, "forward", slow)
+    t0 = time.perf_counter()
+    data = load_or_measure(m, budget_s=1.0)
+    assert time.perf_counter() - t0 < 4.0
+    assert [int(s) for s in data["ms"]] == PROFILE_SIZES and data["interpolated"] == [2, 5, 9, 17]
+    assert data["draft_interpolated"] == [2, 5, 9] and set(data["draft_cv"]) == {"1", "2", "3", "5", "9"}
+    cv = [data["cv"][str(s)] for s in PROFILE_SIZES]
+    assert cv == sorted(cv) and cv[-1] > 8              # about its rows: 17 rows cost ~17 steps
+    assert json.loads(profile_path(m).read_text()) == data
+    runtime_costs(m, m)                                 # the controller reads a fitted profile as any other
