@@ -3,13 +3,22 @@ reduced-head step; the controller's draft cost comes from it. Measuring it says 
 to a time budget even where every forward is slow."""
 
 import json
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from tiny import tiny_model
 
+from speczoo.bench import cv
 from speczoo.bench.cv import PROFILE_SIZES, load_or_measure, profile_path, runtime_costs
 from speczoo.runtime import LoadedModel
+
+
+@pytest.fixture(autouse=True)
+def unhurried(monkeypatch):
+    """Tiny models time every size in well under a second, but a loaded machine can slow any forward
+    many times over: only the tests of the budget itself keep to one."""
+    monkeypatch.setattr(cv, "PROFILE_BUDGET_S", 600.0)
 
 
 def loaded(tmp_path: Path, name: str, backend: str, **over) -> LoadedModel:
@@ -22,7 +31,7 @@ def loaded(tmp_path: Path, name: str, backend: str, **over) -> LoadedModel:
 def test_profile_is_measured_once_and_holds_the_draft_step(tmp_path, monkeypatch):
     monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
     m = loaded(tmp_path, "small", "q4")
-    data = load_or_measure(m, budget_s=60)      # a loaded machine must not make it take the slow plan
+    data = load_or_measure(m)
     assert set(data["ms"]) == {"1", "2", "3", "5", "9", "17"} and data["cv"]["1"] == 1.0
     assert data["draft_ms"] > 0
     assert "interpolated" not in data and "draft_interpolated" not in data   # fast: every size timed
@@ -73,24 +82,48 @@ def test_measuring_announces_itself_once_and_why(tmp_path, capsys):
     assert "afresh" in capsys.readouterr().err
 
 
-def test_a_slow_path_keeps_to_the_budget_and_fits_the_larger_sizes(tmp_path, monkeypatch):
-    """Every forward costing 50 ms a row (a scalar path in miniature): the full profile would take about
-    15 s; within a 1 s budget it times S = 1 and 3 only and fits the rest on their line."""
+def test_a_slow_path_keeps_to_the_budget_and_fits_the_larger_sizes(tmp_path, monkeypatch, capsys):
+    """Every forward costing 50 ms a row on the profile's clock (a scalar path in miniature): the full
+    profile would take about 15 s; within a 1 s budget it times S = 1 and 3 only, right after the probe
+    and without the prefill, and fits the rest on their line."""
     monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
     m = loaded(tmp_path, "slow", "q4")
+    clock = [0.0]
+    monkeypatch.setattr(cv, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     fast = m.model.forward
+    rows = []
 
     def slow(tokens, *a, **kw):
-        time.sleep(0.05 * len(tokens))
+        clock[0] += 0.05 * len(tokens)
+        rows.append(len(tokens))
         return fast(tokens, *a, **kw)
 
     monkeypatch.setattr(m.model, "forward", slow)
-    t0 = time.perf_counter()
     data = load_or_measure(m, budget_s=1.0)
-    assert time.perf_counter() - t0 < 4.0
+    assert clock[0] <= 1.0
+    assert rows == [1, 1, 3, 1, 3, 1, 3, 1, 3, 1]      # cold, probe 1 and 3, then draft and target in turn
     assert [int(s) for s in data["ms"]] == PROFILE_SIZES and data["interpolated"] == [2, 5, 9, 17]
     assert data["draft_interpolated"] == [2, 5, 9] and set(data["draft_cv"]) == {"1", "2", "3", "5", "9"}
-    cv = [data["cv"][str(s)] for s in PROFILE_SIZES]
-    assert cv == sorted(cv) and cv[-1] > 8              # about its rows: 17 rows cost ~17 steps
-    assert json.loads(profile_path(m).read_text()) == data
+    assert data["cv"] == {str(s): float(s) for s in PROFILE_SIZES}      # 17 rows cost 17 steps here
+    assert not profile_path(m).exists()                 # cut short: this run's only, measured again next time
+    assert "fitted, for this run only (not stored)" in capsys.readouterr().err
     runtime_costs(m, m)                                 # the controller reads a fitted profile as any other
+
+
+def test_no_time_for_the_draft_head_leaves_its_step_out(tmp_path, monkeypatch):
+    """A forward that takes 40% of the budget: the target's S = 1 alone is timed (S rows then cost S
+    steps) and the draft's step is left out, so the controller prices it as the full head's."""
+    monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
+    m = loaded(tmp_path, "slower", "q4")
+    clock = [0.0]
+    monkeypatch.setattr(cv, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    fast = m.model.forward
+
+    def slow(tokens, *a, **kw):
+        clock[0] += 0.4 * len(tokens)
+        return fast(tokens, *a, **kw)
+
+    monkeypatch.setattr(m.model, "forward", slow)
+    data = load_or_measure(m, budget_s=1.0)
+    assert data["cv"] == {str(s): float(s) for s in PROFILE_SIZES} and "draft_ms" not in data
+    assert runtime_costs(m, m).draft_cost["draft"] == 1.0

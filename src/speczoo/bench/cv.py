@@ -7,13 +7,14 @@ prompt of `context` tokens already in the cache, rolled back after every forward
 the median of `repeats` runs, the S values interleaved so that machine noise spreads evenly.
 
 The profile measured at a model's first load (load_or_measure) must announce itself on stderr with a
-progress bar and finish in seconds on every kernel path, never minutes: the full head and the draft head
-share one prefill and one loop, repeats stop once a time budget is spent, and where a probe says a
-forward costs about its rows (a scalar path: the 0.5B's 40-token prefill took 22-29 s on it, a 9-row
-forward 3.4-4.1 s), only S = 1 and 3 are timed, without the prefill, and the larger S are fitted on
-their line (the profile lists them under "interpolated"). That is enough because the engine re-prices
-these costs from its own timings as it generates (spec/calibrate.py): the profile is only where it
-starts. `speczoo cv` has no budget and times every S it is asked for.
+progress bar and finish in seconds on every kernel path, never minutes. The full head and the draft head
+share one prefill and one loop, and a time budget bounds it all: no forward starts that would end past
+it. Where a probe says a forward costs about its rows (a scalar path: there the 0.5B's 40-token prefill
+took 22-29 s and a 9-row forward 3.4-4.1 s), only S = 1 and 3 are timed, without the prefill, and the
+other S are fitted on their line (listed under "interpolated"; a draft head left no time is left out,
+and its step is then priced as the full head's); such a profile serves its run and is not stored. That is enough because the engine re-prices these
+costs from its own timings as it generates (spec/calibrate.py): the profile is only where it starts.
+`speczoo cv` has no budget and times every S it is asked for.
 """
 
 from __future__ import annotations
@@ -63,49 +64,68 @@ def measure_cv(model, args, sizes: list[int], context: int = 64, repeats: int = 
 
 def measure_series(model, args, series: Mapping[str, Series], context: int = 64, repeats: int = 7,
                    warmup: int = 2, seed: int = 0, budget_s: float | None = None, bar=None) -> dict[str, CvResult]:
-    """Time every series after one shared prefill of `context` random tokens, interleaved.
+    """Time every series after one shared prefill of `context` random tokens, interleaved; bar: a tqdm
+    bar to advance per forward.
 
-    budget_s (None: none): first probe a 1- and a 3-row forward; when they say that warm-up plus one
-    pass of every size would overrun the budget (a slow kernel path, where a forward costs about its
-    rows), time only S = 1 and 3 of each series right after the probe, without the prefill, and fit the
-    larger S on that line; else prefill and time every size. Either way, stop repeating once another
-    pass would overrun the budget (one measured pass at the least). bar: a tqdm bar to advance per forward.
+    budget_s (None: none): see _budgeted. A series that then got no forward at all within the budget
+    (a draft head after a slow target) is left out of the result.
     """
     want = {name: sorted({1, *ser.sizes}) for name, ser in series.items()}
     run = _Forwards(model, args, series, context + max(max(s) for s in want.values()) + 1, seed)
-    plans = want
-    t0 = time.perf_counter()
     with torch.inference_mode():
         if budget_s is None:
             run.extend(context)
+            times = run.passes(want, warmup, repeats, bar)
         else:
-            first = next(iter(want))
-            run.extend(1)                                   # cold: the first touch of every weight
-            t1, t3 = run.time(first, 1) / 1000, run.time(first, 3) / 1000
-            slope = max(0.0, (t3 - t1) / 2)
-            one_pass = sum(t1 + slope * (s - 1) for sizes in want.values() for s in sizes)
-            if (warmup + 1) * one_pass + t1 + slope * (context - 2) > budget_s - (time.perf_counter() - t0):
-                plans = {name: [1, 3] for name in want}
-                warmup = 0
-            else:
-                run.extend(context - 1)
-        times = {name: {s: [] for s in sizes} for name, sizes in plans.items()}
-        _set_total(bar, sum(map(len, plans.values())) * (warmup + repeats))
-        for rep in range(warmup + repeats):
-            pass_start = time.perf_counter()
-            for name, sizes in plans.items():
-                for s in sizes:
-                    dt = run.time(name, s)
-                    if rep >= warmup:
-                        times[name][s].append(dt)
-                    if bar is not None:
-                        bar.update()
-            now = time.perf_counter()
-            if budget_s is not None and rep >= warmup and (now - t0) + (now - pass_start) > budget_s:
-                if bar is not None:
-                    _set_total(bar, bar.n)
-                break
-    return {name: _result(times[name], want[name]) for name in want}
+            times = _budgeted(run, want, context, repeats, warmup, budget_s, bar)
+    return {name: _result(times[name], want[name]) for name in want if any(times[name].values())}
+
+
+def _budgeted(run: _Forwards, want: dict[str, list[int]], context: int, repeats: int, warmup: int,
+              budget_s: float, bar) -> dict[str, dict[int, list[float]]]:
+    """Time within budget_s. A cold 1-row forward first (the first touch of every weight), then the
+    first series' S = 1 and, if it fits, S = 3: the line through them prices every forward. When warm-up
+    plus one pass of every size fits, prefill the context and time them all; else (a slow path, where a
+    forward costs about its rows) keep those two, without the prefill, and time S = 1 and 3 of the other
+    series. Either way, no forward starts that the line says would end past the budget."""
+    budget = _Budget(time.perf_counter() + budget_s)
+    first = next(iter(want))
+    run.extend(1)
+    t1 = run.time(first, 1)
+    budget.line(t1, 3 * t1)                  # until S = 3 is timed: rows cost their number of steps
+    probe = {first: {1: [t1]}}
+    if budget.fits(3):
+        probe[first][3] = [run.time(first, 3)]
+        budget.line(t1, probe[first][3][0])
+    one_pass = sum(budget.ms(s) for sizes in want.values() for s in sizes)
+    if budget.fits_ms((warmup + 1) * one_pass + budget.ms(context - 1)):
+        run.extend(context - 1)
+        times = run.passes(want, warmup, repeats, bar, budget)
+        if not times[first][1]:
+            times[first][1] = [t1]           # never without the unit the others are relative to
+        return times
+    slow = {name: [1, 3] for name in sorted(want, key=lambda n: n == first)}    # the others first: probed already
+    return run.passes(slow, 0, repeats, bar, budget, start=probe)
+
+
+class _Budget:
+    """A deadline and a line ms(S) = a + b (S - 1) that prices the next forward against it."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.a = self.b = 0.0
+
+    def line(self, ms1: float, ms3: float) -> None:
+        self.a, self.b = ms1, max(0.0, (ms3 - ms1) / 2)
+
+    def ms(self, s: int) -> float:
+        return self.a + self.b * (s - 1)
+
+    def fits_ms(self, ms: float) -> bool:
+        return time.perf_counter() + ms / 1000 <= self.deadline
+
+    def fits(self, s: int) -> bool:
+        return self.fits_ms(self.ms(s))
 
 
 class _Forwards:
@@ -135,6 +155,26 @@ class _Forwards:
         self.cache.truncate(self.context)
         return dt
 
+    def passes(self, plans: dict[str, list[int]], warmup: int, repeats: int, bar, budget: _Budget | None = None,
+               start: dict[str, dict[int, list[float]]] | None = None) -> dict[str, dict[int, list[float]]]:
+        """Times {series: {S: [ms]}} of `warmup` + `repeats` passes over every series' sizes, interleaved,
+        added to `start`; with a budget, it ends at the first forward that would overrun it."""
+        start = start or {}
+        times = {name: {s: list(start.get(name, {}).get(s, [])) for s in sizes} for name, sizes in plans.items()}
+        _set_total(bar, sum(map(len, plans.values())) * (warmup + repeats))
+        for rep in range(warmup + repeats):
+            for name, sizes in plans.items():
+                for s in sizes:
+                    if budget is not None and not budget.fits(s):
+                        _set_total(bar, bar.n if bar is not None else 0)
+                        return times
+                    dt = self.time(name, s)
+                    if rep >= warmup:
+                        times[name][s].append(dt)
+                    if bar is not None:
+                        bar.update()
+        return times
+
 
 def _set_total(bar, total: int) -> None:
     if bar is not None:
@@ -144,9 +184,12 @@ def _set_total(bar, total: int) -> None:
 
 def _result(times: dict[int, list[float]], sizes: list[int]) -> CvResult:
     """Medians of the timed sizes; the others on the line through their timed neighbours (beyond the
-    largest timed S: its last segment's slope, never falling)."""
+    largest timed S: its last segment's slope, never falling; with S = 1 alone timed, S rows cost S
+    times one, as on a scalar path)."""
     timed = {s: statistics.median(v) for s, v in times.items() if v}
     points = sorted(timed.items())
+    if len(points) == 1:
+        points.append((points[0][0] + 1, points[0][1] * (points[0][0] + 1) / points[0][0]))
     ms = {}
     for s in sizes:
         if s in timed:
@@ -171,12 +214,13 @@ def profile_path(loaded) -> Path:
     return loaded.path / f"cost-{loaded.backend}.json"
 
 
-def load_or_measure(loaded, remeasure: bool = False, budget_s: float = PROFILE_BUDGET_S) -> dict:
+def load_or_measure(loaded, remeasure: bool = False, budget_s: float | None = None) -> dict:
     """The model's cost profile {"ms": {S: ms}, "cv": {S: c_v}} on its backend, cached in the bundle,
     plus "draft_ms": its decode step when drafting with the reduced-vocabulary head (when it has one).
 
-    Measured once (seconds, within `budget_s`, announced on stderr with a progress bar) the first time
-    a runtime needs it, then read back; `speczoo cv MODEL --save` re-measures and stores it (do that on
+    Measured once (seconds, within `budget_s`, default PROFILE_BUDGET_S, announced on stderr with a progress bar) the first time
+    a runtime needs it, then read back; a profile the budget cut short (fitted sizes) is used for this
+    run only and not stored, so that a moment's load on the machine cannot fix a wrong one for good; `speczoo cv MODEL --save` re-measures and stores it (do that on
     a quiet machine: a busy one inflates every figure). remeasure=True (benches: the controller should
     see the machine as it is now) measures afresh for this process only and leaves a stored profile
     alone, so one run on a loaded machine cannot skew every later run's controller.
@@ -186,8 +230,13 @@ def load_or_measure(loaded, remeasure: bool = False, budget_s: float = PROFILE_B
     path = profile_path(loaded)
     if path.is_file() and not remeasure:
         return json.loads(path.read_text())
+    budget_s = PROFILE_BUDGET_S if budget_s is None else budget_s
     data = measure_profile(loaded, budget_s, why=_why(loaded, stored=path.is_file()))
-    if not path.is_file():
+    if "interpolated" in data:
+        print(f"speczoo: {loaded.name}'s forwards were too slow to time every size within {budget_s:g} s; "
+              f"c_v({', '.join(map(str, data['interpolated']))}) fitted, for this run only (not stored). "
+              f"`speczoo cv {loaded.name} --save` times and stores them all.", file=sys.stderr, flush=True)
+    elif not path.is_file():
         write_profile(loaded, data)
     return data
 
