@@ -111,8 +111,9 @@ def test_a_slow_path_keeps_to_the_budget_and_fits_the_larger_sizes(tmp_path, mon
 
 
 def test_no_time_for_the_draft_head_leaves_its_step_out(tmp_path, monkeypatch):
-    """A forward that takes 40% of the budget: the target's S = 1 alone is timed (S rows then cost S
-    steps) and the draft's step is left out, so the controller prices it as the full head's."""
+    """A row that takes 40% of the budget: the target's S = 1 and 3 are timed all the same (one point
+    cannot price the others), the draft gets no time and its step is left out, so the controller prices
+    it as the full head's."""
     monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
     m = loaded(tmp_path, "slower", "q4")
     clock = [0.0]

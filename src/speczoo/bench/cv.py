@@ -11,8 +11,8 @@ progress bar and finish in seconds on every kernel path, never minutes. The full
 share one prefill and one loop, and a time budget bounds it all: no forward starts that would end past
 it. Where a probe says a forward costs about its rows (a scalar path: there the 0.5B's 40-token prefill
 took 22-29 s and a 9-row forward 3.4-4.1 s), only S = 1 and 3 are timed, without the prefill, and the
-other S are fitted on their line (listed under "interpolated"; a draft head left no time is left out,
-and its step is then priced as the full head's); such a profile serves its run and is not stored. That is enough because the engine re-prices these
+other S are fitted on their line (listed under "interpolated"; a draft head left no time for two sizes is
+left out, and its step is then priced as the full head's); such a profile serves its run and is not stored. That is enough because the engine re-prices these
 costs from its own timings as it generates (spec/calibrate.py): the profile is only where it starts.
 `speczoo cv` has no budget and times every S it is asked for.
 """
@@ -67,8 +67,9 @@ def measure_series(model, args, series: Mapping[str, Series], context: int = 64,
     """Time every series after one shared prefill of `context` random tokens, interleaved; bar: a tqdm
     bar to advance per forward.
 
-    budget_s (None: none): see _budgeted. A series that then got no forward at all within the budget
-    (a draft head after a slow target) is left out of the result.
+    budget_s (None: none): see _budgeted. A series that then got fewer than two sizes timed within the
+    budget (a draft head after a slow target) is left out of the result: one point cannot tell a
+    forward's fixed cost from its cost per row.
     """
     want = {name: sorted({1, *ser.sizes}) for name, ser in series.items()}
     run = _Forwards(model, args, series, context + max(max(s) for s in want.values()) + 1, seed)
@@ -78,31 +79,29 @@ def measure_series(model, args, series: Mapping[str, Series], context: int = 64,
             times = run.passes(want, warmup, repeats, bar)
         else:
             times = _budgeted(run, want, context, repeats, warmup, budget_s, bar)
-    return {name: _result(times[name], want[name]) for name in want if any(times[name].values())}
+    return {name: _result(times[name], want[name]) for name in want
+            if budget_s is None or sum(map(bool, times[name].values())) >= 2}
 
 
 def _budgeted(run: _Forwards, want: dict[str, list[int]], context: int, repeats: int, warmup: int,
               budget_s: float, bar) -> dict[str, dict[int, list[float]]]:
     """Time within budget_s. A cold 1-row forward first (the first touch of every weight), then the
-    first series' S = 1 and, if it fits, S = 3: the line through them prices every forward. When warm-up
-    plus one pass of every size fits, prefill the context and time them all; else (a slow path, where a
-    forward costs about its rows) keep those two, without the prefill, and time S = 1 and 3 of the other
-    series. Either way, no forward starts that the line says would end past the budget."""
+    first series' S = 1 and 3, whatever the budget (one point cannot tell a slow path, where a forward
+    costs about its rows, from a busy machine, where it costs about the same for any S): the line
+    through them prices every later forward. When warm-up plus one pass of every size fits, prefill the
+    context and time them all; else keep those two, without the prefill, and time S = 1 and 3 of the
+    other series. Either way, no later forward starts that the line says would end past the budget."""
     budget = _Budget(time.perf_counter() + budget_s)
     first = next(iter(want))
     run.extend(1)
-    t1 = run.time(first, 1)
-    budget.line(t1, 3 * t1)                  # until S = 3 is timed: rows cost their number of steps
-    probe = {first: {1: [t1]}}
-    if budget.fits(3):
-        probe[first][3] = [run.time(first, 3)]
-        budget.line(t1, probe[first][3][0])
+    probe = {first: {1: [run.time(first, 1)], 3: [run.time(first, 3)]}}
+    budget.line(probe[first][1][0], probe[first][3][0])
     one_pass = sum(budget.ms(s) for sizes in want.values() for s in sizes)
     if budget.fits_ms((warmup + 1) * one_pass + budget.ms(context - 1)):
         run.extend(context - 1)
         times = run.passes(want, warmup, repeats, bar, budget)
-        if not times[first][1]:
-            times[first][1] = [t1]           # never without the unit the others are relative to
+        for s in (1, 3):                     # never without the unit, nor with one point alone
+            times[first][s] = times[first].get(s) or probe[first][s]
         return times
     slow = {name: [1, 3] for name in sorted(want, key=lambda n: n == first)}    # the others first: probed already
     return run.passes(slow, 0, repeats, bar, budget, start=probe)
@@ -183,13 +182,10 @@ def _set_total(bar, total: int) -> None:
 
 
 def _result(times: dict[int, list[float]], sizes: list[int]) -> CvResult:
-    """Medians of the timed sizes; the others on the line through their timed neighbours (beyond the
-    largest timed S: its last segment's slope, never falling; with S = 1 alone timed, S rows cost S
-    times one, as on a scalar path)."""
+    """Medians of the timed sizes; the others (two timed at the least) on the line through their timed
+    neighbours (beyond the largest timed S: its last segment's slope, never falling)."""
     timed = {s: statistics.median(v) for s, v in times.items() if v}
     points = sorted(timed.items())
-    if len(points) == 1:
-        points.append((points[0][0] + 1, points[0][1] * (points[0][0] + 1) / points[0][0]))
     ms = {}
     for s in sizes:
         if s in timed:
