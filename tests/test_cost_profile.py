@@ -13,6 +13,8 @@ from speczoo.bench import cv
 from speczoo.bench.cv import PROFILE_SIZES, load_or_measure, profile_path, runtime_costs
 from speczoo.runtime import LoadedModel
 
+pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
+
 
 @pytest.fixture(autouse=True)
 def unhurried(monkeypatch):
