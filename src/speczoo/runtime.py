@@ -8,6 +8,7 @@ pulled is an error that names the pull command.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from torch import nn
 from speczoo.bench.cv import runtime_costs
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
+from speczoo.kernels import native
 from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import load_model
@@ -50,16 +52,43 @@ class LoadedModel:
     backend: str
 
 
+# Where the compiled kernels have no SIMD path for the CPU (native.chosen_path().simd is False) the
+# batch-invariant backends rank otherwise than on the fast paths. Fastest first, measured on the 0.5B with
+# SPECZOO_KERNEL_PATH=scalar and one thread, oneDNN held to SSE4.1 (ONEDNN_MAX_CPU_ISA=SSE41) as on a CPU
+# without AVX2: q8 2.9 tok/s (a 9-row forward 2.8 s), q8_torch 1.0 (1.2 s), q4 0.7 (12.3 s).
+NO_SIMD_BACKENDS = ("q8", "q8_torch", "q4mix", "q4", "q4_torch")
+_NOTED: set[str] = set()      # models whose slower default has been pointed out in this process
+
+
 def default_backend(bundle: Path) -> str:
-    """The fast backend the bundle was packed for at pull time (else the kernels' default)."""
+    """The fast backend the bundle was packed for at pull time (else the kernels' default); on a CPU
+    without a SIMD kernel path, the fastest of NO_SIMD_BACKENDS whose packing the bundle stores."""
     packed = read_manifest(bundle).packed_backends
-    return packed[0] if packed else DEFAULT_FAST_BACKEND
+    if not packed:
+        return DEFAULT_FAST_BACKEND
+    if native.chosen_path().simd:
+        return packed[0]
+    return next((b for b in NO_SIMD_BACKENDS if b in packed), packed[0])
+
+
+def _note_slow_default(name: str, backend: str) -> None:
+    """Say (once per model) when the CPU has no SIMD kernel path and the bundle lacks the packing of the
+    backend that is fastest there."""
+    best = NO_SIMD_BACKENDS[0]
+    if backend == best or native.chosen_path().simd or name in _NOTED:
+        return
+    _NOTED.add(name)
+    print(f"speczoo: {name} loads with the {backend} backend, and on this CPU's scalar kernels {best} runs "
+          f"several times faster; `speczoo pull {name} --backend {best}` stores its packing, which later "
+          f"loads then use", file=sys.stderr, flush=True)
 
 
 def load(name: str, backend: str | None = None) -> LoadedModel:
-    """Load one pulled model (zoo name or local path) with `backend` (default: the one it was packed for)."""
+    """Load one pulled model (zoo name or local path) with `backend` (default: default_backend)."""
     path = find_bundle(name)
-    backend = backend or default_backend(path)
+    if backend is None:
+        backend = default_backend(path)
+        _note_slow_default(name, backend)
     args = ModelArgs.from_json(path / "config.json")
     return LoadedModel(name=name, path=path, args=args, model=load_model(path, backend),
                        tokenizer=Tokenizer.from_bundle(path), backend=backend)
