@@ -256,7 +256,9 @@ def measure_profile(loaded, budget_s: float | None = PROFILE_BUDGET_S, why: str 
         series["draft"] = Series(tuple(DRAFT_SIZES), head)
     if why is not None:
         print(f"speczoo: {why}", file=sys.stderr, flush=True)
-    with tqdm(desc="cost profile", unit="forward", file=sys.stderr, disable=why is None, leave=False) as bar:
+    planned = (1 + PROFILE_REPEATS) * sum(len(s.sizes) for s in series.values())     # until the probe says
+    with tqdm(total=planned, desc="cost profile", unit="forward", file=sys.stderr, disable=why is None,
+              leave=False) as bar:
         res = measure_series(loaded.model, loaded.args, series, PROFILE_CONTEXT, PROFILE_REPEATS, warmup=1,
                              budget_s=budget_s, bar=bar)
     return _profile(loaded, res["target"], res.get("draft"))
