@@ -108,11 +108,12 @@ def test_a_slow_path_keeps_to_the_budget_and_fits_the_larger_sizes(tmp_path, mon
     assert data["draft_interpolated"] == [2, 5, 9] and set(data["draft_cv"]) == {"1", "2", "3", "5", "9"}
     assert data["cv"] == {str(s): float(s) for s in PROFILE_SIZES}      # 17 rows cost 17 steps here
     assert not profile_path(m).exists()                 # cut short: this run's only, measured again next time
-    assert "fitted, for this run only (not stored)" in capsys.readouterr().err
+    assert ("target c_v(2, 5, 9, 17) fitted; draft c_v(2, 5, 9) fitted, for this run only (not stored)"
+            in capsys.readouterr().err)
     runtime_costs(m, m)                                 # the controller reads a fitted profile as any other
 
 
-def test_no_time_for_the_draft_head_leaves_its_step_out(tmp_path, monkeypatch):
+def test_no_time_for_the_draft_head_leaves_its_step_out(tmp_path, monkeypatch, capsys):
     """A row that takes 40% of the budget: the target's S = 1 and 3 are timed all the same (one point
     cannot price the others), the draft gets no time and its step is left out, so the controller prices
     it as the full head's."""
@@ -129,4 +130,5 @@ def test_no_time_for_the_draft_head_leaves_its_step_out(tmp_path, monkeypatch):
     monkeypatch.setattr(m.model, "forward", slow)
     data = load_or_measure(m, budget_s=1.0)
     assert data["cv"] == {str(s): float(s) for s in PROFILE_SIZES} and "draft_ms" not in data
+    assert "no time for the draft head" in capsys.readouterr().err and not profile_path(m).exists()
     assert runtime_costs(m, m).draft_cost["draft"] == 1.0

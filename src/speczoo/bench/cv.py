@@ -9,12 +9,13 @@ the median of `repeats` runs, the S values interleaved so that machine noise spr
 The profile measured at a model's first load (load_or_measure) must announce itself on stderr with a
 progress bar and finish in seconds on every kernel path, never minutes. The full head and the draft head
 share one prefill and one loop, and a time budget bounds it all: no forward starts that would end past
-it. Where a probe says a forward costs about its rows (a scalar path: there the 0.5B's 40-token prefill
-took 22-29 s and a 9-row forward 3.4-4.1 s), only S = 1 and 3 are timed, without the prefill, and the
-other S are fitted on their line (listed under "interpolated"; a draft head left no time for two sizes is
-left out, and its step is then priced as the full head's); such a profile serves its run and is not stored. That is enough because the engine re-prices these
-costs from its own timings as it generates (spec/calibrate.py): the profile is only where it starts.
-`speczoo cv` has no budget and times every S it is asked for.
+it. Where a probe says a forward is slow (on the scalar path the 0.5B's 9-row forward took 12 s and its
+40-token prefill 55 s, one thread), only S = 1 and 3 are timed, without the prefill, and the other S
+are fitted on their line (listed under "interpolated"; a draft head left no time for two sizes is left
+out, its step then priced as the full head's). Such a profile serves its run and is not stored. That is
+enough because the engine re-prices these costs from its own timings as it generates
+(spec/calibrate.py): the profile is only where it starts. `speczoo cv` has no budget and times every
+S it is asked for.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from speczoo.cache import KVCache
 @dataclass
 class CvResult:
     ms: dict[int, float]        # S -> median milliseconds per forward
-    interpolated: tuple[int, ...] = ()   # S values not timed but interpolated (budgeted profiles only)
+    interpolated: tuple[int, ...] = ()   # S values not timed but fitted (budgeted profiles only)
 
     @property
     def cv(self) -> dict[int, float]:
@@ -214,12 +215,13 @@ def load_or_measure(loaded, remeasure: bool = False, budget_s: float | None = No
     """The model's cost profile {"ms": {S: ms}, "cv": {S: c_v}} on its backend, cached in the bundle,
     plus "draft_ms": its decode step when drafting with the reduced-vocabulary head (when it has one).
 
-    Measured once (seconds, within `budget_s`, default PROFILE_BUDGET_S, announced on stderr with a progress bar) the first time
-    a runtime needs it, then read back; a profile the budget cut short (fitted sizes) is used for this
-    run only and not stored, so that a moment's load on the machine cannot fix a wrong one for good; `speczoo cv MODEL --save` re-measures and stores it (do that on
-    a quiet machine: a busy one inflates every figure). remeasure=True (benches: the controller should
-    see the machine as it is now) measures afresh for this process only and leaves a stored profile
-    alone, so one run on a loaded machine cannot skew every later run's controller.
+    Measured once (seconds, within `budget_s`, default PROFILE_BUDGET_S, announced on stderr with a
+    progress bar) the first time a runtime needs it, then read back; a profile the budget cut short is
+    used for this run only and not stored, so that a moment's load on the machine cannot fix a wrong one
+    for good. `speczoo cv MODEL --save` re-measures and stores it (do that on a quiet machine: a busy
+    one inflates every figure). remeasure=True (benches: the controller should see the machine as it is
+    now) measures afresh for this process only and leaves a stored profile alone, so one run on a loaded
+    machine cannot skew every later run's controller.
     """
     import json
 
@@ -227,11 +229,11 @@ def load_or_measure(loaded, remeasure: bool = False, budget_s: float | None = No
     if path.is_file() and not remeasure:
         return json.loads(path.read_text())
     budget_s = PROFILE_BUDGET_S if budget_s is None else budget_s
-    data = measure_profile(loaded, budget_s, why=_why(loaded, stored=path.is_file()))
-    if "interpolated" in data:
-        print(f"speczoo: {loaded.name}'s forwards were too slow to time every size within {budget_s:g} s; "
-              f"c_v({', '.join(map(str, data['interpolated']))}) fitted, for this run only (not stored). "
-              f"`speczoo cv {loaded.name} --save` times and stores them all.", file=sys.stderr, flush=True)
+    data, cut = measure_profile(loaded, budget_s, why=_why(loaded, stored=path.is_file()))
+    if cut:
+        print(f"speczoo: {loaded.name}'s forwards were too slow to time everything within {budget_s:g} s; "
+              f"{'; '.join(cut)}, for this run only (not stored). `speczoo cv {loaded.name} --save` times "
+              "and stores it all.", file=sys.stderr, flush=True)
     elif not path.is_file():
         write_profile(loaded, data)
     return data
@@ -245,9 +247,11 @@ def _why(loaded, stored: bool) -> str:
             f"a forward over 1-{max(PROFILE_SIZES)} tokens costs on this machine (stored in {profile_path(loaded)})")
 
 
-def measure_profile(loaded, budget_s: float | None = PROFILE_BUDGET_S, why: str | None = None) -> dict:
+def measure_profile(loaded, budget_s: float | None = PROFILE_BUDGET_S,
+                    why: str | None = None) -> tuple[dict, list[str]]:
     """Time the profile's target curve and, when the model has a reduced draft head, its draft curve,
-    in one loop; `why` (when given) is announced on stderr with a progress bar."""
+    in one loop; `why` (when given) is announced on stderr with a progress bar. Returns the profile and
+    what the budget cut short, in words ([] when nothing)."""
     from tqdm import tqdm
 
     series = {"target": Series(tuple(PROFILE_SIZES))}
@@ -261,7 +265,10 @@ def measure_profile(loaded, budget_s: float | None = PROFILE_BUDGET_S, why: str 
               leave=False) as bar:
         res = measure_series(loaded.model, loaded.args, series, PROFILE_CONTEXT, PROFILE_REPEATS, warmup=1,
                              budget_s=budget_s, bar=bar)
-    return _profile(loaded, res["target"], res.get("draft"))
+    cut = [f"{name} c_v({', '.join(map(str, r.interpolated))}) fitted" for name, r in res.items() if r.interpolated]
+    if "draft" in series and "draft" not in res:
+        cut.append("no time for the draft head: its step priced as the full head's")
+    return _profile(loaded, res["target"], res.get("draft")), cut
 
 
 def profile_data(loaded, res: CvResult, repeats: int = 3) -> dict:
