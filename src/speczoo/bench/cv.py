@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from speczoo.cache import KVCache
+from speczoo.kernels import native
 
 
 @dataclass
@@ -208,7 +209,9 @@ PROFILE_BUDGET_S = 6.0
 
 
 def profile_path(loaded) -> Path:
-    return loaded.path / f"cost-{loaded.backend}.json"
+    """Where the bundle keeps its profile: one per backend and kernel path, since the costs are the
+    path's (a forced SPECZOO_KERNEL_PATH, or the bundle on another CPU, measures its own)."""
+    return loaded.path / f"cost-{loaded.backend}-{native.chosen_path().name}.json"
 
 
 def load_or_measure(loaded, remeasure: bool = False, budget_s: float | None = None) -> dict:
