@@ -8,6 +8,12 @@ speed does not depend on the values, and packing 1.5B random weights would take 
 median of --reps timed passes after one warm-up pass; every backend is timed in the same run, so the
 ratios between them hold even when other processes load the machine. The whole-model estimate sums
 28 layers (q, k, v, o, gate, up, down) plus the LM head: attention, norms and sampling are not in it.
+
+`--floor` also times each shape with its weights in cache (a slice of CACHED_BYTES, called over and
+over, scaled to the whole shape): the time of the kernel's own instructions with the memory traffic
+gone. A forward of S rows can be no faster than that nor than streaming its weights once (the S = 1
+time from DRAM), so floor c_v(S) = max(t_DRAM(1), t_cache(S)) / t_DRAM(1), the instruction-throughput
+floor of the path that runs (SPECZOO_KERNEL_PATH picks one); the report sets the measured c_v beside it.
 This module must never be imported by the runtime: it is a measurement script.
 """
 
@@ -31,6 +37,7 @@ SHAPES: dict[str, tuple[int, int]] = {   # name -> (N, K) of W[N, K]
 }
 S_VALUES = (1, 2, 5, 9, 17)
 DRAM_BYTES = 160 * 2**20   # bytes of distinct copies per shape: five times the L3
+CACHED_BYTES = 192 * 2**10  # a weight slice that stays in a core's L2 across calls (--floor)
 
 
 @dataclass
@@ -105,6 +112,45 @@ def time_shape(backend: str, shape: str, reps: int, s_values: tuple[int, ...], g
     return out
 
 
+def time_shape_cached(backend: str, shape: str, reps: int, s_values: tuple[int, ...], gen: torch.Generator,
+                      clock=time.perf_counter) -> ShapeTiming:
+    """The shape's time with its weights in cache: a slice of whole strips that fits CACHED_BYTES, called
+    enough times per sample to take ~20 ms, scaled by N / slice."""
+    n, k = SHAPES[shape]
+    per_row = _bytes(random_packed(backend, STRIP, k, gen)) / STRIP
+    n_sub = max(STRIP, min(n, int(CACHED_BYTES // per_row) // STRIP * STRIP))
+    mod = get_backend(backend).build(random_packed(backend, n_sub, k, gen), None)
+    out = ShapeTiming(shape, int(per_row * n))
+    for s in s_values:
+        x = torch.randn(s, k, generator=gen)
+        t0 = clock()
+        calls = 0
+        while clock() - t0 < 0.02 or calls < 5:   # warm-up, and how many calls make ~20 ms
+            mod(x)
+            calls += 1
+        samples = []
+        for _ in range(reps):
+            t0 = clock()
+            for _ in range(calls):
+                mod(x)
+            samples.append((clock() - t0) * 1e3 / calls * n / n_sub)
+        out.ms[s] = statistics.median(samples)
+        out.best[s] = min(samples)
+    return out
+
+
+def floor_report(dram: dict[str, ShapeTiming], cached: dict[str, ShapeTiming], s_values: tuple[int, ...]) -> str:
+    """Measured c_v(S) of the whole model's linears beside the path's floor max(t_DRAM(1), t_cache(S))."""
+    base = model_ms(dram, s_values[0])
+    cells = []
+    for s in s_values[1:]:
+        floor = max(base, model_ms(cached, s)) / base
+        measured = model_ms(dram, s) / base
+        cells.append(f"S={s}: c_v {measured:.2f}, floor {floor:.2f} ({measured / floor:.2f}x the floor)")
+    return (f"   [floor] in-cache model time S={s_values[0]}: {model_ms(cached, s_values[0]):.2f} ms, "
+            f"S={s_values[-1]}: {model_ms(cached, s_values[-1]):.2f} ms; " + "; ".join(cells))
+
+
 def model_ms(timings: dict[str, ShapeTiming], s: int, stat: str = "ms") -> float:
     layer = sum(getattr(timings[name], stat)[s] for name in SHAPES if name != "lm_head")
     return LAYERS * layer + getattr(timings["lm_head"], stat)[s]
@@ -146,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="wall time (the real figure), or CPU time / threads (robust when other processes load the machine)")
     ap.add_argument("--threads", type=int, default=None, help="torch/kernel threads (default: torch's)")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="subset of shapes (the model line needs all)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time the shapes with their weights in cache and report the path's c_v floor")
     args = ap.parse_args(argv)
     s_values = tuple(int(v) for v in args.s.split(","))
     shapes = args.shapes.split(",")
@@ -163,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         timings = {name: time_shape(backend, name, args.reps, s_values, gen, clock) for name in shapes}
         if set(shapes) == set(SHAPES):
             print(report(backend, timings, s_values), flush=True)
+            if args.floor:
+                cached = {name: time_shape_cached(backend, name, args.reps, s_values, gen, clock) for name in shapes}
+                print(floor_report(timings, cached, s_values), flush=True)
         else:
             print("\n".join(report_lines_only(backend, timings, s_values)), flush=True)
     return 0

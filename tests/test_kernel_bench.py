@@ -1,0 +1,31 @@
+"""The kernel bench's floor (python -m speczoo.bench.kernel_bench --floor): its arithmetic, and a cached
+timing that runs on a small shape. Speeds themselves are measured by the bench, never asserted here."""
+
+import torch
+
+from speczoo.bench import kernel_bench as kb
+
+
+def _timings(ms_by_s: dict[int, float]) -> dict[str, kb.ShapeTiming]:
+    out = {}
+    for name in kb.SHAPES:
+        t = kb.ShapeTiming(name, 1)
+        t.ms = dict(ms_by_s)
+        t.best = dict(ms_by_s)
+        out[name] = t
+    return out
+
+
+def test_the_floor_is_the_slower_of_streaming_the_weights_and_the_instructions():
+    dram = _timings({1: 10.0, 9: 18.0})        # memory-bound at S = 1
+    cached = _timings({1: 2.0, 9: 15.0})       # the instructions of 9 rows take 15
+    line = kb.floor_report(dram, cached, (1, 9))
+    assert "c_v 1.80, floor 1.50 (1.20x the floor)" in line
+    cheap = _timings({1: 2.0, 9: 5.0})          # instructions cheaper than the stream: floor 1
+    assert "floor 1.00 (1.80x the floor)" in kb.floor_report(dram, cheap, (1, 9))
+
+
+def test_cached_timing_scales_a_slice_to_the_whole_shape():
+    t = kb.time_shape_cached("q4", "k", 1, (1, 2), torch.Generator().manual_seed(0))
+    assert t.ms[1] > 0 and t.ms[2] > 0
+    assert t.bytes_per_copy > 256 * 1536 // 2           # the whole shape's bytes, not the slice's
