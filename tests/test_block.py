@@ -6,7 +6,7 @@ bad input. The one-call stack of all blocks is bit-identical to running them one
 import pytest
 import torch
 
-from tiny import tiny_model
+from tiny import tiny_model, tree_mask
 
 from speczoo.cache import KVCache
 from speczoo.kernels.block import NativeBlock, NativeStack
@@ -150,16 +150,6 @@ def test_portable_build_runs_the_block_and_agrees():
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def _tree_mask(parents: list[int]) -> torch.Tensor:
-    mask = torch.zeros(len(parents), len(parents), dtype=torch.bool)
-    for i in range(len(parents)):
-        j = i
-        while j >= 0:
-            mask[i, j] = True
-            j = parents[j]
-    return mask
-
-
 def _forwards(model, args) -> list:
     """A prefill with hidden states captured mid-stack and at the end, a decode step, a chain verify and
     a tree verify: the logits, hidden states and cache contents of each."""
@@ -167,7 +157,7 @@ def _forwards(model, args) -> list:
     outs = [model(toks(20), torch.arange(20), c, hidden_layers=[0, 1, -1])]
     outs.append(model(toks(1, seed=2), torch.tensor([20]), c, hidden_layers=[1]))
     outs.append(model(toks(5, seed=3), torch.arange(21, 26), c))
-    outs.append(model(toks(4, seed=4), torch.tensor([26, 27, 28, 27]), c, tree_mask=_tree_mask([-1, 0, 1, 0])))
+    outs.append(model(toks(4, seed=4), torch.tensor([26, 27, 28, 27]), c, tree_mask=tree_mask([-1, 0, 1, 0])))
     return [o.logits for o in outs] + [h for o in outs for h in o.hidden] + [c._k.clone(), c._v.clone()]
 
 

@@ -16,7 +16,7 @@ import shutil
 import pytest
 import torch
 
-from tiny import tiny_args, tiny_tensors
+from tiny import tiny_args, tiny_tensors, tree_mask
 
 from speczoo.cache import KVCache
 from speczoo.kernels import attention, native
@@ -85,23 +85,13 @@ def test_attention_equals_the_scalar_path(path, scalar):
             assert torch.equal(out, ref), f"{path.name} H={h} Hkv={hkv} Dh={dh} threads={threads}"
 
 
-def _tree_mask(parents: list[int]) -> torch.Tensor:
-    mask = torch.zeros(len(parents), len(parents), dtype=torch.bool)
-    for i in range(len(parents)):
-        j = i
-        while j >= 0:
-            mask[i, j] = True
-            j = parents[j]
-    return mask
-
-
 def _forwards(model, args) -> list[torch.Tensor]:
     """Prefill, a decode step, a chain verify of 5 and a tree verify of 4: logits and the caches."""
     toks = torch.randint(0, args.vocab_size, (30,), generator=torch.Generator().manual_seed(5))
     c = KVCache(args, 64)
     outs = [model(toks[:20], torch.arange(20), c).logits, model(toks[20:21], torch.tensor([20]), c).logits,
             model(toks[21:26], torch.arange(21, 26), c).logits,
-            model(toks[26:30], torch.tensor([26, 27, 28, 27]), c, tree_mask=_tree_mask([-1, 0, 1, 0])).logits]
+            model(toks[26:30], torch.tensor([26, 27, 28, 27]), c, tree_mask=tree_mask([-1, 0, 1, 0])).logits]
     return outs + [c._k.clone(), c._v.clone()]
 
 

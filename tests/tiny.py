@@ -115,3 +115,14 @@ def tiny_model(arch: str, backend: str = "fp32", seed: int = 0, vocab: int | Non
     args = tiny_args(arch, vocab, **overrides)
     tensors = tiny_tensors(args, seed, tied=args.tie_embeddings)
     return build_model(args, tensors, backend), args
+
+
+def tree_mask(parents: list[int]) -> Tensor:
+    """[S, S] bool: row i sees itself and its ancestors (parents[i] = -1 for a root)."""
+    mask = torch.zeros(len(parents), len(parents), dtype=torch.bool)
+    for i in range(len(parents)):
+        j = i
+        while j >= 0:
+            mask[i, j] = True
+            j = parents[j]
+    return mask
