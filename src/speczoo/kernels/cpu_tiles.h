@@ -129,7 +129,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     }
 }
 #elif defined(SZ_PATH_AVXVNNI) || defined(SZ_PATH_AVX2)
-#define SZ_TILE 4
+#define SZ_TILE 5  // 2 accumulators a row + 4 weight registers + 2 broadcasts fit the 16 ymm
 #if defined(SZ_PATH_AVXVNNI)
 #define SZ_Q8_UNSIGNED 1
 #else
@@ -179,10 +179,9 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
                     const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
-    alignas(32) int32_t isb[R * 16], imn[R * 16];
-    __m256i ai[R][2];
+    alignas(32) int32_t isb[R * 16], imn[R * 16];  // the per-row sums stay in L1: registers hold the group's
     const __m256i nib = _mm256_set1_epi8(0x0F);
-    for (int r = 0; r < R; ++r) ai[r][0] = ai[r][1] = _mm256_setzero_si256();
+    for (int i = 0; i < R * 16; ++i) isb[i] = imn[i] = 0;
     for (int g = 0; g < ng; ++g) {
         __m256i t[R][2];
         for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm256_setzero_si256();
@@ -214,24 +213,23 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
         const __m256i sc0 = _mm256_cvtepu8_epi32(s16), sc1 = _mm256_cvtepu8_epi32(_mm_srli_si128(s16, 8));
 #if defined(SZ_PATH_AVXVNNI)
         for (int r = 0; r < R; ++r) {
-            ai[r][0] = _mm256_add_epi32(ai[r][0], _mm256_mullo_epi32(t[r][0], sc0));
-            ai[r][1] = _mm256_add_epi32(ai[r][1], _mm256_mullo_epi32(t[r][1], sc1));
+            __m256i* is = (__m256i*)(isb + r * 16);
+            _mm256_store_si256(is, _mm256_add_epi32(_mm256_load_si256(is), _mm256_mullo_epi32(t[r][0], sc0)));
+            _mm256_store_si256(is + 1, _mm256_add_epi32(_mm256_load_si256(is + 1), _mm256_mullo_epi32(t[r][1], sc1)));
         }
 #else
         // (sc, sc) in each lane's two int16 halves: vpmaddwd gives sc * (both halves' sums) = sc * t_g, exact
         const __m256i sp0 = _mm256_or_si256(sc0, _mm256_slli_epi32(sc0, 16));
         const __m256i sp1 = _mm256_or_si256(sc1, _mm256_slli_epi32(sc1, 16));
         for (int r = 0; r < R; ++r) {
-            ai[r][0] = _mm256_add_epi32(ai[r][0], _mm256_madd_epi16(t[r][0], sp0));
-            ai[r][1] = _mm256_add_epi32(ai[r][1], _mm256_madd_epi16(t[r][1], sp1));
+            __m256i* is = (__m256i*)(isb + r * 16);
+            _mm256_store_si256(is, _mm256_add_epi32(_mm256_load_si256(is), _mm256_madd_epi16(t[r][0], sp0)));
+            _mm256_store_si256(is + 1, _mm256_add_epi32(_mm256_load_si256(is + 1), _mm256_madd_epi16(t[r][1], sp1)));
         }
 #endif
     }
-    for (int r = 0; r < R; ++r) {
-        _mm256_store_si256((__m256i*)(isb + r * 16), ai[r][0]);
-        _mm256_store_si256((__m256i*)(isb + r * 16 + 8), ai[r][1]);
-        ai[r][0] = ai[r][1] = _mm256_setzero_si256();  // reused for the mins
-    }
+    __m256i ai[R][2];
+    for (int r = 0; r < R; ++r) ai[r][0] = ai[r][1] = _mm256_setzero_si256();
     // mins: (m_2p, m_2p+1) of a column times the row's (xs_2p, xs_2p+1) int16 pair, summed by vpmaddwd
     for (int p = 0; p < ng / 2; ++p) {
         const __m256i mb = _mm256_loadu_si256((const __m256i*)(mnb + p * 32));
@@ -487,6 +485,8 @@ struct Tiles {
 };
 #if SZ_TILE == 12
 typedef Tiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12> TL;
+#elif SZ_TILE == 5
+typedef Tiles<1, 2, 3, 4, 5> TL;
 #elif SZ_TILE == 4
 typedef Tiles<1, 2, 3, 4> TL;
 #endif
