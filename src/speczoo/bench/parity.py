@@ -167,12 +167,12 @@ def tokenizer_check(gguf_path: Path, bundle: Path | None, reference, text: str) 
 
 
 def _build(gguf_path: Path, bundle: Path | None, backend: str, cache: dict):
-    """Our model: loaded from the bundle when there is one, else built from the GGUF's tensors (kept in
-    `cache` so that the fast backend reuses them)."""
+    """Our model: loaded from the bundle when there is one (its fp32 weights rebuilt from its source), else
+    built from the GGUF's tensors (kept in `cache` so that the fast backend reuses them)."""
     if bundle is not None:
-        from speczoo.models.loader import load_model
+        from speczoo.zoo.weights import load_model
 
-        return load_model(bundle, backend)
+        return load_model(bundle, backend)      # fp32: rebuilt from the bundle's source, as pulled
     if not cache:
         reader = open_gguf(gguf_path)
         cache["args"] = gguf_model_args(reader)

@@ -1,5 +1,9 @@
 """`speczoo check MODEL`: the parity gate (our fp32 vs transformers on the same GGUF; fast backend vs fp32;
-tokenizer ids). Exits 1 when parity fails. MODEL is a pulled zoo name, a bundle directory or a .gguf path."""
+tokenizer ids). Exits 1 when parity fails. MODEL is a pulled zoo name, a bundle directory or a .gguf path.
+
+A bundle keeps no fp32 weights: our fp32 side is rebuilt from the bundle's source GGUF (a zoo model's is
+assembled again from its installed packages into the zoo's downloads, where the next `speczoo pull`
+removes it). Only parses arguments and calls speczoo.bench.parity."""
 
 from __future__ import annotations
 

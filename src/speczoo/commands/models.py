@@ -2,6 +2,8 @@
 its status on disk.
 
 Only lists: it reads manifests and hashes sources to report `verified`; it never pulls or changes a bundle.
+"on disk" is what the model takes in the zoo now: its bundle, plus its assembled GGUF while the downloads
+keep one (a zoo model's chunk packages live in Python's site-packages and are not counted).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from rich.table import Table
 from speczoo.zoo.bundle import bundle_dir_for, check_bundle, dir_size, list_bundles
 from speczoo.zoo.heads import list_heads
 from speczoo.zoo.registry import DEFAULT_TARGET, MODELS
+from speczoo.zoo.source import kept_gguf
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,11 +67,13 @@ def _status(d, no_verify: bool) -> tuple[str, str, str]:
     check = check_bundle(d, hash_source=not no_verify)
     if check.manifest is None:
         return "broken", _gb(dir_size(d)), f"no ({check.reason})"
-    size = dir_size(d)
-    if check.manifest.source.kind == "zoo":
-        size += check.manifest.source.size          # the kept GGUF counts too
+    m = check.manifest
+    on_disk = _gb(dir_size(d))
+    if m.source.kind == "zoo" and m.name in MODELS and kept_gguf(MODELS[m.name]).is_file():
+        on_disk = f"{_gb(dir_size(d) + kept_gguf(MODELS[m.name]).stat().st_size)} (with its GGUF)"
+    pulled = f"yes, old layout (`speczoo pull {m.name}` slims it)" if m.legacy else "yes"
     if no_verify:
         verified = "not checked" if check.ok else f"no ({check.reason})"
     else:
         verified = "yes" if check.ok else f"no ({check.reason})"
-    return "yes", _gb(size), verified
+    return pulled, on_disk, verified

@@ -57,12 +57,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from safetensors.torch import load_file
-
     from speczoo.runtime import load
     from speczoo.spec.eagle.answers import FOLLOW_UPS, builtin_prompts, read_prompts
     from speczoo.spec.eagle.pipeline import EagleTrainOptions, Target, train_eagle
     from speczoo.spec.eagle.train import TrainConfig
+    from speczoo.zoo.weights import lm_head_tensors
 
     if args.device not in ("cpu", "cuda"):
         raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
@@ -82,7 +81,7 @@ def run(args) -> int:
         prompts = read_prompts(builtin_prompts() if args.prompts == "builtin" else Path(args.prompts))
     t = load(args.target, args.backend)
     tok = t.tokenizer
-    target = Target(name=args.target, model=t.model, tensors=load_file(str(t.path / "weights.safetensors")),
+    target = Target(name=args.target, model=t.model, tensors=lm_head_tensors(t.path),
                     encode=tok.encode, separator=min(tok.eos_ids) if tok.eos_ids else None,
                     eos_ids=tuple(tok.eos_ids), answer=answerer(t) if prompts else None)
     opts = EagleTrainOptions(

@@ -1,18 +1,26 @@
 """Turn a bundle on disk (or tensors in memory) into a model: the architecture registry and loading.
 
-A bundle holds config.json (ModelArgs) and weights.safetensors (fp32, GGUF tensor names, torch [out, in]
-orientation), plus weights-<backend>.safetensors for a backend whose packing is stored at pull time
-(keys "<tensor name>.<part>"). Files are opened memory-mapped, so loading takes seconds and untouched
-tensors never enter RAM. This module never picks a backend or an architecture silently: an unknown name
-is an error that says what exists.
+A bundle holds config.json (ModelArgs), weights-<backend>.safetensors for the backend whose packing was
+stored at pull time (keys "<tensor name>.<part>") and unpacked.safetensors: every tensor a backend does
+not pack (the embedding, norms, biases) in its source's encoding, which `read_unpacked` decodes to the
+exact fp32 values the source dequantizes to. An older bundle holds weights.safetensors instead (every
+tensor in fp32, GGUF names, torch [out, in] orientation), which is read as it is. The fp32 reference a
+backend without a stored packing needs is not in a lean bundle: the caller passes `reference`, a callable
+that builds it (speczoo.zoo.weights does, from the bundle's source). Files are memory-mapped where they
+can be. This module never picks a backend or an architecture silently, and never reads a source model
+itself: an unknown name, a missing file or a missing reference is an error that says what to do.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import Tensor, nn
@@ -24,12 +32,21 @@ from speczoo.models.gemma3 import Gemma3
 from speczoo.models.qwen2 import Qwen2
 
 ARCHS: dict[str, type] = {"qwen2": Qwen2, "gemma3": Gemma3}
+CONFIG_FILE = "config.json"
+LEGACY_WEIGHTS_FILE = "weights.safetensors"     # bundles before the lean format: every tensor in fp32
+UNPACKED_FILE = "unpacked.safetensors"          # lean bundles: the tensors no backend packs
+ENCODINGS_KEY = "encodings"                     # unpacked.safetensors metadata: name -> GGUF block type
+_DEQUANT_ROWS = 1024                            # rows of GGUF blocks dequantized per task
 
 # Tensor names that are linear-layer weights (packed by a backend). token_embd.weight is one only when
 # the model has no output.weight (tied LM head); it is then packed under the name "output.weight".
 LINEAR_WEIGHT_PATTERN = re.compile(
     r"^(blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight|output\.weight"
     r"|token_embd\.weight)$")
+
+
+def packed_weights_file(backend: str) -> str:
+    return f"weights-{backend}.safetensors"
 
 
 def linear_weight_sources(tensor_names: Iterable[str]) -> dict[str, str]:
@@ -47,6 +64,13 @@ def linear_weight_sources(tensor_names: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def unpacked_names(tensor_names: Iterable[str]) -> list[str]:
+    """The tensors a backend does not pack (kept in unpacked.safetensors): all but the linear weights."""
+    names = list(tensor_names)
+    packed = linear_weight_sources(names)
+    return [n for n in names if n not in packed]
+
+
 def build_model(args: ModelArgs, tensors: Mapping[str, Tensor], backend: str = "fp32",
                 packed: Mapping[str, Tensor] | None = None) -> nn.Module:
     """A model of args.arch whose linear layers use `backend` (packed now unless `packed` is given)."""
@@ -59,27 +83,83 @@ def build_model(args: ModelArgs, tensors: Mapping[str, Tensor], backend: str = "
     return model
 
 
-def load_model(bundle_dir: Path, backend: str = "fp32") -> nn.Module:
-    """Load a pulled bundle memory-mapped and build it with `backend`."""
+# ---------------------------------------------------------------- GGUF blocks -> fp32
+
+def dequantize(raw: np.ndarray, type_name: str) -> Tensor:
+    """The fp32 values of GGUF data `raw` of block type `type_name` ("F32", "Q4_K", ...), as a tensor.
+
+    Exactly the values of gguf.quants.dequantize: the same block decoder runs on chunks of rows (each
+    block is decoded on its own, so chunking changes no bit), on several threads (numpy releases the GIL).
+    """
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType[type_name]
+    decoder = getattr(gguf.quants, type_name, None)
+    rows = raw.reshape(-1, raw.shape[-1])
+    if decoder is None or not hasattr(decoder, "dequantize_rows") or rows.shape[0] <= _DEQUANT_ROWS:
+        out = np.array(gguf.quants.dequantize(raw, qtype), dtype=np.float32, order="C", copy=True)
+        return torch.from_numpy(out)
+    decoder.init_grid()
+    shape = gguf.quants.quant_shape_from_byte_shape(raw.shape, qtype)
+    out = np.empty((rows.shape[0], shape[-1]), dtype=np.float32)
+
+    def chunk(r0: int) -> None:
+        out[r0:r0 + _DEQUANT_ROWS] = decoder.dequantize_rows(rows[r0:r0 + _DEQUANT_ROWS])
+
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        list(pool.map(chunk, range(0, rows.shape[0], _DEQUANT_ROWS)))
+    return torch.from_numpy(out.reshape(shape))
+
+
+def read_unpacked(path: Path, names: Iterable[str] | None = None) -> dict[str, Tensor]:
+    """The fp32 tensors of an unpacked.safetensors file (all, or `names`): GGUF blocks are dequantized,
+    float tensors widened (exact either way)."""
+    with safe_open(str(path), framework="pt") as f:
+        encodings = json.loads((f.metadata() or {}).get(ENCODINGS_KEY, "{}"))
+        keys = list(f.keys())
+        out = {}
+        for name in keys if names is None else [n for n in names if n in keys]:
+            t = f.get_tensor(name)
+            out[name] = dequantize(t.numpy(), encodings[name]) if name in encodings else t.float()
+    return out
+
+
+# ---------------------------------------------------------------- bundles
+
+def load_model(bundle_dir: Path, backend: str = "fp32",
+               reference: Callable[[], Mapping[str, Tensor]] | None = None) -> nn.Module:
+    """Load a pulled bundle and build it with `backend`.
+
+    A stored backend reads its packing and the unpacked tensors (or, in an older bundle, the fp32 file);
+    any other backend packs the fp32 reference now: the older bundle's file, else `reference()`.
+    """
     bundle_dir = Path(bundle_dir)
-    config = bundle_dir / "config.json"
-    weights = bundle_dir / "weights.safetensors"
-    for f in (config, weights):
-        if not f.is_file():
-            raise FileNotFoundError(f"{f} is missing: {bundle_dir} is not a complete bundle; re-pull the model")
+    config = bundle_dir / CONFIG_FILE
+    if not config.is_file():
+        raise FileNotFoundError(f"{config} is missing: {bundle_dir} is not a complete bundle; re-pull the model")
     args = ModelArgs.from_json(config)
-    tensors = load_file(weights)          # memory-mapped, zero-copy
     impl = get_backend(backend)
-    packed = None
-    if impl.stored:
-        packed_file = bundle_dir / f"weights-{impl.name}.safetensors"
-        if not packed_file.is_file():
-            raise FileNotFoundError(
-                f"{packed_file} is missing: backend {impl.name!r} stores its packing at pull time and this "
-                f"bundle was pulled without it; re-pull with that backend or choose another")
-        _check_layout(packed_file)
-        packed = load_file(packed_file)
-    return build_model(args, tensors, backend, packed)
+    legacy = bundle_dir / LEGACY_WEIGHTS_FILE
+    unpacked = bundle_dir / UNPACKED_FILE
+    if not legacy.is_file() and not unpacked.is_file():
+        raise FileNotFoundError(f"{bundle_dir} has neither {UNPACKED_FILE} nor {LEGACY_WEIGHTS_FILE}: it is not a "
+                                "complete bundle; re-pull the model (speczoo pull NAME --force)")
+    if not impl.stored:
+        if legacy.is_file():
+            return build_model(args, load_file(legacy), backend)       # memory-mapped, zero-copy
+        if reference is None:
+            raise ValueError(f"backend {impl.name!r} needs fp32 weights, which the bundle {bundle_dir.name} does "
+                             "not keep; load it through speczoo.zoo.weights.load_model, which rebuilds them "
+                             "from the model's source")
+        return build_model(args, reference(), backend)
+    packed_file = bundle_dir / packed_weights_file(impl.name)
+    if not packed_file.is_file():
+        raise FileNotFoundError(
+            f"{packed_file} is missing: backend {impl.name!r} stores its packing at pull time and this "
+            f"bundle was pulled without it; re-pull with that backend or choose another")
+    _check_layout(packed_file)
+    tensors = load_file(legacy) if legacy.is_file() else read_unpacked(unpacked)
+    return build_model(args, tensors, backend, load_file(packed_file))
 
 
 def _check_layout(packed_file: Path) -> None:

@@ -5,18 +5,24 @@ A bundle is a directory under `paths.bundles_dir()/NAME` holding:
     manifest.json             format_version, name, source (kind, path, sha256, size), architecture,
                               quantization summary, packed linear backends, creation time, file sizes
     config.json               ModelArgs
-    weights.safetensors       every tensor in fp32, GGUF names, torch [out, in] orientation
-    weights-<backend>.safetensors   for a backend whose packing is stored: "<tensor name>.<part>"
+    weights-<backend>.safetensors   the packing of the backend it runs: "<tensor name>.<part>"
+    unpacked.safetensors      the tensors no backend packs (embedding, norms, biases) in the source's own
+                              encoding (GGUF blocks, or a float dtype that holds them exactly)
     tokenizer.json, tokenizer_config.json, chat_template.jinja (when the model has one)
 
-A bundle appears only complete: `zoo.pull` builds it in a temporary directory and renames it into place.
-This module never writes a bundle's content itself (beyond the streaming safetensors writer it offers)
-and never treats a missing or mismatching bundle as usable: it says how to re-pull.
+That is all a bundle needs to run. The fp32 reference weights (the fp32 and bf16 backends, `speczoo
+check`, EAGLE training) are rebuilt on demand from the source (speczoo.zoo.weights), so a bundle is about
+the size of its model. Bundles of format 1 also hold weights.safetensors (every tensor in fp32, 4-8x the
+model); they still load, and `speczoo pull NAME` slims them.
+
+A bundle appears only complete: `zoo.pull` builds it in a temporary directory and renames it into place,
+and the manifest is replaced atomically. This module never writes a bundle's content itself (beyond the
+streaming safetensors writer and the manifest) and never treats a missing or mismatching bundle as
+usable: it says how to re-pull.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -28,16 +34,17 @@ from torch import Tensor
 
 from speczoo import paths
 from speczoo.errors import NotPulledError
+from speczoo.models.loader import CONFIG_FILE, LEGACY_WEIGHTS_FILE, UNPACKED_FILE, packed_weights_file
+from speczoo.zoo.registry import MODELS, resolve
+from speczoo.zoo.source import hf_dir_files, hf_dir_sha256, keep_gguf, sha256_file, zoo_source_sha256
 
-FORMAT_VERSION = 1
+__all__ = ["CONFIG_FILE", "LEGACY_WEIGHTS_FILE", "UNPACKED_FILE", "packed_weights_file", "hf_dir_files",
+           "hf_dir_sha256", "sha256_file"]
+
+FORMAT_VERSION = 2              # 2: lean (packing + unpacked tensors); 1: with weights.safetensors in fp32
+READABLE_FORMATS = (1, 2)
 MANIFEST_FILE = "manifest.json"
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "weights.safetensors"
 SOURCE_KINDS = ("zoo", "gguf", "hf")   # registry entry (assembled GGUF), a user's GGUF file, a user's HF dir
-
-
-def packed_weights_file(backend: str) -> str:
-    return f"weights-{backend}.safetensors"
 
 
 def packed_metadata(backend: str) -> dict[str, str]:
@@ -66,8 +73,17 @@ class Manifest:
     chat_template_source: str | None = None               # "gguf", "hf", "builtin:<name>" or None
     format_version: int = FORMAT_VERSION
 
+    @property
+    def legacy(self) -> bool:
+        """A format-1 bundle: it keeps every tensor in fp32 beside its packing."""
+        return self.format_version == 1
+
     def write(self, bundle_dir: Path) -> None:
-        (Path(bundle_dir) / MANIFEST_FILE).write_text(json.dumps(asdict(self), indent=2))
+        """Replace the manifest atomically (temporary file, then rename)."""
+        final = Path(bundle_dir) / MANIFEST_FILE
+        tmp = final.with_name(f".{MANIFEST_FILE}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, final)
 
     @classmethod
     def read(cls, bundle_dir: Path) -> Manifest:
@@ -76,9 +92,10 @@ class Manifest:
             raise NotPulledError(f"{bundle_dir} has no {MANIFEST_FILE}: it is not a (complete) bundle; "
                                  "pull the model again with `speczoo pull NAME --force`")
         d = json.loads(f.read_text())
-        if d.get("format_version") != FORMAT_VERSION:
+        if d.get("format_version") not in READABLE_FORMATS:
             raise NotPulledError(f"{bundle_dir} is bundle format {d.get('format_version')}, this speczoo reads "
-                                 f"{FORMAT_VERSION}; re-pull it with `speczoo pull {d.get('name', 'NAME')} --force`")
+                                 f"{list(READABLE_FORMATS)}; re-pull it with "
+                                 f"`speczoo pull {d.get('name', 'NAME')} --force`")
         d["source"] = SourceInfo(**d["source"])
         return cls(**d)
 
@@ -87,37 +104,14 @@ def read_manifest(bundle_dir: Path) -> Manifest:
     return Manifest.read(bundle_dir)
 
 
-def sha256_file(path: Path, block: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def hf_dir_files(hf_dir: Path) -> list[Path]:
-    """The files of a Hugging Face directory that define the model (what its digest covers)."""
-    hf_dir = Path(hf_dir)
-    names = {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
-             "chat_template.jinja", "special_tokens_map.json"}
-    return sorted(p for p in hf_dir.iterdir() if p.is_file() and (p.name in names or p.suffix == ".safetensors"))
-
-
-def hf_dir_sha256(hf_dir: Path) -> tuple[str, int]:
-    """(sha256, total bytes) over the directory's model files: name, size and content of each, in order."""
-    h = hashlib.sha256()
-    total = 0
-    for p in hf_dir_files(hf_dir):
-        size = p.stat().st_size
-        h.update(f"{p.name}\0{size}\0".encode())
-        h.update(bytes.fromhex(sha256_file(p)))
-        total += size
-    return h.hexdigest(), total
-
-
-def source_sha256(source: SourceInfo) -> str:
-    """The sha256 of the source as it is on disk now (raises FileNotFoundError when it is gone)."""
+def source_sha256(source: SourceInfo, name: str) -> str:
+    """The sha256 of the source of bundle `name` as it is on disk now: a zoo model's kept GGUF, else its
+    installed chunks; a user's GGUF or HF directory. FileNotFoundError or NotPulledError when it is gone."""
     p = Path(source.path)
+    if source.kind == "zoo":
+        if name not in MODELS:
+            raise FileNotFoundError(f"bundle {name!r} comes from a zoo entry this speczoo does not know")
+        return zoo_source_sha256(MODELS[name])
     if source.kind == "hf":
         if not p.is_dir():
             raise FileNotFoundError(f"source directory {p} no longer exists")
@@ -151,8 +145,8 @@ def check_bundle(bundle_dir: Path, hash_source: bool = True) -> BundleCheck:
     if not hash_source:
         return BundleCheck(True, "", m, None)
     try:
-        got = source_sha256(m.source)
-    except FileNotFoundError as exc:
+        got = source_sha256(m.source, m.name)
+    except (FileNotFoundError, NotPulledError) as exc:
         return BundleCheck(False, str(exc), m, False)
     if got != m.source.sha256:
         return BundleCheck(False, f"source {m.source.path} has sha256 {got}, the manifest says {m.source.sha256}",
@@ -173,7 +167,6 @@ def find_bundle(name_or_path: str | os.PathLike) -> Path:
     p = Path(name_or_path)
     if p.is_dir() and (p / MANIFEST_FILE).is_file():
         return p
-    from speczoo.zoo.registry import resolve
     src = resolve(str(name_or_path))
     d = bundle_dir_for(src.name)
     if not (d / MANIFEST_FILE).is_file():
@@ -187,15 +180,21 @@ def source_path(bundle_dir: Path) -> Path:
 
 
 def source_gguf(bundle_dir: Path) -> Path:
-    """The GGUF file a bundle was converted from (the parity gate reloads it in transformers)."""
+    """The GGUF file a bundle was converted from (the parity gate reloads it in transformers, peers run it).
+
+    A zoo model's GGUF is assembled again from its installed packages into the zoo's downloads when it is
+    not there (and kept until the next `speczoo pull`); NotPulledError says to pull when they are gone.
+    """
     m = Manifest.read(bundle_dir)
     if m.source.kind == "hf":
         raise ValueError(f"bundle {m.name!r} was converted from a Hugging Face directory ({m.source.path}), "
                          "not a GGUF; load that directory directly")
+    if m.source.kind == "zoo" and m.name in MODELS:
+        return keep_gguf(MODELS[m.name])
     p = Path(m.source.path)
     if not p.is_file():
-        raise FileNotFoundError(f"the source GGUF {p} of bundle {m.name!r} is gone; run `speczoo pull {m.name} "
-                                "--force` to assemble it again")
+        raise FileNotFoundError(f"the source GGUF {p} of bundle {m.name!r} is gone; put it back, or pull the "
+                                f"model again from another file (`speczoo pull /path/to/model.gguf --force`)")
     return p
 
 

@@ -1,10 +1,12 @@
 """GGUF -> ModelArgs and fp32 tensors, through the `gguf` package's reader and dequantizer.
 
-Called by `speczoo pull` (to write a bundle) and by `speczoo check` (to build a model straight from a
-.gguf file). Tensors come out one at a time in torch [out, in] orientation under their GGUF names: the
-1.5B target is 6 GB in fp32, so this module must never hold all of them at once. Metadata llama.cpp
-hardcodes per architecture (gemma3's sliding pattern, local RoPE base, query scale) is filled in here the
-way llama.cpp fills it; anything we cannot run faithfully (an unknown arch, RoPE scaling) is an error.
+Called by `speczoo pull` (to write a bundle), by the fp32 reference a lean bundle rebuilds on demand
+(speczoo.zoo.weights) and by `speczoo check` (to build a model straight from a .gguf file). Tensors come
+out one at a time in torch [out, in] orientation under their GGUF names, either dequantized to fp32 or as
+the file's own blocks: the 1.5B target is 7 GB in fp32, so this module must never hold all of them at
+once. Metadata llama.cpp hardcodes per architecture (gemma3's sliding pattern, local RoPE base, query
+scale) is filled in here the way llama.cpp fills it; anything we cannot run faithfully (an unknown arch,
+RoPE scaling) is an error.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ import torch
 from torch import Tensor
 
 from speczoo.models.args import ModelArgs
-from speczoo.models.loader import LINEAR_WEIGHT_PATTERN, linear_weight_sources
+from speczoo.models.loader import LINEAR_WEIGHT_PATTERN, dequantize, linear_weight_sources
 
 __all__ = ["LINEAR_WEIGHT_PATTERN", "linear_weight_sources", "gguf_model_args", "iter_gguf_tensors",
-           "gguf_quant_summary", "open_gguf", "SUPPORTED_ARCHS"]
+           "iter_gguf_blocks", "gguf_quant_summary", "open_gguf", "SUPPORTED_ARCHS"]
 
 SUPPORTED_ARCHS = ("qwen2", "gemma3")
 # Token texts that end a turn (llama.cpp treats them as end-of-generation too).
@@ -140,14 +142,22 @@ def gguf_model_args(reader) -> ModelArgs:
     )
 
 
-def iter_gguf_tensors(reader) -> Iterator[tuple[str, Tensor]]:
-    """(GGUF name, fp32 tensor in torch [out, in] orientation), one at a time, in file order."""
-    from gguf.quants import dequantize
-
+def iter_gguf_tensors(reader, names: set[str] | None = None) -> Iterator[tuple[str, Tensor]]:
+    """(GGUF name, fp32 tensor in torch [out, in] orientation), one at a time, in file order; only those
+    in `names` when given. The values are gguf.quants.dequantize's, bit for bit."""
     for t in reader.tensors:
-        arr = dequantize(t.data, t.tensor_type)       # [out, in] (or [n] for vectors), float32 numpy
-        arr = np.array(arr, dtype=np.float32, order="C", copy=True)   # own memory, not the mmap
-        yield t.name, torch.from_numpy(arr)
+        if names is None or t.name in names:
+            yield t.name, dequantize(t.data, t.tensor_type.name)   # [out, in] (or [n]), own memory
+
+
+def iter_gguf_blocks(reader, names: set[str] | None = None) -> Iterator[tuple[str, str, Tensor]]:
+    """(GGUF name, block type, the file's data as a tensor): F32 data as fp32 [out, in], any other type as
+    its raw bytes (uint8 [..., bytes per row]) for `dequantize` to decode later. Copies, not the mmap."""
+    for t in reader.tensors:
+        if names is None or t.name in names:
+            data = np.array(t.data, order="C", copy=True)
+            kind = t.tensor_type.name
+            yield t.name, kind, torch.from_numpy(data if kind == "F32" else data.view(np.uint8))
 
 
 def gguf_quant_summary(reader) -> dict[str, int]:
