@@ -14,9 +14,21 @@ stops being extractive switches drafting off within a few rounds, and one that t
 switches it back on after one good probe. See AcceptanceEstimate.
 
 It generalizes the hit-rate gate: a drafter whose estimate falls below break-even is not used, but a
-drafter left unused for `reprobe_every` rounds is tried again (a probe, with an optimistic K) when it could
-beat the current choice at all (a probe that cannot win is pure cost). Choices are made at an optimistic
-α (the estimate plus `explore` standard errors), so a drafter judged on few tokens is tried again soon.
+drafter left unused for a while is tried again (a probe, with an optimistic K) when it could beat the
+current choice at all (a probe that cannot win is pure cost). The costs are whatever the machine
+measured (a cheap or a dear verify, a cheap or a dear draft step), so every decision prices them the
+same way, and none bets on an α the evidence does not show:
+  * a drafter is chosen at an optimistic α (the estimate plus `explore` standard errors, so that one
+    judged on few tokens is tried again soon), and only when E(α, K) / (K·draft_cost + c_v(K+1) +
+    overhead) > 1 there: the dearer a verify or a draft step, the higher the α this takes, so the
+    costs themselves keep optimism in check;
+  * the round is planned on what is known of α, never on the optimistic bound: K maximizes the tokens
+    expected over the estimate's posterior (AcceptanceEstimate.expected_tokens, taken as worth at least
+    PLAN_EVIDENCE tokens) per unit of the round's cost. Where no K pays on what is known (only optimism
+    says it does: α unknown, or just fallen) the round is a test of one token, the cheapest evidence;
+  * a probe that finds nothing wastes its round's cost less one step; probes of a drafter are spaced so
+    that this waste stays within PROBE_BUDGET of a step per round (every `reprobe_every` rounds where a
+    verify is cheap, rarer where it is dear; see `probe_period`).
 An empty draft (an n-gram drafter with no candidate) is no evidence either way; the engine then asks for
 the `alternative`, the best other drafter, in the same round.
 
@@ -43,7 +55,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from speczoo.spec.cost import CvCurve, as_curve, best_k, speedup
+from speczoo.spec.cost import CvCurve, as_curve, best_k, round_cost, speedup
 from speczoo.spec.runs import DEEP_RUN, RunLengths
 
 NONE = "none"           # the choice "no drafter": a plain decode round
@@ -75,6 +87,18 @@ SPREAD_ROUNDS = 8.0
 # best fixed K by about 5%. `python -m speczoo.bench.draft_replay` repeats that replay on today's machine;
 # `python -m speczoo.bench.drafters` measures the real thing.
 STOP_RATE = 1.5
+# A probe that finds nothing still emits one token, so it wastes its round's cost less one target step.
+# A drafter's probes are spaced so that the waste stays within this share of a target step per round:
+# every `reprobe_every` (16) rounds while a probe's waste is at most 16 × PROBE_BUDGET = 0.125 steps,
+# rarer beyond. On the AVX-512 profile a 4-token prompt-lookup probe wastes 0.25 steps (one per 32
+# rounds) and a 2-token draft-model probe 0.64 (one per 82); where c_v(3) = 2.1, a 2-token prompt-lookup
+# probe wastes 1.12 (one per 143). How it was chosen: docs/tuning.md.
+PROBE_BUDGET = 1.0 / 128
+# K is planned on the tokens expected over the posterior of α, whose spread rewards a deeper K the less
+# is known (E is convex in α). A prior alone is only `prior_weight` (2) tokens of evidence: at 0.95 that
+# posterior puts most of its mass near 1 and would draft 8 deep where a verify of 9 costs 5 steps. The
+# plan takes what is known as worth at least this many judged tokens. How it was chosen: docs/tuning.md.
+PLAN_EVIDENCE = 8.0
 
 
 @dataclass
@@ -178,6 +202,21 @@ class AcceptanceEstimate:
         a = self.alpha
         return min(CEILING_ALPHA, a + z * math.sqrt(a * (1.0 - a) / (self.trials + self.prior_weight)))
 
+    def expected_tokens(self, k: int, least: float = 0.0) -> float:
+        """E(α, K) averaged over what is known of α: the posterior Beta(a, b) of the (faded) evidence
+        and the prior, whose moments are E[α^i] = Π_{j<i} (a + j) / (a + b + j). At least E at the
+        estimate (E is convex in α), the more so the less is known. least: the posterior is taken as
+        worth at least this many judged tokens (same mean), which caps what uncertainty alone adds."""
+        a = self.successes + self.prior_alpha * self.prior_weight
+        n = self.trials + self.prior_weight
+        if n < least:
+            a, n = a * least / n, least
+        total = moment = 1.0
+        for j in range(k):
+            moment *= (a + j) / (n + j)
+            total += moment
+        return total
+
     def idle(self) -> None:
         """The drafter sat out a round: its evidence grows stale, down to `idle_floor` judged tokens."""
         if self.trials > self.idle_floor:
@@ -225,11 +264,12 @@ class Controller:
     gate_after:     switch a drafter off after this many zero-accept rounds in a row, whatever the
                     cost model says; a probe with anything accepted switches it back on.
     reprobe_every:  a drafter not chosen for this many rounds is probed once (an empty probe draft
-                    waits for the next period).
+                    waits for the next period); longer where probes are dear (see `probe_period`).
     probe_alpha:    the optimistic α that sets a probe's K (its estimate, if higher, wins).
-    explore:        choices are made at α + explore standard errors of each estimate (optimism in the
-                    face of uncertainty: a drafter judged on few tokens gets the benefit of the doubt;
-                    0 = decide on the point estimates).
+    probe_budget:   the share of a target step per round a drafter's probes may waste (PROBE_BUDGET).
+    explore:        drafters are chosen at α + explore standard errors of each estimate (optimism in
+                    the face of uncertainty: a drafter judged on few tokens gets the benefit of the
+                    doubt; 0 = choose on the point estimates); K is planned on what is known.
     half_life, prior_alpha, prior_weight, reset_p: see AcceptanceEstimate.
     catch_up_weight: how many times a round charges a lagging drafter's catch-up (CATCH_UP_WEIGHT).
     runs:           the running mean of each drafter's runs of rounds (spec/runs.py), which lets a
@@ -246,7 +286,8 @@ class Controller:
 
     def __init__(self, costs: Costs | None, drafters: list[str], k_max: int = 8, *,
                  fixed_k: int | None = None, gate_after: int | None = None, reprobe_every: int = 16,
-                 probe_alpha: float = 0.8, explore: float = 0.5, half_life: float = 32.0,
+                 probe_alpha: float = 0.8, probe_budget: float = PROBE_BUDGET, explore: float = 0.5,
+                 half_life: float = 32.0,
                  prior_alpha: float = 0.5, prior_weight: float = 2.0, reset_p: float = 1e-3,
                  priors: dict[str, dict[str, float]] | None = None, catch_up_weight: float = CATCH_UP_WEIGHT,
                  confident: frozenset[str] | set[str] = frozenset(), stop_rate: float = STOP_RATE,
@@ -262,6 +303,8 @@ class Controller:
             raise ValueError(f"gate_after must be >= 1 round, got {gate_after}")
         if reprobe_every < 1:
             raise ValueError(f"reprobe_every must be >= 1 round, got {reprobe_every}")
+        if not probe_budget > 0:
+            raise ValueError(f"probe_budget must be > 0 target steps per round, got {probe_budget}")
         if costs is None and (len(names) > 1 or fixed_k is None):
             raise ValueError("without Costs the controller can only gate one drafter at a fixed K; "
                              "pass Costs(cv=..., draft_cost={...}) to choose among drafters or K")
@@ -273,7 +316,7 @@ class Controller:
         self.costs = costs
         self.drafters = names
         self.k_max, self.fixed_k, self.gate_after = k_max, fixed_k, gate_after
-        self.reprobe_every, self.probe_alpha = reprobe_every, probe_alpha
+        self.reprobe_every, self.probe_alpha, self.probe_budget = reprobe_every, probe_alpha, probe_budget
         if explore < 0:
             raise ValueError(f"explore must be >= 0 standard errors, got {explore}")
         self.explore = explore
@@ -301,7 +344,8 @@ class Controller:
         self._last = ""             # the drafter the last round ended up with (NONE: plain), for `runs`
         self.round = 0
         # The round each drafter was last chosen; "long ago" at the start, so a drafter the cost model
-        # would not pick on its prior alone is probed in the first rounds rather than after a period.
+        # would not pick on its prior alone is probed in the first rounds where probes are cheap, rather
+        # than after a period (where they are dear, after its probe period less reprobe_every rounds).
         self.last_chosen = {d: -reprobe_every for d in names}
 
     @classmethod
@@ -349,7 +393,8 @@ class Controller:
         target's c_v curve as the shape of the draft's (both are decoders on the same kernels)."""
         if lag <= 0 or self.costs is None:
             return 0.0
-        return self.costs.draft_cost[drafter] * (self.costs.cv.wide(lag + 1) - 1.0)
+        # never below nothing: a noisy profile can put c_v(S) under 1 (one timed 0.89 at S = 3)
+        return self.costs.draft_cost[drafter] * max(0.0, self.costs.cv.wide(lag + 1) - 1.0)
 
     def stops_on_confidence(self, drafter: str) -> bool:
         """Whether `drafter` is asked for up to k_max tokens with confidence floors when chosen."""
@@ -403,24 +448,61 @@ class Controller:
         return self._best(exclude, lags or {})[0]
 
     def _best(self, exclude: str, lags: dict[str, int]) -> tuple[Choice, float]:
-        """The drafter and K with the best rate at each drafter's optimistic α (see `explore`); if that
-        is plain decoding, the best again with each lagging drafter's catch-up spread (SPREAD_ROUNDS)."""
+        """This round's plan and the rate it was chosen at (see `_best_at`); if that is plain decoding,
+        the best again with each lagging drafter's catch-up spread (SPREAD_ROUNDS)."""
         best = self._best_at(exclude, lags, spread=False)
         if best[0].drafter == NONE and any(lags.get(d, 0) > 0 for d in self.drafters):
             best = self._best_at(exclude, lags, spread=True)
         return best
 
     def _best_at(self, exclude: str, lags: dict[str, int], spread: bool) -> tuple[Choice, float]:
+        """The drafter with the best rate at its optimistic α (see `explore`), if that beats plain
+        decoding, with its rate there. Its round is planned on what is known of its α (`_plan_known`)
+        where that pays; where only optimism says it pays, the round is a test and drafts one token,
+        except with a catch-up spread over the coming rounds (`spread`): a bet on those rounds is made
+        on what is known, never as a test (a one-token test after a catch-up of 76 ids, right before
+        prompt lookup took the floor back, cost the built-in code edit 9% in the replay)."""
         best, best_rate = Choice(NONE, 0), 1.0
         for d in self.drafters:
             if d == exclude or not self.available(d) or self.gated(d):
                 continue
-            a, lag = self._estimate(d).upper(self.explore), lags.get(d, 0)
-            c = self.plan(d, a, lag, spread)
-            r = math.inf if self.costs is None else self.rate(d, c.k, a, lag, spread)
+            if self.costs is None:                  # a gate: on until gated, at its fixed K
+                return self.plan(d), math.inf
+            est, lag = self._estimate(d), lags.get(d, 0)
+            a = est.upper(self.explore)
+            r = self.rate(d, self.plan(d, a, lag, spread).k, a, lag, spread)
             if r > best_rate:
+                c, known = self._plan_known(d, lag, spread)
+                if known <= 1.0:
+                    if spread:                      # a catch-up spread is a bet on coming rounds
+                        continue
+                    c = Choice(d, 1)                # it loses on what is known: the cheapest test
                 best, best_rate = c, r
         return best, best_rate
+
+    def _plan_known(self, drafter: str, lag: int, spread: bool) -> tuple[Choice, float]:
+        """The K with the most tokens expected over what is known of the drafter's α per unit of its
+        round's cost, and that rate (ties: the smaller K)."""
+        assert self.costs is not None
+        est, c = self._estimate(drafter), self.costs
+        overhead = self._overhead(drafter, lag, spread)
+        ks = [self.fixed_k] if self.fixed_k is not None else range(1, self.k_max + 1)
+        best_k, best = 0, 0.0
+        for k in ks:
+            r = est.expected_tokens(k, PLAN_EVIDENCE) / round_cost(k, c.cv, c.draft_cost[drafter], overhead)
+            if r > best * (1 + 1e-12):
+                best_k, best = k, r
+        return Choice(drafter, best_k), best
+
+    def probe_period(self, drafter: str) -> float:
+        """Rounds between probes of `drafter` while it sits unused: `reprobe_every`, or more where a
+        probe that finds nothing (one token for its round's cost) would waste more than `probe_budget`
+        target steps per round. The catch-up of a lagging drafter is left to `could_beat`."""
+        if self.costs is None:
+            return float(self.reprobe_every)
+        k = self.plan(drafter, max(self.alpha(drafter), self.probe_alpha)).k
+        waste = round_cost(k, self.costs.cv, self.costs.draft_cost[drafter], self.costs.round_overhead) - 1.0
+        return max(float(self.reprobe_every), waste / self.probe_budget)
 
     def could_beat(self, drafter: str, rate: float, lag: int = 0) -> bool:
         """Whether `drafter` could beat `rate` at all: its best rate if nearly every token were accepted.
@@ -457,7 +539,7 @@ class Controller:
         best, best_rate = self._best("", lags)
         stale = [d for d in self.drafters
                  if d != best.drafter and self.available(d)
-                 and self.round - self.last_chosen[d] >= self.reprobe_every
+                 and self.round - self.last_chosen[d] >= self.probe_period(d)
                  and self.could_beat(d, best_rate, lags.get(d, 0))]
         if stale:
             d = min(stale, key=lambda name: self.last_chosen[name])
