@@ -4,11 +4,29 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
 
-from speczoo.bench.auto_replay import EagleReplay, Recording, RecordedDraft, load_recordings, replay
+from speczoo.bench.auto_replay import (
+    AUTO_FLOOR,
+    MODES,
+    PROFILES,
+    EagleReplay,
+    Profile,
+    Recording,
+    RecordedDraft,
+    category_of,
+    load_profile,
+    load_recordings,
+    main,
+    measured_profile,
+    replay,
+    replay_all,
+    tally,
+    verdict,
+)
 from speczoo.cache import KVCache
 from speczoo.events import GenerationRequest
 from speczoo.spec.drafters.eagle import TreeShape, make_eagle_drafter
@@ -19,6 +37,7 @@ from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
 FLAT = {1: 1.0, 2: 1.0, 3: 1.0, 5: 1.0, 9: 1.0, 17: 1.0}
+DATA = Path(__file__).parent / "data"
 
 
 def recording(out, guess, sure=0.99, prompt=(1, 2, 3, 4, 5), draft_step=0.1) -> Recording:
@@ -93,6 +112,7 @@ def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # noqa: F811
     res = replay(rec, name, k_max=6, eagle=eagle, controller=spying(spy))
     assert spy == live[:len(spy)] and len(spy) == len(live) - (live[-1][0] == "none")
     assert res.by_drafter.get(name, 0) >= len(live) - 2
+    assert res.lossless                                      # the rounds emit the engine's output
 
 
 def spying(log: list):
@@ -121,3 +141,108 @@ def test_the_recorded_draft_guesses_as_the_real_one():
         assert d.propose(ctx, 8).tokens == out[1:9]
         spent[guesses] = d.spent
     assert spent[True] < 0.5 * spent[False]
+
+
+# -- cost profiles: `auto` must hold plain greedy's speed whatever the machine's costs ------------------
+
+def synthetic_suite(seeds=(0, 1), n: int = 160) -> dict[str, Recording]:
+    """Recordings shaped like the suite's kinds of text, `{category}-{seed}`: a verbatim copy and an edit
+    of the prompt (prompt lookup pays), free-form text the draft model gets right 60% of the time, hard
+    text it gets right 25% of the time, and chatter over 30 ids (many short prompt-lookup matches that
+    are wrong). The draft is sure of a right token, unsure of a wrong one."""
+    import random
+
+    out: dict[str, Recording] = {}
+    for seed in seeds:
+        rng = random.Random(seed)
+        doc = [rng.randrange(1000, 5000) for _ in range(300)]
+        kinds = {
+            "copy": (doc + [7], doc[10:10 + n], 0.9),
+            "edit": (doc + [7], [t if i % 12 else t + 7 for i, t in enumerate(doc[40:40 + n])], 0.8),
+            "free": ([1, 2, 3, 4, 5], [rng.randrange(1000, 50000) for _ in range(n)], 0.6),
+            "hard": ([1, 2, 3, 4, 5], [rng.randrange(1000, 50000) for _ in range(n)], 0.25),
+            "chatter": ([1, 2, 3, 4, 5], [rng.randrange(10, 40) for _ in range(n)], 0.5),
+        }
+        for kind, (prompt, text, right) in kinds.items():
+            hits = [rng.random() < right for _ in text]
+            guess = [t if hit else t + 1 for t, hit in zip(text, hits)]
+            sure = [rng.uniform(0.5, 1.0) if hit else rng.uniform(0.05, 0.6) for hit in hits]
+            out[f"{kind}-{seed}"] = Recording(prompt=prompt, out=text, guess=guess, sure=sure)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_auto_holds_greedy_in_every_category_under_every_profile(name):
+    """The controller prices each round with the profile's costs: where speculation cannot pay (a dear
+    verify, a dear draft) it decodes plainly, and its probes stay cheap, so no category falls below
+    AUTO_FLOOR × greedy; every replay emits exactly the recorded greedy output."""
+    recs = {n: PROFILES[name].apply(r) for n, r in synthetic_suite().items()}
+    cats = tally(recs, replay_all(recs, MODES))
+    assert set(cats) == {"copy", "edit", "free", "hard", "chatter"}
+    for cat, t in cats.items():
+        assert t.lossless, cat
+        assert t.speedup("auto") >= AUTO_FLOOR, (cat, {m: round(t.speedup(m), 3) for m in MODES})
+    assert verdict(cats).holds
+    if name == "cheap-verify":              # where speculation pays, auto takes it
+        assert cats["copy"].speedup("auto") > 3.5 and cats["free"].speedup("auto") > 1.2
+
+
+def test_a_profile_reprices_a_recording_but_keeps_its_tokens():
+    rec = recording([5, 6, 7], [5, 6, 8])
+    priced = PROFILES["dear-draft"].apply(rec)
+    assert (priced.prompt, priced.out, priced.guess, priced.sure) == (rec.prompt, rec.out, rec.guess, rec.sure)
+    assert priced.draft_step == 0.8 and priced.target_cv[9] == PROFILES["dear-draft"].target_cv[9]
+    assert rec.draft_step == 0.1                                 # the original is left alone
+    assert Profile("kept", {1: 1.0, 2: 1.5}).apply(rec).draft_step == rec.draft_step
+
+
+def test_a_measured_profile_is_read_as_bench_cv_saves_it(tmp_path):
+    target = {"model": "t", "backend": "q4", "ms": {"1": 30.0, "2": 33.0, "9": 60.0},
+              "cv": {"1": 1.0, "2": 1.1, "9": 2.0}}
+    draft = {"model": "d", "backend": "q4", "ms": {"1": 12.0}, "cv": {"1": 1.0}, "draft_ms": 9.0,
+             "draft_cv": {"1": 1.0, "2": 1.2}}
+    (tmp_path / "t.json").write_text(json.dumps(target))
+    (tmp_path / "d.json").write_text(json.dumps(draft))
+    p = load_profile(str(tmp_path / "t.json"), tmp_path / "d.json")
+    assert p.target_cv == {1: 1.0, 2: 1.1, 9: 2.0}
+    assert p.draft_step == pytest.approx(9.0 / 30.0) and p.draft_cv == {1: 1.0, 2: 1.2}
+    alone = load_profile(str(tmp_path / "t.json"))
+    assert alone.draft_step is None and alone.draft_cv is None      # the recordings' draft prices stay
+    with pytest.raises(ValueError, match="unknown profile 'zen9'"):
+        load_profile("zen9")
+    with pytest.raises(ValueError, match="no 'cv' table"):
+        measured_profile({"ms": {"1": 3.0}})
+    with pytest.raises(ValueError, match="measured --profile"):
+        load_profile("dear-verify", tmp_path / "d.json")
+    with pytest.raises(ValueError, match="target steps"):
+        Profile("x", {1: 1.0}, draft_step=30.0)
+
+
+def test_categories_come_from_the_recording_names():
+    assert category_of("code_edit-9") == "code_edit" and category_of("multi_turn-65") == "multi_turn"
+    assert category_of("free_form") == "free_form" and category_of("a-b") == "a-b"
+
+
+def test_the_command_replays_a_file_under_profiles(tmp_path, capsys):
+    recs = synthetic_suite(seeds=(0,), n=60)
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({n: asdict(r) for n, r in recs.items()}))
+    assert main(["--replay", str(f), "--profile", "cheap-verify,dear-verify", "--profile", "dear-draft"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("auto >= 0.97x greedy in every category:") == 3
+    assert "profile dear-verify: c_v {1:1.00 2:1.60" in text and "chatter" in text
+    assert "under every profile: HOLDS" in text
+
+
+def test_a_real_recording_holds_greedy_under_every_profile():
+    """A real recording (tests/data: the 1.5B's greedy answer to the suite's question 67, 192 tokens, and
+    the 0.5B's teacher-forced guesses over it, recorded with `--suite 4 --gen 192`, with this machine's
+    measured costs). Before the controller priced its probes and plans by the costs, `auto` ran at 0.94x
+    greedy on it under dear-verify."""
+    recs = load_recordings(DATA / "auto_replay_multi_turn.json")
+    for name in ("recorded", *sorted(PROFILES)):
+        priced = recs if name == "recorded" else {n: PROFILES[name].apply(r) for n, r in recs.items()}
+        cats = tally(priced, replay_all(priced, MODES))
+        t = cats["multi_turn"]
+        assert t.lossless and t.speedup("auto") >= AUTO_FLOOR, (name, t.speedup("auto"))
+        assert t.gap() > -0.05, (name, {m: round(t.speedup(m), 3) for m in MODES})
