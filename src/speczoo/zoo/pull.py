@@ -22,7 +22,9 @@ import os
 import shutil
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -71,22 +73,20 @@ def _pack_plan(tensor_names: list[str]) -> dict[str, list[str]]:
 
 def write_weights(tensors: Iterator[SourceTensor], tensor_names: list[str], out_dir: Path,
                   backend: LinearBackend | None, progress: bool = True) -> None:
-    """Stream a source into unpacked.safetensors and weights-<backend>.safetensors, one tensor at a time:
-    a linear weight is dequantized and packed, any other tensor copied in its source encoding."""
+    """Stream a source into unpacked.safetensors and weights-<backend>.safetensors: a linear weight is
+    dequantized and packed (on worker threads, written in source order), any other tensor copied in its
+    source encoding."""
     plan = _pack_plan(tensor_names) if backend is not None else {}
     keep = set(unpacked_names(tensor_names))
     unpacked = UnpackedWriter(out_dir / B.UNPACKED_FILE)
     packed = B.SafetensorsWriter(out_dir / B.packed_weights_file(backend.name)) if backend is not None else None
     try:
-        for st in tqdm(tensors, total=len(tensor_names), desc="converting", unit="tensor", disable=not progress):
-            if st.name in keep:
-                unpacked.add(st)
-            if st.name in plan:
-                w = st.fp32()                                      # [out, in] fp32
-                for key in plan[st.name]:
-                    for part, v in backend.pack(w).items():
-                        packed.add(f"{key}.{part}", v)
-                del w
+        with tqdm(total=len(tensor_names), desc="converting", unit="tensor", disable=not progress) as bar, \
+                _OrderedPacker(backend, plan, packed, bar) as packer:
+            for st in tensors:
+                if st.name in keep:
+                    unpacked.add(st)
+                packer.add(st.name, st.fp32 if st.name in plan else None)
         unpacked.close()
         if packed is not None:
             packed.close(B.packed_metadata(backend.name))
@@ -95,6 +95,54 @@ def write_weights(tensors: Iterator[SourceTensor], tensor_names: list[str], out_
         if packed is not None:
             packed.abort()
         raise
+
+
+class _OrderedPacker:
+    """Packs tensors on worker threads and writes their parts in the order they were added.
+
+    Packing is many passes of elementwise torch ops; with several OpenMP threads per op, a 2-core machine
+    that other processes share spends most of its time waiting at the ops' barriers (pack_q4 ran 5x slower
+    with 2 threads than with 1 here). So torch runs single-threaded while this is open and each worker
+    (one per torch thread it had) packs its own tensor: every core busy, no barrier, and the same bytes,
+    since a packing does not depend on the thread count (kernels/pack.py). At most `workers` tensors are
+    in flight, to bound memory.
+    """
+
+    def __init__(self, backend: LinearBackend | None, plan: dict[str, list[str]],
+                 writer: B.SafetensorsWriter | None, bar: tqdm):
+        self.backend, self.plan, self.writer, self.bar = backend, plan, writer, bar
+        self.workers = max(1, torch.get_num_threads())
+        self.pending: deque[Future | None] = deque()      # one entry per added tensor, in order
+
+    def __enter__(self) -> _OrderedPacker:
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="pack")
+        torch.set_num_threads(1)
+        return self
+
+    def add(self, name: str, fp32: Callable[[], Tensor] | None) -> None:
+        """Queue one tensor: `fp32` makes its weight (None: nothing to pack, it only advances the bar)."""
+        self.pending.append(None if fp32 is None else self.pool.submit(self._pack, name, fp32))
+        while len(self.pending) > self.workers or (self.pending and self.pending[0] is None):
+            self._write_oldest()
+
+    def _pack(self, name: str, fp32: Callable[[], Tensor]) -> list[tuple[str, Tensor]]:
+        w = fp32()                                                  # [out, in] fp32
+        return [(f"{key}.{part}", v) for key in self.plan[name] for part, v in self.backend.pack(w).items()]
+
+    def _write_oldest(self) -> None:
+        job = self.pending.popleft()
+        if job is not None:
+            for key, v in job.result():
+                self.writer.add(key, v)
+        self.bar.update(1)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            while exc_type is None and self.pending:
+                self._write_oldest()
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            torch.set_num_threads(self.workers)
 
 
 def _stored_backend(name: str | None, log: Callable[[str], None] = _log) -> LinearBackend | None:
@@ -203,11 +251,10 @@ def pack_bundle(bundle_dir: Path, backend: LinearBackend, progress: bool = True)
         plan = _pack_plan(ref.names)
         writer = B.SafetensorsWriter(tmp)
         try:
-            for src, w in tqdm(ref.tensors(plan), total=len(plan), desc=f"packing {backend.name}",
-                               disable=not progress):
-                for key in plan[src]:
-                    for part, v in backend.pack(w).items():
-                        writer.add(f"{key}.{part}", v)
+            with tqdm(total=len(plan), desc=f"packing {backend.name}", disable=not progress) as bar, \
+                    _OrderedPacker(backend, plan, writer, bar) as packer:
+                for src, w in ref.tensors(plan):
+                    packer.add(src, lambda w=w: w)
             writer.close(B.packed_metadata(backend.name))
         except BaseException:
             writer.abort()
@@ -298,9 +345,11 @@ def _reuse(src, final: Path, impl: LinearBackend | None, keep_gguf: bool, progre
         done.append(f"added {impl.name} packed weights")
         action = "packed" if action == "already" else action
     tail = _zoo_gguf_after(src.model, keep_gguf, progress, log) if src.kind == "zoo" else ""
-    head = f"{src.name}: " + ", ".join(done) if done else \
-        f"{src.name} is already pulled and verified ({final}); nothing to do"
-    return PullResult(src.name, final, action, time.perf_counter() - t0, head + tail)
+    if done:
+        message = f"{src.name}: " + ", ".join(done) + tail
+    else:
+        message = f"{src.name} is already pulled and verified ({final})" + (tail or "; nothing to do")
+    return PullResult(src.name, final, action, time.perf_counter() - t0, message)
 
 
 def pull(name_or_path: str, backend: str | None = None, force: bool = False, progress: bool = True,
