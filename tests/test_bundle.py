@@ -29,6 +29,7 @@ from speczoo.errors import IntegrityError, NotPulledError, SpeczooError
 from speczoo.kernels.linear import get_backend
 from speczoo.models import loader
 from speczoo.models.args import ModelArgs
+from speczoo.models.embedding import EncodedEmbedding
 from speczoo.zoo import registry
 from speczoo.zoo import weights as W
 from speczoo.zoo.bundle import check_bundle, read_manifest, source_gguf
@@ -184,8 +185,12 @@ def test_lean_bundle_keeps_packing_and_unpacked_tensors_only(tmp_path, home, sma
     want = {f"{key}.{part}": v for key, src in loader.linear_weight_sources(old).items()
             for part, v in impl.pack(old[src]).items()}
     assert set(packed) == set(want) and all(torch.equal(packed[k], want[k]) for k in want)
-    # what runs: the same logits, bit for bit, as the model built from the old weights
-    assert torch.equal(_logits(loader.load_model(b, backend)), _logits(loader.build_model(args, old, backend)))
+    # what runs: the same logits, bit for bit, as the model built from the old weights, on the embedding
+    # kept in its Q4_K blocks (rows decoded when looked up)
+    model = loader.load_model(b, backend)
+    assert isinstance(model.embed, EncodedEmbedding) and model.embed.stored.dtype == torch.uint8
+    assert _bits_equal(model.embed.to_dense(), old["token_embd.weight"])
+    assert torch.equal(_logits(model), _logits(loader.build_model(args, old, backend)))
 
 
 def test_fp32_reference_is_the_old_weights_bit_for_bit(tmp_path, small_chunks):

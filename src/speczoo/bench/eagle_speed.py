@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                 t.model(tokens, torch.arange(args.seq_len), cache, hidden_layers=cfg.target_layers)
             rates.append(args.seq_len / (time.perf_counter() - t0))
         print(f"features: {max(rates):.0f} tok/s (best of 2 forwards of {args.seq_len} tokens)")
-    head = EagleHead(cfg, t.model.embed).to(args.device)
+    head = EagleHead(cfg, t.model.embed.to_dense()).to(args.device)
     head.set_vocab(torch.arange(cfg.draft_vocab))
     for dtype in ("bf16", "fp32"):
         rate = train_tok_s(head, args.batch, args.seq_len, dtype, args.device)

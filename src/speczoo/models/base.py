@@ -190,7 +190,7 @@ def make_linear(name: str, tensors: Mapping[str, Tensor], backend: LinearBackend
             raise KeyError(f"packed weights have no entries for {name!r} (expected keys '{name}.<part>'); "
                            "the bundle's packed file is incomplete: re-pull the model")
         return backend.build(parts, b)
-    w = tensors[source or name]
+    w = tensors[source or name].to_dense()      # the tensor itself; a tied head: every row of an EncodedEmbedding
     return backend.build(backend.pack(w), b)
 
 
@@ -222,8 +222,8 @@ class Mlp(nn.Module):
 class DecoderBase(nn.Module):
     """Shared forward scaffolding: input checks, hidden-layer bookkeeping, the LM head.
 
-    Subclasses set self.args, self.embed [V, D] fp32, self.layers, self.norm, self.lm_head,
-    self.invariant, and implement `_run_layers`.
+    Subclasses set self.args, self.embed [V, D] fp32 (a Tensor, or an EncodedEmbedding that decodes the
+    rows looked up), self.layers, self.norm, self.lm_head, self.invariant, and implement `_run_layers`.
     """
 
     def __init__(self):

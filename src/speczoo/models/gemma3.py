@@ -62,7 +62,7 @@ class Gemma3(DecoderBase):
         self.args = args
         self.backend_name = backend.name
         self.invariant = backend.batch_invariant   # row-by-row attention; set False to force batched
-        self.embed = tensors["token_embd.weight"]                      # [V, D] fp32
+        self.embed = tensors["token_embd.weight"]      # [V, D] fp32 rows: a Tensor or an EncodedEmbedding
         self.embed_scale = torch.tensor(args.embed_scale, dtype=torch.float32)  # sqrt(D), fp32 as transformers
         self.layers = nn.ModuleList(Gemma3Block(args, i, tensors, backend, packed) for i in range(args.n_layers))
         self.norm = RMSNorm(tensors["output_norm.weight"], args.norm_eps)

@@ -3,8 +3,9 @@
 A bundle holds config.json (ModelArgs), weights-<backend>.safetensors for the backend whose packing was
 stored at pull time (keys "<tensor name>.<part>") and unpacked.safetensors: every tensor a backend does
 not pack (the embedding, norms, biases) in its source's encoding, which `read_unpacked` decodes to the
-exact fp32 values the source dequantizes to. An older bundle holds weights.safetensors instead (every
-tensor in fp32, GGUF names, torch [out, in] orientation), which is read as it is. The fp32 reference a
+exact fp32 values the source dequantizes to (a loaded model keeps its embedding so encoded, memory-mapped,
+and decodes the rows it looks up: models/embedding.py). An older bundle holds weights.safetensors instead
+(every tensor in fp32, GGUF names, torch [out, in] orientation), which is read as it is. The fp32 reference a
 backend without a stored packing needs is not in a lean bundle: the caller passes `reference`, a callable
 that builds it (speczoo.zoo.weights does, from the bundle's source). Files are memory-mapped where they
 can be. This module never picks a backend or an architecture silently, and never reads a source model
@@ -28,6 +29,7 @@ from torch import Tensor, nn
 from speczoo.kernels.linear import get_backend
 from speczoo.kernels.pack import PACK_LAYOUT
 from speczoo.models.args import ModelArgs
+from speczoo.models.embedding import EncodedEmbedding, RowDecoder
 from speczoo.models.gemma3 import Gemma3
 from speczoo.models.qwen2 import Qwen2
 
@@ -37,6 +39,7 @@ LEGACY_WEIGHTS_FILE = "weights.safetensors"     # bundles before the lean format
 UNPACKED_FILE = "unpacked.safetensors"          # lean bundles: the tensors no backend packs
 ENCODINGS_KEY = "encodings"                     # unpacked.safetensors metadata: name -> GGUF block type
 _DEQUANT_ROWS = 1024                            # rows of GGUF blocks dequantized per task
+ROW_LOOKUP = ("token_embd.weight",)             # read by the model only row by row: kept encoded at load
 
 # Tensor names that are linear-layer weights (packed by a backend). token_embd.weight is one only when
 # the model has no output.weight (tied LM head); it is then packed under the name "output.weight".
@@ -111,16 +114,28 @@ def dequantize(raw: np.ndarray, type_name: str) -> Tensor:
     return torch.from_numpy(out.reshape(shape))
 
 
-def read_unpacked(path: Path, names: Iterable[str] | None = None) -> dict[str, Tensor]:
+def row_decoder(encoding: str | None) -> RowDecoder:
+    """Stored rows [N, R] -> their fp32 values [N, D]: `dequantize` for GGUF blocks of `encoding`, a widening
+    for a float tensor (encoding None). The whole-tensor decode of `read_unpacked` is this on every row."""
+    if encoding is None:
+        return lambda rows: rows.float()
+    return lambda rows: dequantize(rows.numpy(), encoding)
+
+
+def read_unpacked(path: Path, names: Iterable[str] | None = None,
+                  encoded: Iterable[str] = ()) -> dict[str, Tensor | EncodedEmbedding]:
     """The fp32 tensors of an unpacked.safetensors file (all, or `names`): GGUF blocks are dequantized,
-    float tensors widened (exact either way)."""
+    float tensors widened (exact either way). A tensor named in `encoded` whose file copy is not fp32
+    comes back as an EncodedEmbedding instead: its stored rows (memory-mapped), decoded when looked up."""
+    keep = set(encoded)
     with safe_open(str(path), framework="pt") as f:
         encodings = json.loads((f.metadata() or {}).get(ENCODINGS_KEY, "{}"))
         keys = list(f.keys())
-        out = {}
+        out: dict[str, Tensor | EncodedEmbedding] = {}
         for name in keys if names is None else [n for n in names if n in keys]:
-            t = f.get_tensor(name)
-            out[name] = dequantize(t.numpy(), encodings[name]) if name in encodings else t.float()
+            t = f.get_tensor(name)                      # memory-mapped
+            decode = row_decoder(encodings.get(name))
+            out[name] = EncodedEmbedding(t, decode) if name in keep and t.dtype != torch.float32 else decode(t)
     return out
 
 
@@ -158,7 +173,7 @@ def load_model(bundle_dir: Path, backend: str = "fp32",
             f"{packed_file} is missing: backend {impl.name!r} stores its packing at pull time and this "
             f"bundle was pulled without it; re-pull with that backend or choose another")
     _check_layout(packed_file)
-    tensors = load_file(legacy) if legacy.is_file() else read_unpacked(unpacked)
+    tensors = load_file(legacy) if legacy.is_file() else read_unpacked(unpacked, encoded=ROW_LOOKUP)
     return build_model(args, tensors, backend, load_file(packed_file))
 
 

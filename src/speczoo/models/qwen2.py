@@ -63,7 +63,7 @@ class Qwen2(DecoderBase):
         self.args = args
         self.backend_name = backend.name
         self.invariant = backend.batch_invariant   # row-by-row attention; set False to force batched
-        self.embed = tensors["token_embd.weight"]                      # [V, D] fp32
+        self.embed = tensors["token_embd.weight"]      # [V, D] fp32 rows: a Tensor or an EncodedEmbedding
         self.layers = nn.ModuleList(Qwen2Block(args, i, tensors, backend, packed) for i in range(args.n_layers))
         self.norm = RMSNorm(tensors["output_norm.weight"], args.norm_eps)
         head_src = "output.weight" if "output.weight" in tensors else "token_embd.weight"

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from speczoo.kernels.linear import get_backend
 from speczoo.models.args import ModelArgs
+from speczoo.models.embedding import EncodedEmbedding
 from speczoo.spec.eagle.config import HeadConfig
 
 
@@ -104,14 +105,17 @@ class HeadOut:
 
 
 class EagleHead(nn.Module):
-    def __init__(self, cfg: HeadConfig, embed: Tensor, seed: int = 0):
+    def __init__(self, cfg: HeadConfig, embed: Tensor | EncodedEmbedding, seed: int = 0):
         super().__init__()
         if tuple(embed.shape) != (cfg.target_vocab, cfg.hidden_size):
             raise ValueError(f"the target's embedding is {tuple(embed.shape)}, the head expects "
                              f"[{cfg.target_vocab}, {cfg.hidden_size}]: this head was trained for another target")
         self.cfg = cfg
         d = cfg.hidden_size
-        self.register_buffer("embed", embed.float(), persistent=False)      # [V, D] the target's, frozen
+        if isinstance(embed, EncodedEmbedding):
+            self.embed = embed          # [V, D] the target's, rows decoded on lookup: CPU only (train on to_dense())
+        else:
+            self.register_buffer("embed", embed.float(), persistent=False)  # [V, D] the target's, frozen
         self.fc = nn.Linear(3 * d, d, bias=False)
         self.layers = nn.ModuleList([Layer(cfg)])
         self.norm = Norm(d, cfg.norm_eps)

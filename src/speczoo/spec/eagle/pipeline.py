@@ -90,7 +90,7 @@ def train_eagle(target: Target, opts: EagleTrainOptions) -> EagleTrainReport:
     data = FeatureSet(out / "features")
     device = opts.train.device
     if opts.resume:
-        head, opt, state = load_checkpoint(out, target.model.embed, opts.train)
+        head, opt, state = load_checkpoint(out, target.model.embed.to_dense(), opts.train)
         if head.cfg.target_layers != cfg.target_layers:
             raise ValueError(f"the checkpoint's head reads layers {head.cfg.target_layers}, the features "
                              f"{cfg.target_layers}")
@@ -136,7 +136,7 @@ def training_chunks(target: Target, opts: EagleTrainOptions) -> tuple[Iterator[l
 def new_head(target: Target, cfg, data: FeatureSet, seed: int = 0) -> EagleHead:
     """A fresh head: draft vocabulary = the ids the target predicts most often on the data (its end
     ids always in), LM head and final norm started from the target's."""
-    head = EagleHead(cfg, target.model.embed, seed=seed)
+    head = EagleHead(cfg, target.model.embed.to_dense(), seed=seed)      # trained on any device: a buffer
     head.set_vocab(draft_vocab(data.top1_counts(), cfg.draft_vocab, always=target.eos_ids))
     t = target.tensors
     lm = t["output.weight"] if "output.weight" in t else t["token_embd.weight"]

@@ -1,0 +1,139 @@
+"""The encoded embedding: rows looked up in an unpacked.safetensors embedding kept in its GGUF blocks (or a
+narrower float dtype) are bit for bit the rows of the full decode, for every block type the real models
+use; it indexes like the [V, D] fp32 tensor (an int, a list, 1-D and 2-D id tensors); models, a tied LM
+head packed at load and an EAGLE head give the same outputs on it as on the dense matrix.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from test_bundle import _bits_equal, _k_blocks
+from tiny import tiny_args, tiny_tensors
+
+from speczoo.cache import KVCache
+from speczoo.models import loader
+from speczoo.models.embedding import EncodedEmbedding
+from speczoo.zoo import weights as W
+
+T = gguf.GGMLQuantizationType
+NAME = "token_embd.weight"
+V, D = 100, 256
+
+
+def _source(qtype, rows: int = V, cols: int = D, seed: int = 0, narrow: bool = False) -> W.SourceTensor:
+    """A random embedding as a GGUF file holds it: blocks of `qtype`, or fp32 (`narrow`: bf16 values)."""
+    rng = np.random.default_rng(seed)
+    if qtype in (T.Q4_K, T.Q6_K):
+        return W.SourceTensor(NAME, qtype.name, torch.from_numpy(_k_blocks(rng, rows, cols, qtype)))
+    a = rng.standard_normal((rows, cols)).astype(np.float32)
+    if qtype == T.F32:
+        t = torch.from_numpy(a)
+        return W.SourceTensor(NAME, "F32", t.to(torch.bfloat16).float() if narrow else t)
+    raw = np.ascontiguousarray(gguf.quants.quantize(a, qtype)).view(np.uint8)
+    return W.SourceTensor(NAME, qtype.name, torch.from_numpy(raw))
+
+
+def _unpacked(tmp_path, st: W.SourceTensor):
+    """(encoded, dense): the embedding written to unpacked.safetensors as a pull does, read back kept encoded
+    and fully decoded."""
+    path = tmp_path / "unpacked.safetensors"
+    w = W.UnpackedWriter(path)
+    w.add(st)
+    w.close()
+    return loader.read_unpacked(path, encoded=[NAME])[NAME], loader.read_unpacked(path)[NAME]
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Dequantize in chunks of 16 rows: the full decode runs the chunked, threaded path, and so do big lookups."""
+    monkeypatch.setattr(loader, "_DEQUANT_ROWS", 16)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K, T.Q5_0, T.Q8_0, T.F16, T.BF16])
+def test_rows_are_the_full_decode_bit_for_bit(tmp_path, small_chunks, qtype):
+    emb, dense = _unpacked(tmp_path, _source(qtype))
+    assert isinstance(emb, EncodedEmbedding) and emb.stored.dtype == torch.uint8
+    assert emb.shape == dense.shape == (V, D) and emb.dtype == torch.float32
+    assert _bits_equal(emb.to_dense(), dense)
+    few = torch.tensor([7, 0, V - 1, 7, 42])                  # one chunk (duplicates too)
+    many = torch.randint(0, V, (40,), generator=torch.Generator().manual_seed(1))   # several chunks
+    for ids in (few, many, torch.arange(V)):
+        assert _bits_equal(emb[ids], dense[ids])
+
+
+def test_an_f32_embedding_stays_dense_and_a_narrow_one_is_widened_per_row(tmp_path):
+    emb, dense = _unpacked(tmp_path, _source(T.F32))
+    assert isinstance(emb, torch.Tensor) and _bits_equal(emb, dense)        # fp32 in the file: nothing to save
+    emb, dense = _unpacked(tmp_path, _source(T.F32, narrow=True))
+    assert isinstance(emb, EncodedEmbedding) and emb.stored.dtype == torch.bfloat16
+    ids = torch.tensor([[3, 1], [99, 3]])
+    assert _bits_equal(emb[ids], dense[ids]) and _bits_equal(emb.to_dense(), dense)
+
+
+def test_indexes_like_the_dense_tensor(tmp_path):
+    emb, dense = _unpacked(tmp_path, _source(T.Q8_0))
+    assert emb.size() == dense.size() and emb.size(1) == D and len(emb) == V
+    cases = [5, -1, torch.tensor(5), [1, 2, 2], torch.tensor([4, 9]), torch.tensor([[1, 2, 3], [4, 5, 6]]),
+             np.array([3, 8]), torch.tensor([9], dtype=torch.int32), torch.zeros(0, dtype=torch.long),
+             torch.zeros(2, 0, dtype=torch.long)]
+    for ids in cases:
+        want = dense[torch.as_tensor(ids).long()]
+        got = emb[ids]
+        assert got.shape == want.shape and _bits_equal(got, want), ids
+    with pytest.raises(IndexError):
+        emb[torch.tensor([V])]
+    for bad in (slice(0, 2), torch.tensor([1.0]), torch.tensor([True]), "3"):
+        with pytest.raises(TypeError, match="to_dense"):
+            emb[bad]
+    with pytest.raises(ValueError, match="on the CPU"):
+        emb[torch.tensor([1], device="meta")]
+
+
+def test_a_bad_decoder_or_stored_shape_is_a_clear_error():
+    with pytest.raises(ValueError, match="fp32"):
+        EncodedEmbedding(torch.zeros(4, 8, dtype=torch.float16), lambda rows: rows)
+    with pytest.raises(ValueError, match="V >= 1"):
+        EncodedEmbedding(torch.zeros(8, dtype=torch.uint8), loader.row_decoder("Q8_0"))
+
+
+def _q8_embedding(tensors: dict[str, torch.Tensor]) -> tuple[EncodedEmbedding, torch.Tensor]:
+    """The model's embedding as Q8_0 blocks kept encoded, and its full decode."""
+    raw = np.ascontiguousarray(gguf.quants.quantize(tensors[NAME].numpy(), T.Q8_0)).view(np.uint8)
+    return (EncodedEmbedding(torch.from_numpy(raw), loader.row_decoder("Q8_0")),
+            loader.dequantize(raw, "Q8_0"))
+
+
+def _logits(model, n: int = 9) -> torch.Tensor:
+    tokens = torch.arange(3, 3 + n) % model.args.vocab_size
+    return model(tokens, torch.arange(n), KVCache(model.args, max_seq=32)).logits
+
+
+@pytest.mark.parametrize("arch,tied,backend", [("qwen2", False, "q8_torch"), ("gemma3", True, "q8_torch"),
+                                               ("qwen2", True, "fp32"), ("gemma3", True, "fp32")])
+def test_a_model_on_the_encoded_embedding_gives_the_same_logits(arch, tied, backend):
+    """Looked up by the model, and (fp32, tied) read whole when its LM head is packed at load."""
+    args = tiny_args(arch, dim=64, embed_scale=math.sqrt(64), tie_embeddings=tied)
+    tensors = tiny_tensors(args, tied=tied)
+    emb, dense = _q8_embedding(tensors)
+    model = loader.build_model(args, {**tensors, NAME: emb}, backend)
+    assert model.embed is emb
+    assert torch.equal(_logits(model), _logits(loader.build_model(args, {**tensors, NAME: dense}, backend)))
+
+
+def test_an_eagle_head_drafts_the_same_on_the_encoded_embedding():
+    from speczoo.spec.eagle.config import HeadConfig
+    from speczoo.spec.eagle.head import EagleHead
+    args = tiny_args("qwen2", dim=64)
+    emb, dense = _q8_embedding(tiny_tensors(args))
+    cfg = HeadConfig(target="tiny", hidden_size=64, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=96,
+                     target_vocab=args.vocab_size, draft_vocab=32, aux_layer_ids=(1, 2, 3), rope_theta=10_000.0)
+    heads = [EagleHead(cfg, e, seed=3) for e in (emb, dense)]
+    assert heads[0].embed is emb and "embed" not in dict(heads[0].named_buffers())
+    tokens, hidden = torch.tensor([5, 9, 5]), torch.randn(3, 64)
+    outs = [h.step(tokens, hidden, torch.arange(3), KVCache(h.kv_args(), max_seq=8)) for h in heads]
+    assert torch.equal(outs[0].logits, outs[1].logits) and torch.equal(outs[0].hidden, outs[1].hidden)
