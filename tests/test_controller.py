@@ -7,7 +7,8 @@ from collections import Counter
 
 import pytest
 
-from speczoo.spec.controller import NONE, PROBE_BUDGET, AcceptanceEstimate, Choice, Controller, Costs
+from speczoo.spec.controller import (FREE_PROBE_BUDGET, NONE, PROBE_BUDGET, AcceptanceEstimate, Choice, Controller,
+                                     Costs)
 from speczoo.spec.cost import CvCurve, best_k, speedup
 
 LLAMA_15B = CvCurve.measured({1: 1.0, 2: 1.58, 3: 2.09, 5: 3.05, 9: 6.28, 17: 7.84})
@@ -109,13 +110,13 @@ def test_low_alpha_picks_plain_decoding_but_reprobes():
     choices = simulate(ctl, {"ngram": 0.1}, 640)
     tail = choices[-320:]
     probes = [c for c in tail if c.probe]
-    assert sum(c.drafter == NONE for c in tail) >= 290
-    # the periodic re-probes: an 8-token probe that finds nothing wastes c_v(9) - 1 = 0.3 steps, one per
-    # 0.3 / PROBE_BUDGET = 38.4 rounds (not reprobe_every = 16: that would waste 1.9% of the time)
+    # the periodic re-probes: an 8-token probe that finds nothing wastes c_v(9) - 1 = 0.3 steps; prompt
+    # lookup drafts for free, so one per max(reprobe_every, 0.3 / FREE_PROBE_BUDGET) = 16 rounds
     period = ctl.probe_period("ngram")
-    assert period == pytest.approx(0.3 / PROBE_BUDGET)
-    assert 320 / period - 1 <= len(probes) <= 320 / period + 1
-    assert sum(c.drafter == "ngram" and not c.probe for c in tail) <= 8   # after a lucky probe
+    assert period == pytest.approx(max(16.0, 0.3 / FREE_PROBE_BUDGET))
+    assert sum(c.drafter == NONE for c in tail) >= 320 - 2 * (320 / period + 1)
+    assert 0.8 * 320 / period - 1 <= len(probes) <= 320 / period + 1   # a lucky probe's rounds delay the next
+    assert sum(c.drafter == "ngram" and not c.probe for c in tail) <= len(probes)   # after lucky probes
 
 
 @pytest.mark.parametrize("alpha_tenths,want", [(9, ("ngram", 8)), (1, (NONE, 0))])
@@ -241,9 +242,10 @@ def test_switches_off_within_a_few_rounds_and_back_on_after_a_good_probe():
             break
         ctl.update(c.drafter, c.k, 0)
     assert off_after is not None and off_after <= 6, off_after   # ~30 without change detection
-    # ... until a re-probe, which comes within its probe period (an 8-token probe wastes 0.3 steps)
+    # ... until a re-probe, which comes within its probe period (an 8-token probe wastes 0.3 steps;
+    # prompt lookup drafts for free, so its probes may waste FREE_PROBE_BUDGET)
     period = ctl.probe_period("ngram")
-    assert period == pytest.approx(0.3 / PROBE_BUDGET)
+    assert period == pytest.approx(max(8.0, 0.3 / FREE_PROBE_BUDGET))
     for _ in range(int(period)):
         c = ctl.choose()
         if c.probe:
@@ -579,12 +581,14 @@ def test_probes_are_spaced_by_their_waste():
                          ["ngram", "draft"], k_max=8)
         for d in ("ngram", "draft"):
             k = ctl.plan(d, ctl.probe_alpha).k
-            waste = round_cost(k, cv, step if d == "draft" else 0.0, 0.02) - 1.0
-            assert ctl.probe_period(d) == pytest.approx(max(16.0, waste / PROBE_BUDGET))
+            cost = step if d == "draft" else 0.0
+            waste = round_cost(k, cv, cost, 0.02) - 1.0
+            budget = FREE_PROBE_BUDGET if cost == 0.0 else PROBE_BUDGET   # prompt lookup drafts for free
+            assert ctl.probe_period(d) == pytest.approx(max(16.0, waste / budget))
     cheap = Controller(Costs(cv=ZEN4, draft_cost={"ngram": 0.0}, round_overhead=0.02), ["ngram"])
-    assert cheap.probe_period("ngram") < 40                     # a 4-token probe: 0.25 steps
+    assert cheap.probe_period("ngram") == 16                    # a 4-token probe: 0.25 steps
     dear = Controller(Costs(cv=LLAMA_15B, draft_cost={"ngram": 0.0}, round_overhead=0.02), ["ngram"])
-    assert dear.probe_period("ngram") > 100                     # a 2-token probe: 1.1 steps
+    assert dear.probe_period("ngram") > 40                      # a 2-token probe: 1.1 steps
     assert Controller.gate("ngram", 4, reprobe_every=16).probe_period("ngram") == 16
     with pytest.raises(ValueError, match="probe_budget"):
         Controller(Costs(cv=1.0, draft_cost={"ngram": 0.0}), ["ngram"], probe_budget=0.0)
@@ -592,10 +596,12 @@ def test_probes_are_spaced_by_their_waste():
 
 @pytest.mark.parametrize("cv,step", [(LLAMA_15B, 0.35), (ZEN4, 0.8), (CvCurve.constant(1.3), 0.3)],
                          ids=["dear-verify", "dear-draft", "flat-1.3"])
-def test_drafters_that_cannot_pay_cost_under_three_percent(cv, step):
+def test_drafters_that_cannot_pay_cost_under_four_percent(cv, step):
     """Prompt lookup at α 0.1 and a draft model at α 0.3 (prompt lookup just pays where a verify is
-    cheap). Their tests and probes together cost under 3% against plain decoding; before the probes were
-    spaced by their waste and K planned on what is known, 8-10% at a dear verify and at c_v 1.3."""
+    cheap). Their tests and probes together cost under 4% against plain decoding; before the probes were
+    spaced by their waste and K planned on what is known, 8-10% at a dear verify and at c_v 1.3. (Under
+    3% with prompt lookup probed at PROBE_BUDGET too; FREE_PROBE_BUDGET pays ~1% here for finding the
+    stretches of copied text again on a live AVX2 run: docs/tuning.md.)"""
     costs = Costs(cv=cv, draft_cost={"ngram": 0.0, "draft": step}, round_overhead=0.02)
     alphas = {"ngram": 0.1, "draft": 0.3}
     for seed in range(3):
@@ -611,7 +617,7 @@ def test_drafters_that_cannot_pay_cost_under_three_percent(cv, step):
             ctl.update(c.drafter, c.k, a)
             tokens += a + 1
             time += c.k * costs.draft_cost[c.drafter] + costs.cv(c.k + 1) + costs.round_overhead
-        assert tokens / time >= 0.97, (seed, tokens / time)
+        assert tokens / time >= 0.96, (seed, tokens / time)
 
 
 def test_a_round_that_loses_on_what_is_known_is_a_one_token_test():

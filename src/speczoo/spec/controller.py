@@ -94,6 +94,10 @@ STOP_RATE = 1.5
 # rounds) and a 2-token draft-model probe 0.64 (one per 82); where c_v(3) = 2.1, a 2-token prompt-lookup
 # probe wastes 1.12 (one per 143). How it was chosen: docs/tuning.md.
 PROBE_BUDGET = 1.0 / 128
+# A drafter whose drafting is free (prompt lookup) is probed only when it has a match, where text that
+# copies the prompt comes in stretches; at PROBE_BUDGET its probes came every ~100 rounds on the AVX2
+# path (c_v(5) = 1.77), so it missed the stretches of extractive QA. Its probes may waste this much.
+FREE_PROBE_BUDGET = 1.0 / 40
 # K is planned on the tokens expected over the posterior of α, whose spread rewards a deeper K the less
 # is known (E is convex in α). A prior alone is only `prior_weight` (2) tokens of evidence: at 0.95 that
 # posterior puts most of its mass near 1 and would draft 8 deep where a verify of 9 costs 5 steps. The
@@ -502,7 +506,10 @@ class Controller:
             return float(self.reprobe_every)
         k = self.plan(drafter, max(self.alpha(drafter), self.probe_alpha)).k
         waste = round_cost(k, self.costs.cv, self.costs.draft_cost[drafter], self.costs.round_overhead) - 1.0
-        return max(float(self.reprobe_every), waste / self.probe_budget)
+        budget = self.probe_budget
+        if self.costs.draft_cost[drafter] == 0.0 and self.probe_budget == PROBE_BUDGET:
+            budget = FREE_PROBE_BUDGET
+        return max(float(self.reprobe_every), waste / budget)
 
     def could_beat(self, drafter: str, rate: float, lag: int = 0) -> bool:
         """Whether `drafter` could beat `rate` at all: its best rate if nearly every token were accepted.
