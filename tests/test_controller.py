@@ -163,7 +163,7 @@ def test_draft_model_beats_weak_ngram(cv):
 # The two closed loops below pit two drafters against each other on noisy estimates. Their "draft" is
 # judged on every token, with the collapse test (the product's draft model is not), so a run of misses
 # at α 0.7 now and then reads as a collapse that only a probe undoes; they probe every reprobe_every
-# rounds (probe_budget=1) to keep to that question. The default budget spaces a probe of this draft
+# rounds (both probe budgets 1) to keep to that question. The default budget spaces a probe of this draft
 # (3 tokens, 1.2 steps wasted at c_v 1.3) 154 rounds apart: see test_probes_are_spaced_by_their_waste.
 CHEAP_PROBES = 1.0
 
@@ -174,7 +174,8 @@ def test_draft_model_beats_weak_ngram_in_closed_loop():
     alphas = {"ngram": 0.2, "draft": 0.7}
     shares, effs = [], []
     for seed in range(3):
-        ctl = Controller(costs, ["ngram", "draft"], k_max=8, probe_budget=CHEAP_PROBES)
+        ctl = Controller(costs, ["ngram", "draft"], k_max=8, probe_budget=CHEAP_PROBES,
+                         free_probe_budget=CHEAP_PROBES)
         choices = simulate(ctl, alphas, 600, seed=seed)
         tail = Counter(c.drafter for c in choices[-300:])
         shares.append(tail["draft"] / 300)
@@ -188,8 +189,8 @@ def test_close_calls_still_get_most_of_the_oracle_speed():
     costs = Costs(cv=1.0, draft_cost={"ngram": 0.0, "draft": 0.3})
     alphas = {"ngram": 0.2, "draft": 0.7}
     for seed in range(3):
-        choices = simulate(Controller(costs, ["ngram", "draft"], probe_budget=CHEAP_PROBES), alphas, 600,
-                           seed=seed)
+        choices = simulate(Controller(costs, ["ngram", "draft"], probe_budget=CHEAP_PROBES,
+                                      free_probe_budget=CHEAP_PROBES), alphas, 600, seed=seed)
         assert efficiency(choices[-400:], alphas, costs) >= 0.92
 
 

@@ -94,9 +94,9 @@ STOP_RATE = 1.5
 # rounds) and a 2-token draft-model probe 0.64 (one per 82); where c_v(3) = 2.1, a 2-token prompt-lookup
 # probe wastes 1.12 (one per 143). How it was chosen: docs/tuning.md.
 PROBE_BUDGET = 1.0 / 128
-# A drafter whose drafting is free (prompt lookup) is probed only when it has a match, where text that
-# copies the prompt comes in stretches; at PROBE_BUDGET its probes came every ~100 rounds on the AVX2
-# path (c_v(5) = 1.77), so it missed the stretches of extractive QA. Its probes may waste this much.
+# PROBE_BUDGET for a drafter whose drafting is free (prompt lookup): it is probed only where it has a
+# match, and text that copies the prompt comes in stretches that rarer probes miss where a verify is
+# dear. How it was chosen: docs/tuning.md.
 FREE_PROBE_BUDGET = 1.0 / 40
 # K is planned on the tokens expected over the posterior of α, whose spread rewards a deeper K the less
 # is known (E is convex in α). A prior alone is only `prior_weight` (2) tokens of evidence: at 0.95 that
@@ -271,6 +271,7 @@ class Controller:
                     waits for the next period); longer where probes are dear (see `probe_period`).
     probe_alpha:    the optimistic α that sets a probe's K (its estimate, if higher, wins).
     probe_budget:   the share of a target step per round a drafter's probes may waste (PROBE_BUDGET).
+    free_probe_budget: the same for a drafter that drafts for free (FREE_PROBE_BUDGET).
     explore:        drafters are chosen at α + explore standard errors of each estimate (optimism in
                     the face of uncertainty: a drafter judged on few tokens gets the benefit of the
                     doubt; 0 = choose on the point estimates); K is planned on what is known.
@@ -290,7 +291,8 @@ class Controller:
 
     def __init__(self, costs: Costs | None, drafters: list[str], k_max: int = 8, *,
                  fixed_k: int | None = None, gate_after: int | None = None, reprobe_every: int = 16,
-                 probe_alpha: float = 0.8, probe_budget: float = PROBE_BUDGET, explore: float = 0.5,
+                 probe_alpha: float = 0.8, probe_budget: float = PROBE_BUDGET,
+                 free_probe_budget: float = FREE_PROBE_BUDGET, explore: float = 0.5,
                  half_life: float = 32.0,
                  prior_alpha: float = 0.5, prior_weight: float = 2.0, reset_p: float = 1e-3,
                  priors: dict[str, dict[str, float]] | None = None, catch_up_weight: float = CATCH_UP_WEIGHT,
@@ -307,8 +309,9 @@ class Controller:
             raise ValueError(f"gate_after must be >= 1 round, got {gate_after}")
         if reprobe_every < 1:
             raise ValueError(f"reprobe_every must be >= 1 round, got {reprobe_every}")
-        if not probe_budget > 0:
-            raise ValueError(f"probe_budget must be > 0 target steps per round, got {probe_budget}")
+        for name, value in (("probe_budget", probe_budget), ("free_probe_budget", free_probe_budget)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 target steps per round, got {value}")
         if costs is None and (len(names) > 1 or fixed_k is None):
             raise ValueError("without Costs the controller can only gate one drafter at a fixed K; "
                              "pass Costs(cv=..., draft_cost={...}) to choose among drafters or K")
@@ -321,6 +324,7 @@ class Controller:
         self.drafters = names
         self.k_max, self.fixed_k, self.gate_after = k_max, fixed_k, gate_after
         self.reprobe_every, self.probe_alpha, self.probe_budget = reprobe_every, probe_alpha, probe_budget
+        self.free_probe_budget = free_probe_budget
         if explore < 0:
             raise ValueError(f"explore must be >= 0 standard errors, got {explore}")
         self.explore = explore
@@ -501,14 +505,13 @@ class Controller:
     def probe_period(self, drafter: str) -> float:
         """Rounds between probes of `drafter` while it sits unused: `reprobe_every`, or more where a
         probe that finds nothing (one token for its round's cost) would waste more than `probe_budget`
-        target steps per round. The catch-up of a lagging drafter is left to `could_beat`."""
+        (`free_probe_budget` for a drafter that drafts for free) target steps per round. The catch-up of
+        a lagging drafter is left to `could_beat`."""
         if self.costs is None:
             return float(self.reprobe_every)
         k = self.plan(drafter, max(self.alpha(drafter), self.probe_alpha)).k
         waste = round_cost(k, self.costs.cv, self.costs.draft_cost[drafter], self.costs.round_overhead) - 1.0
-        budget = self.probe_budget
-        if self.costs.draft_cost[drafter] == 0.0 and self.probe_budget == PROBE_BUDGET:
-            budget = FREE_PROBE_BUDGET
+        budget = self.free_probe_budget if self.costs.draft_cost[drafter] == 0.0 else self.probe_budget
         return max(float(self.reprobe_every), waste / budget)
 
     def could_beat(self, drafter: str, rate: float, lag: int = 0) -> bool:
