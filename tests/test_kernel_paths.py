@@ -10,6 +10,7 @@ tree verifies, and their caches). Also: how a path is chosen from the CPU's feat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 
@@ -38,15 +39,14 @@ def scalar():
     return native.scalar_path()
 
 
+@contextlib.contextmanager
 def _threads(n: int):
-    class _Set:
-        def __enter__(self):
-            self.saved = torch.get_num_threads()
-            torch.set_num_threads(n)
-
-        def __exit__(self, *exc):
-            torch.set_num_threads(self.saved)
-    return _Set()
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=_path_ids(PATHS))

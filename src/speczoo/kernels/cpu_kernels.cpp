@@ -200,7 +200,6 @@ static void q8_strip(const uint8_t* w, int64_t KP, const int32_t* xw, int64_t S,
         }
         store_cols(out + r * N, f, ncols, accum);
     }
-    (void)xsum;
 }
 
 static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t G,
