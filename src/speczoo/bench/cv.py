@@ -9,8 +9,7 @@ the median of `repeats` runs, the S values interleaved so that machine noise spr
 The profile measured at a model's first load (load_or_measure) must announce itself on stderr with a
 progress bar and finish in seconds on every kernel path, never minutes. The full head and the draft head
 share one prefill and one loop, and a time budget bounds it all: no forward starts that would end past
-it. Where a probe says a forward is slow (on the scalar path the 0.5B's 9-row forward took 12 s and its
-40-token prefill 55 s, one thread), only S = 1 and 3 are timed, without the prefill, and the other S
+it. Where a probe says a forward is slow (the scalar path), only S = 1 and 3 are timed, without the prefill, and the other S
 are fitted on their line (listed under "interpolated"; a draft head left no time for two sizes is left
 out, its step then priced as the full head's). Such a profile serves its run and is not stored. That is
 enough because the engine re-prices these costs from its own timings as it generates

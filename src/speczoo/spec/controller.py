@@ -401,7 +401,7 @@ class Controller:
         target's c_v curve as the shape of the draft's (both are decoders on the same kernels)."""
         if lag <= 0 or self.costs is None:
             return 0.0
-        # never below nothing: a noisy profile can put c_v(S) under 1 (one timed 0.89 at S = 3)
+        # never below nothing: a profile timed on a busy machine can put c_v(S) under 1
         return self.costs.draft_cost[drafter] * max(0.0, self.costs.cv.wide(lag + 1) - 1.0)
 
     def stops_on_confidence(self, drafter: str) -> bool:
@@ -468,8 +468,7 @@ class Controller:
         decoding, with its rate there. Its round is planned on what is known of its α (`_plan_known`)
         where that pays; where only optimism says it pays, the round is a test and drafts one token,
         except with a catch-up spread over the coming rounds (`spread`): a bet on those rounds is made
-        on what is known, never as a test (a one-token test after a catch-up of 76 ids, right before
-        prompt lookup took the floor back, cost the built-in code edit 9% in the replay)."""
+        on what is known, never as a test: a test's one token cannot repay a catch-up (docs/tuning.md)."""
         best, best_rate = Choice(NONE, 0), 1.0
         for d in self.drafters:
             if d == exclude or not self.available(d) or self.gated(d):
