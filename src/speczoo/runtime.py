@@ -19,7 +19,7 @@ from speczoo.bench.cv import runtime_costs
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels import native
-from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
+from speczoo.kernels.linear import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs
 from speczoo.spec.drafters.eagle import TreeShape
 from speczoo.spec.drafters.ngram import NgramDrafter
@@ -52,11 +52,6 @@ class LoadedModel:
     backend: str
 
 
-# Where the compiled kernels have no SIMD path for the CPU (native.chosen_path().simd is False) the
-# batch-invariant backends rank otherwise than on the fast paths. Fastest first, measured on the 0.5B with
-# SPECZOO_KERNEL_PATH=scalar and one thread, oneDNN held to SSE4.1 (ONEDNN_MAX_CPU_ISA=SSE41) as on a CPU
-# without AVX2: q8 2.9 tok/s (a 9-row forward 2.8 s), q8_torch 1.0 (1.2 s), q4 0.7 (12.3 s).
-NO_SIMD_BACKENDS = ("q8", "q8_torch", "q4mix", "q4", "q4_torch")
 _NOTED: set[str] = set()      # models whose slower default has been pointed out in this process
 
 

@@ -74,6 +74,10 @@ class Bf16Backend(LinearBackend):
 
 
 DEFAULT_FAST_BACKEND = "q4"  # batch-invariant 4-bit x int8 compiled kernel, one path per ISA (kernels/quantized.py)
+# The batch-invariant backends, fastest first, where the compiled kernels have no SIMD path for the CPU
+# (native.chosen_path().simd is False): there the 4-bit unpacking costs more than the bytes it saves, and
+# torch's int8 matmul beats the scalar q4 kernel. Measured: docs/results.md, "Kernel paths".
+NO_SIMD_BACKENDS = ("q8", "q8_torch", "q4mix", "q4", "q4_torch")
 
 BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (Fp32Backend(), Bf16Backend())}
 
