@@ -29,9 +29,9 @@ from speczoo.bench.auto_replay import (
 )
 from speczoo.cache import KVCache
 from speczoo.events import GenerationRequest
-from speczoo.spec.drafters.eagle import TreeShape, make_eagle_drafter
-from speczoo.spec.engine import MAX_K, Engine
-from speczoo.spec.reference import IdTokenizer
+from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
+from speczoo.decoding.engine import MAX_K, Engine
+from speczoo.decoding.reference import IdTokenizer
 from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and a head trained on it)
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
@@ -117,7 +117,7 @@ def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # noqa: F811
 
 def spying(log: list):
     """A Controller that logs (drafter, accepted) per drafted round, as the engine's events report it."""
-    from speczoo.spec.controller import Controller
+    from speczoo.decoding.controller import Controller
 
     class Spy(Controller):
         def update(self, drafter, drafted, accepted):
@@ -127,7 +127,7 @@ def spying(log: list):
 
 
 def test_the_recorded_draft_guesses_as_the_real_one():
-    """On a text that repeats, the draft's prompt-lookup guesses (spec/drafters/guess.py) give the same
+    """On a text that repeats, the draft's prompt-lookup guesses (decoding/drafters/guess.py) give the same
     chain for fewer forwards, and the replay charges it so."""
     text = list(range(200, 260))
     prompt = text + [9] + text[:5]

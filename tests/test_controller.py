@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from speczoo.spec.controller import (FREE_PROBE_BUDGET, NONE, PROBE_BUDGET, AcceptanceEstimate, Choice, Controller,
+from speczoo.decoding.controller import (FREE_PROBE_BUDGET, NONE, PROBE_BUDGET, AcceptanceEstimate, Choice, Controller,
                                      Costs)
-from speczoo.spec.cost import CvCurve, best_k, speedup
+from speczoo.decoding.cost import CvCurve, best_k, speedup
 
 LLAMA_15B = CvCurve.measured({1: 1.0, 2: 1.58, 3: 2.09, 5: 3.05, 9: 6.28, 17: 7.84})
 
@@ -398,7 +398,7 @@ def test_a_lagging_draft_is_not_locked_out_by_plain_rounds():
     """Plain decoding would win only on the draft's catch-up, which each plain round makes dearer: the
     catch-up is spread over the rounds the draft then keeps the floor (SPREAD_ROUNDS), so the draft
     takes the round. Where prompt lookup wins the round, the full catch-up stands."""
-    from speczoo.spec.controller import SPREAD_ROUNDS
+    from speczoo.decoding.controller import SPREAD_ROUNDS
     costs = Costs(cv=CvCurve.measured({1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02}),
                   draft_cost={"ngram": 0.0, "draft": 0.28}, round_overhead=0.02)
     ctl = Controller(costs, ["ngram", "draft"], k_max=8, reprobe_every=1000,
@@ -487,7 +487,7 @@ def test_catch_up_is_charged_catch_up_weight_times():
 
 
 def test_a_confident_drafter_drafts_to_k_max_with_cost_priced_floors():
-    from speczoo.spec.controller import STOP_RATE
+    from speczoo.decoding.controller import STOP_RATE
 
     cv = {1: 1.0, 2: 1.02, 3: 1.06, 5: 1.22, 9: 1.79}
     costs = Costs(cv=cv, draft_cost={"ngram": 0.0, "draft": 0.25})
@@ -514,7 +514,7 @@ def test_a_confident_drafter_drafts_to_k_max_with_cost_priced_floors():
 def test_a_confident_drafter_that_keeps_the_floor_drafts_deep_beside_prompt_lookup():
     """Once the draft model's runs of rounds reach DEEP_RUN (prompt lookup rarely takes a round from
     it), it may draft up to k_max under its floors; a run broken after one round takes that back."""
-    from speczoo.spec.runs import DEEP_RUN
+    from speczoo.decoding.runs import DEEP_RUN
 
     costs = Costs(cv={1: 1.0, 2: 1.02, 3: 1.06, 5: 1.22, 9: 1.79}, draft_cost={"ngram": 0.0, "draft": 0.25})
     ctl = Controller(costs, ["ngram", "draft"], k_max=6, confident={"draft"})
@@ -575,7 +575,7 @@ ZEN4 = CvCurve.measured({1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02})
 def test_probes_are_spaced_by_their_waste():
     """A probe that finds nothing emits one token for its round's cost: probes of a drafter come every
     reprobe_every rounds while that waste is at most reprobe_every × PROBE_BUDGET, rarer beyond."""
-    from speczoo.spec.cost import round_cost
+    from speczoo.decoding.cost import round_cost
 
     for cv, step in ((ZEN4, 0.28), (ZEN4, 0.8), (LLAMA_15B, 0.35), (CvCurve.constant(1.0), 0.0)):
         ctl = Controller(Costs(cv=cv, draft_cost={"ngram": 0.0, "draft": step}, round_overhead=0.02),
@@ -641,7 +641,7 @@ def test_a_round_that_loses_on_what_is_known_is_a_one_token_test():
 def test_k_is_planned_on_what_is_known_not_on_the_optimistic_bound():
     """Where a verify is dear, a deeper K is a bet on α: K maximizes the tokens expected over what is
     known of α (the estimate's posterior) per unit of the round's cost, not the optimistic bound's."""
-    from speczoo.spec.cost import expected_tokens, round_cost
+    from speczoo.decoding.cost import expected_tokens, round_cost
 
     dear = Costs(cv=CvCurve.measured({1: 1.0, 2: 1.6, 3: 2.1, 5: 3.05, 9: 5.0, 17: 7.5}),
                  draft_cost={"ngram": 0.0}, round_overhead=0.02)
@@ -672,8 +672,8 @@ def test_a_prior_alone_is_not_a_deep_bet_where_a_verify_is_dear():
     """A situation known only by its prior (0.95, two tokens' worth) has a posterior with most of its
     mass near 1; the plan takes it as worth PLAN_EVIDENCE tokens, so it is not drafted 8 deep where a
     9-row verify costs 5 steps, and still is where a verify is cheap."""
-    from speczoo.spec.controller import PLAN_EVIDENCE
-    from speczoo.spec.cost import expected_tokens
+    from speczoo.decoding.controller import PLAN_EVIDENCE
+    from speczoo.decoding.cost import expected_tokens
 
     dear = Costs(cv=CvCurve.measured({1: 1.0, 2: 1.6, 3: 2.1, 5: 3.05, 9: 5.0, 17: 7.5}),
                  draft_cost={"ngram": 0.0}, round_overhead=0.02)

@@ -31,7 +31,7 @@ def loaded(tmp_path: Path, name: str, backend: str, **over) -> LoadedModel:
 
 
 def test_profile_is_measured_once_and_holds_the_draft_step(tmp_path, monkeypatch):
-    monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
+    monkeypatch.setattr("speczoo.decoding.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
     m = loaded(tmp_path, "small", "q4")
     data = load_or_measure(m)
     assert set(data["ms"]) == {"1", "2", "3", "5", "9", "17"} and data["cv"]["1"] == 1.0
@@ -45,7 +45,7 @@ def test_profile_is_measured_once_and_holds_the_draft_step(tmp_path, monkeypatch
 
 
 def test_draft_cost_uses_the_reduced_head_step_when_profiled(tmp_path, monkeypatch):
-    monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
+    monkeypatch.setattr("speczoo.decoding.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
     target, draft = loaded(tmp_path, "t", "q4"), loaded(tmp_path, "d", "q4")
     t = load_or_measure(target)
     d = load_or_measure(draft)
@@ -62,7 +62,7 @@ def test_fp32_models_have_no_draft_step(tmp_path):
 def test_draft_rows_curve_sizes_the_guesses(tmp_path, monkeypatch):
     """The draft's forward cost over S rows (reduced head) is profiled and reaches the drafter's guesses;
     a profile from before it falls back to the model's own c_v curve."""
-    monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
+    monkeypatch.setattr("speczoo.decoding.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
     target, draft = loaded(tmp_path, "t", "q4"), loaded(tmp_path, "d", "q4")
     d = load_or_measure(draft)
     assert set(d["draft_cv"]) == {"1", "2", "3", "5", "9"} and d["draft_cv"]["1"] == 1.0
@@ -88,7 +88,7 @@ def test_a_slow_path_keeps_to_the_budget_and_fits_the_larger_sizes(tmp_path, mon
     """Every forward costing 50 ms a row on the profile's clock (a scalar path in miniature): the full
     profile would take about 15 s; within a 1 s budget it times S = 1 and 3 only, right after the probe
     and without the prefill, and fits the rest on their line."""
-    monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
+    monkeypatch.setattr("speczoo.decoding.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
     m = loaded(tmp_path, "slow", "q4")
     clock = [0.0]
     monkeypatch.setattr(cv, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
@@ -117,7 +117,7 @@ def test_no_time_for_the_draft_head_leaves_its_step_out(tmp_path, monkeypatch, c
     """A row that takes 40% of the budget: the target's S = 1 and 3 are timed all the same (one point
     cannot price the others), the draft gets no time and its step is left out, so the controller prices
     it as the full head's."""
-    monkeypatch.setattr("speczoo.spec.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
+    monkeypatch.setattr("speczoo.decoding.drafters.draft_model.DRAFT_HEAD_VOCAB", 128)
     m = loaded(tmp_path, "slower", "q4")
     clock = [0.0]
     monkeypatch.setattr(cv, "time", SimpleNamespace(perf_counter=lambda: clock[0]))

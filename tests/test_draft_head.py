@@ -10,11 +10,11 @@ from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest
 from speczoo.kernels.linear import get_backend
 from speczoo.kernels.quantized import select_strips
-from speczoo.spec.drafters.draft_head import ReducedHead
-from speczoo.spec.drafters.draft_model import DraftModelDrafter
-from speczoo.spec.drafters.ngram import NgramDrafter
-from speczoo.spec.engine import Engine
-from speczoo.spec.reference import IdTokenizer
+from speczoo.decoding.drafters.draft_head import ReducedHead
+from speczoo.decoding.drafters.draft_model import DraftModelDrafter
+from speczoo.decoding.drafters.ngram import NgramDrafter
+from speczoo.decoding.engine import Engine
+from speczoo.decoding.reference import IdTokenizer
 
 
 @pytest.mark.parametrize("backend", ["q4", "q8"])

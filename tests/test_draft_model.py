@@ -6,10 +6,10 @@ import random
 import torch
 
 from speczoo.events import DoneEvent, GenerationRequest
-from speczoo.spec.drafters.draft_model import DraftModelDrafter
-from speczoo.spec.drafters.ngram import NgramDrafter
-from speczoo.spec.engine import Engine
-from speczoo.spec.reference import (HashOracle, IdTokenizer, MarkovOracle, NoisyOracle, OracleModel,
+from speczoo.decoding.drafters.draft_model import DraftModelDrafter
+from speczoo.decoding.drafters.ngram import NgramDrafter
+from speczoo.decoding.engine import Engine
+from speczoo.decoding.reference import (HashOracle, IdTokenizer, MarkovOracle, NoisyOracle, OracleModel,
                                     TokenCache, reference_greedy)
 
 
@@ -156,7 +156,7 @@ def test_confidence_floors_stop_the_draft():
 
 def test_confidence_stops_stay_lossless():
     """A priced draft step gives the draft model floors (it stops on low confidence); output unchanged."""
-    from speczoo.spec.controller import Costs
+    from speczoo.decoding.controller import Costs
 
     rng = random.Random(11)
     short = 0

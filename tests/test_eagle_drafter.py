@@ -9,12 +9,12 @@ import torch
 
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
-from speczoo.spec.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
-from speczoo.spec.eagle.pipeline import EagleTrainOptions, Target, train_eagle
-from speczoo.spec.eagle.train import TrainConfig
-from speczoo.spec.eagle.io import load_head
-from speczoo.spec.engine import MAX_K, Engine
-from speczoo.spec.reference import IdTokenizer
+from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
+from speczoo.decoding.eagle.pipeline import EagleTrainOptions, Target, train_eagle
+from speczoo.decoding.eagle.train import TrainConfig
+from speczoo.decoding.eagle.io import load_head
+from speczoo.decoding.engine import MAX_K, Engine
+from speczoo.decoding.reference import IdTokenizer
 from tiny import tiny_model, tiny_tensors
 
 VOCAB = 128
@@ -156,7 +156,7 @@ def test_sampled_chain_carries_its_distribution(trained):
 
 
 def test_replay_counts_what_greedy_verification_accepts(trained):
-    from speczoo.spec.eagle.replay import _accepted, greedy_with_features, replay
+    from speczoo.decoding.eagle.replay import _accepted, greedy_with_features, replay
     assert _accepted([4, 5, 6], None, [4, 5, 7]) == 2
     assert _accepted([9, 4, 5, 6, 8], [-1, -1, 1, 2, 2], [4, 5, 8, 1]) == 3     # 4 -> 5 -> 8, off the first branch
     model, args, head = trained
@@ -183,7 +183,7 @@ def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
     from speczoo.runtime import LoadedModel, Runtime
     from speczoo.zoo.heads import install_head
     monkeypatch.setenv("SPECZOO_HOME", str(tmp_path / "home"))
-    from speczoo.spec.eagle.io import save_head
+    from speczoo.decoding.eagle.io import save_head
     model, args, head = trained
     install_head(save_head(head, tmp_path / "head"), "tiny-eagle")
     loaded = LoadedModel(name="tiny", path=tmp_path, args=args, model=model, tokenizer=StubTokenizer(),
@@ -212,7 +212,7 @@ def test_head_step_is_priced_against_the_target_step_timed_with_it(trained):
     steps instead of being read as the head's own cost."""
     import time
 
-    from speczoo.spec.eagle.loaded import head_step_cost
+    from speczoo.decoding.eagle.loaded import head_step_cost
     model, args, head = trained
     quick = head_step_cost(head, model, args, rounds=2, repeats=2)
     assert 0 < quick < math.inf
@@ -238,7 +238,7 @@ def test_chain_stops_on_its_confidence(trained):
     stopped = d.propose(ctx, 5, floors=(1.0,) * 4)          # no product of probabilities reaches 1.0
     assert stopped.tokens == full.tokens[:1] and d.cache.length == len(ctx) - 1
     assert feed(head, model, args, ctx).propose(ctx, 5, floors=(0.0,) * 4).tokens == full.tokens
-    from speczoo.spec.controller import Costs
+    from speczoo.decoding.controller import Costs
     eng = engine(model, args, head)
     plain = run(eng, prompt_ids=PROMPT, max_new_tokens=40)
     eng.costs = Costs(cv={1: 1.0, 2: 1.05, 9: 1.6}, draft_cost={"eagle": 0.05})

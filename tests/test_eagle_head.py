@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.spec.eagle.config import HeadConfig, default_aux_layer_ids
-from speczoo.spec.eagle.head import EagleHead
-from speczoo.spec.eagle.io import load_head, save_head
-from speczoo.spec.eagle.ttt import unroll
-from speczoo.spec.eagle.vocab import draft_vocab, t2d_index
+from speczoo.decoding.eagle.config import HeadConfig, default_aux_layer_ids
+from speczoo.decoding.eagle.head import EagleHead
+from speczoo.decoding.eagle.io import load_head, save_head
+from speczoo.decoding.eagle.ttt import unroll
+from speczoo.decoding.eagle.vocab import draft_vocab, t2d_index
 
 V, D = 96, 32
 

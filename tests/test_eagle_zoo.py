@@ -11,10 +11,10 @@ import torch
 from speczoo import cli
 from speczoo.cache import KVCache
 from speczoo.errors import UnknownModelError
-from speczoo.spec.eagle.config import head_config_for
-from speczoo.spec.eagle.head import EagleHead
-from speczoo.spec.eagle.io import save_head
-from speczoo.spec.eagle.loaded import EagleHeads
+from speczoo.decoding.eagle.config import head_config_for
+from speczoo.decoding.eagle.head import EagleHead
+from speczoo.decoding.eagle.io import save_head
+from speczoo.decoding.eagle.loaded import EagleHeads
 from speczoo.zoo.heads import install_head, list_heads
 from tiny import tiny_model
 

@@ -126,8 +126,8 @@ def test_a_model_on_the_encoded_embedding_gives_the_same_logits(arch, tied, back
 
 
 def test_an_eagle_head_drafts_the_same_on_the_encoded_embedding():
-    from speczoo.spec.eagle.config import HeadConfig
-    from speczoo.spec.eagle.head import EagleHead
+    from speczoo.decoding.eagle.config import HeadConfig
+    from speczoo.decoding.eagle.head import EagleHead
     args = tiny_args("qwen2", dim=64)
     emb, dense = _q8_embedding(tiny_tensors(args))
     cfg = HeadConfig(target="tiny", hidden_size=64, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=96,

@@ -13,11 +13,11 @@ import torch
 
 from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
 from speczoo.sampling import probs
-from speczoo.spec.controller import Costs
-from speczoo.spec.drafters.draft_model import DraftModelDrafter
-from speczoo.spec.drafters.ngram import NgramDrafter
-from speczoo.spec.engine import Engine
-from speczoo.spec.reference import HashOracle, IdTokenizer, NoisyOracle, OracleModel, TokenCache
+from speczoo.decoding.controller import Costs
+from speczoo.decoding.drafters.draft_model import DraftModelDrafter
+from speczoo.decoding.drafters.ngram import NgramDrafter
+from speczoo.decoding.engine import Engine
+from speczoo.decoding.reference import HashOracle, IdTokenizer, NoisyOracle, OracleModel, TokenCache
 from test_verify_sampling import chi_square_p
 
 V = 5

@@ -1,4 +1,4 @@
-"""Prompt-lookup guesses inside the draft-model drafter (spec/drafters/guess.py): the draft proposes the
+"""Prompt-lookup guesses inside the draft-model drafter (decoding/drafters/guess.py): the draft proposes the
 very chain it would without them, in fewer forwards where the text copies itself; guesses are sized by
 the draft's row costs and the rate at which it confirmed earlier guesses; the engine stays lossless."""
 
@@ -7,12 +7,12 @@ import random
 import torch
 
 from speczoo.events import SamplingParams
-from speczoo.spec.controller import Costs
-from speczoo.spec.cost import CvCurve
-from speczoo.spec.drafters.draft_model import DraftModelDrafter
-from speczoo.spec.drafters.guess import Guesser
-from speczoo.spec.drafters.ngram import NgramIndex
-from speczoo.spec.reference import MarkovOracle, NoisyOracle, OracleModel, TokenCache, reference_greedy
+from speczoo.decoding.controller import Costs
+from speczoo.decoding.cost import CvCurve
+from speczoo.decoding.drafters.draft_model import DraftModelDrafter
+from speczoo.decoding.drafters.guess import Guesser
+from speczoo.decoding.drafters.ngram import NgramIndex
+from speczoo.decoding.reference import MarkovOracle, NoisyOracle, OracleModel, TokenCache, reference_greedy
 
 from test_draft_model import engine_with_draft, generate
 

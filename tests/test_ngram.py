@@ -2,9 +2,9 @@
 
 import pytest
 
-from speczoo.spec.drafters.ngram import NgramDrafter, NgramIndex
-from speczoo.spec.types import Draft
-from speczoo.spec.verify import verify_greedy
+from speczoo.decoding.drafters.ngram import NgramDrafter, NgramIndex
+from speczoo.decoding.types import Draft
+from speczoo.decoding.verify import verify_greedy
 
 
 def test_empty_history_proposes_nothing():
@@ -107,7 +107,7 @@ def test_match_length_extends_backwards_up_to_the_cap():
 
 
 def test_every_situation_has_a_prior():
-    from speczoo.spec.drafters.ngram import SITUATION_PRIORS
+    from speczoo.decoding.drafters.ngram import SITUATION_PRIORS
     bands, kinds = ("1", "2-3", "4-7", "8+"), ("agree", "mixed")
     assert set(SITUATION_PRIORS) == {f"{b}/{k}" for b in bands for k in kinds}
     assert all(0 < a < 1 for a in SITUATION_PRIORS.values())

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from speczoo.spec.pair import PairError, check_pair
+from speczoo.decoding.pair import PairError, check_pair
 from tiny import tiny_model
 
 

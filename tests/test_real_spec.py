@@ -44,7 +44,7 @@ def test_self_draft_accepts_everything_and_stays_lossless(loaded):
     # to pay; without a cost model every round drafts K, which is what this test is about. And with its
     # full LM head: the reduced drafting head cannot propose an id past 32768 that the prompt lacks (here
     # "```" after the first sentence), a rejection by design that the earlier K choices happened to miss.
-    from speczoo.spec.drafters.draft_model import make_draft_drafter
+    from speczoo.decoding.drafters.draft_model import make_draft_drafter
 
     rt.engine.costs = None
     rt.engine.drafters["draft"] = make_draft_drafter(loaded, loaded, 1024, head_vocab=None)
@@ -54,9 +54,9 @@ def test_self_draft_accepts_everything_and_stays_lossless(loaded):
 
 
 def test_guessed_draft_chains_equal_plain_ones_on_the_real_model(runtime, loaded):
-    """Prompt-lookup guesses fed with a draft step (spec/drafters/guess.py) change how many forwards the
+    """Prompt-lookup guesses fed with a draft step (decoding/drafters/guess.py) change how many forwards the
     draft runs, never what it proposes: the forward is batch-invariant, bit for bit."""
-    from speczoo.spec.drafters.draft_model import make_draft_drafter
+    from speczoo.decoding.drafters.draft_model import make_draft_drafter
 
     ids = runtime.chat_ids([{"role": "user", "content": builtin_prompt("code_edit").message}])
     *_, done = runtime.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=40))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speczoo.spec.runs import RUN_PRIOR, RunLengths
+from speczoo.decoding.runs import RUN_PRIOR, RunLengths
 
 
 def test_runs_are_averaged_when_they_end():

@@ -5,9 +5,9 @@ import random
 import pytest
 
 from speczoo.events import DoneEvent, GenerationRequest
-from speczoo.spec.drafters.ngram import NgramDrafter
-from speczoo.spec.engine import Engine
-from speczoo.spec.reference import (HashOracle, IdTokenizer, MarkovOracle, OracleModel, TokenCache,
+from speczoo.decoding.drafters.ngram import NgramDrafter
+from speczoo.decoding.engine import Engine
+from speczoo.decoding.reference import (HashOracle, IdTokenizer, MarkovOracle, OracleModel, TokenCache,
                                     reference_greedy)
 
 

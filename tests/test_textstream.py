@@ -1,6 +1,6 @@
 """The text stream never emits half a character or the start of a stop string."""
 
-from speczoo.spec.textstream import TextStream
+from speczoo.decoding.textstream import TextStream
 
 
 class ByteTok:

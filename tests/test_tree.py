@@ -5,9 +5,9 @@ import random
 import pytest
 import torch
 
-from speczoo.spec.tree import TreeLayout, check_parents, head, is_chain, verify_tree_greedy
-from speczoo.spec.types import Draft
-from speczoo.spec.verify import verify_greedy
+from speczoo.decoding.tree import TreeLayout, check_parents, head, is_chain, verify_tree_greedy
+from speczoo.decoding.types import Draft
+from speczoo.decoding.verify import verify_greedy
 
 #        a0 (row 0)
 #       /    \

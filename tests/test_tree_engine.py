@@ -17,14 +17,14 @@ import torch
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
 from speczoo.sampling import probs as sampling_probs
-from speczoo.spec.drafters.base import Drafter
-from speczoo.spec.drafters.ngram import NgramDrafter
-from speczoo.spec.drafters.ngram_tree import NgramTreeDrafter
-from speczoo.spec.engine import MAX_K, Engine
-from speczoo.spec.reference import (HashOracle, IdTokenizer, NoisyOracle, OracleModel, TokenCache,
+from speczoo.decoding.drafters.base import Drafter
+from speczoo.decoding.drafters.ngram import NgramDrafter
+from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
+from speczoo.decoding.engine import MAX_K, Engine
+from speczoo.decoding.reference import (HashOracle, IdTokenizer, NoisyOracle, OracleModel, TokenCache,
                                     reference_greedy)
-from speczoo.spec.tree import TreeLayout
-from speczoo.spec.types import Draft
+from speczoo.decoding.tree import TreeLayout
+from speczoo.decoding.types import Draft
 from test_engine_sampling import PARAMS, PROMPT, V, exact_joint
 from test_verify_sampling import chi_square_p
 from tiny import tiny_model
@@ -156,7 +156,7 @@ def test_tree_path_equals_chain_path_when_the_tree_is_a_chain(arch):
         tree_cache = [t[:, :eng.cache.length].clone() for t in eng.cache.k]
         eng.cache.truncate(7)
         chain_logits = eng._forward([3] + tokens)
-        from speczoo.spec.verify import verify_greedy
+        from speczoo.decoding.verify import verify_greedy
         chain = verify_greedy(Draft(tokens=tokens), chain_logits.argmax(-1).tolist())
         eng.cache.truncate(7 + 1 + chain.accepted)
         assert (verdict.accepted, verdict.path, verdict.next_token) == \

@@ -24,9 +24,9 @@ from torch import Tensor
 
 from speczoo.events import SamplingParams
 from speczoo.sampling import probs as sampling_probs
-from speczoo.spec.types import Draft, Verdict
-from speczoo.spec.verify import verify_greedy
-from speczoo.spec.verify_sampling import verify_sampling
+from speczoo.decoding.types import Draft, Verdict
+from speczoo.decoding.verify import verify_greedy
+from speczoo.decoding.verify_sampling import verify_sampling
 
 N_SEQ = 10_000
 L = 3

@@ -21,11 +21,11 @@ from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels import native
 from speczoo.kernels.linear import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs
-from speczoo.spec.drafters.eagle import TreeShape
-from speczoo.spec.drafters.ngram import NgramDrafter
-from speczoo.spec.eagle.loaded import EagleHeads
-from speczoo.spec.drafters.ngram_tree import NgramTreeDrafter
-from speczoo.spec.engine import MAX_K, Engine
+from speczoo.decoding.drafters.eagle import TreeShape
+from speczoo.decoding.drafters.ngram import NgramDrafter
+from speczoo.decoding.eagle.loaded import EagleHeads
+from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
+from speczoo.decoding.engine import MAX_K, Engine
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
@@ -101,13 +101,13 @@ class Runtime:
         self.max_seq = max_seq
         self.vocab_size = target.args.vocab_size     # valid token ids: 0 .. vocab_size - 1
         if draft is not None:
-            from speczoo.spec.pair import check_pair
+            from speczoo.decoding.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
         costs = runtime_costs(target, draft, remeasure=remeasure_costs)
         drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
                     "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
         if draft is not None:
-            from speczoo.spec.drafters.draft_model import make_draft_drafter
+            from speczoo.decoding.drafters.draft_model import make_draft_drafter
             drafters["draft"] = make_draft_drafter(draft, target, max_seq, rows=costs.rows["draft"])
         self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend,
                                 default=eagle_head)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from speczoo.spec.drafters.ngram import NgramIndex
+from speczoo.decoding.drafters.ngram import NgramIndex
 
 _PIECE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")
 

@@ -7,15 +7,15 @@
 With greedy verification a speculative run is fixed by the target's greedy output, by what prompt lookup
 finds in the committed text, and by what the draft model predicts, with what confidence, after each
 prefix of it. One target run and one teacher-forced draft forward per prompt (draft_replay.py) record
-all of it; the replay then drives the real controller (spec/policy.py, spec/controller.py) and the real
+all of it; the replay then drives the real controller (decoding/policy.py, decoding/controller.py) and the real
 prompt-lookup drafter round by round, with the draft model stood in for by its recorded predictions and
 its lag (the ids it has not fed) kept as the real drafter keeps it. Each round is charged what it would
 cost, in target decode steps:
   * the draft model: its catch-up forward over lag + 1 ids at its OWN c_v curve (not the target's, which
     the controller assumes), then one forward per further step, each also over the ids prompt lookup
-    guesses it will say (the real Guesser, spec/drafters/guess.py; those it confirms need no step of
+    guesses it will say (the real Guesser, decoding/drafters/guess.py; those it confirms need no step of
     their own; the controller still prices each token at a full draft step, as the engine's meter
-    does, spec/calibrate.py);
+    does, decoding/calibrate.py);
   * the verify: the target's c_v(K + 1) plus the round overhead; a plain round: 1.
 With `--head NAME` an EAGLE head joins in: one teacher-forced target forward per recording gives the
 features the engine would hand it, and the real EagleDrafter (chain and tree) drafts from them, round
@@ -46,13 +46,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from speczoo.spec.controller import NONE, Controller, Costs
-from speczoo.spec.cost import CvCurve
-from speczoo.spec.drafters.base import Drafter
-from speczoo.spec.drafters.draft_model import GUESS_MAX, agreeing_prefix
-from speczoo.spec.drafters.guess import Guesser
-from speczoo.spec.tree import TreeLayout, head, is_chain, verify_tree_greedy
-from speczoo.spec.types import Draft
+from speczoo.decoding.controller import NONE, Controller, Costs
+from speczoo.decoding.cost import CvCurve
+from speczoo.decoding.drafters.base import Drafter
+from speczoo.decoding.drafters.draft_model import GUESS_MAX, agreeing_prefix
+from speczoo.decoding.drafters.guess import Guesser
+from speczoo.decoding.tree import TreeLayout, head, is_chain, verify_tree_greedy
+from speczoo.decoding.types import Draft
 
 MODES = ("ngram", "draft", "auto")
 EAGLE_MODES = ("eagle", "eagle-tree")
@@ -76,7 +76,7 @@ class Recording:
 class RecordedDraft(Drafter):
     """The draft model as the recording saw it: proposes its recorded argmax chain (stopping on the
     controller's floors, or after its first wrong token), keeps `fed` as DraftModelDrafter does, sizes
-    and judges its prompt-lookup guesses with the real Guesser (spec/drafters/guess.py: a forward over
+    and judges its prompt-lookup guesses with the real Guesser (decoding/drafters/guess.py: a forward over
     the guessed ids as well; each the draft confirms saves a step), and reports each proposal's cost in
     target steps through `spent`."""
 
@@ -142,9 +142,9 @@ class RecordedDraft(Drafter):
 class EagleReplay:
     """An EAGLE head to replay on one recording: the head, its step in target steps, the tree shape of
     eagle-tree, and the target's features at the head's layers over prompt + output ([N, D] each)."""
-    head: object                         # spec.eagle.head.EagleHead
+    head: object                         # decoding.eagle.head.EagleHead
     step: float
-    tree: object                         # spec.drafters.eagle.TreeShape
+    tree: object                         # decoding.drafters.eagle.TreeShape
     features: list
 
 
@@ -164,7 +164,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
     loop would run it with greedy verification; `auto` offers the EAGLE drafters too when `eagle` is
     given, less `auto_excludes` (as the runtime's). controller: the Controller class (or a factory with
     its signature) to judge: the default is the shipped one."""
-    from speczoo.spec.drafters.ngram import NgramDrafter
+    from speczoo.decoding.drafters.ngram import NgramDrafter
 
     if mode not in MODES + EAGLE_MODES:
         raise ValueError(f"mode must be one of {MODES + EAGLE_MODES}, got {mode!r}")
@@ -179,7 +179,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
     readers: list = []
     if eagle is not None and mode in ("auto", *EAGLE_MODES):
         from speczoo.cache import KVCache
-        from speczoo.spec.drafters.eagle import EagleDrafter
+        from speczoo.decoding.drafters.eagle import EagleDrafter
 
         rows = len(rec.prompt) + len(rec.out) + k_max * eagle.tree.depth * eagle.tree.branch + 2
         for name, tree in (("eagle", None), ("eagle-tree", eagle.tree)):
@@ -277,8 +277,8 @@ def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recor
 
     from speczoo.cache import KVCache
     from speczoo.runtime import load
-    from speczoo.spec.drafters.eagle import TreeShape
-    from speczoo.spec.eagle.loaded import EagleHeads
+    from speczoo.decoding.drafters.eagle import TreeShape
+    from speczoo.decoding.eagle.loaded import EagleHeads
 
     depth, branch = (int(x) for x in tree.split(","))
     t = load(target)

@@ -13,7 +13,7 @@ it. Where a probe says a forward is slow (the scalar path), only S = 1 and 3 are
 are fitted on their line (listed under "interpolated"; a draft head left no time for two sizes is left
 out, its step then priced as the full head's). Such a profile serves its run and is not stored. That is
 enough because the engine re-prices these costs from its own timings as it generates
-(spec/calibrate.py): the profile is only where it starts. `speczoo cv` has no budget and times every
+(decoding/calibrate.py): the profile is only where it starts. `speczoo cv` has no budget and times every
 S it is asked for.
 """
 
@@ -59,7 +59,7 @@ class Series:
 
 def measure_cv(model, args, sizes: list[int], context: int = 64, repeats: int = 7, warmup: int = 2,
                seed: int = 0, head=None) -> CvResult:
-    """head: an LM-head stand-in for the forward (a draft's reduced head, see spec/drafters/draft_head.py)."""
+    """head: an LM-head stand-in for the forward (a draft's reduced head, see decoding/drafters/draft_head.py)."""
     return measure_series(model, args, {"": Series(tuple(sizes), head)}, context, repeats, warmup, seed)[""]
 
 
@@ -305,17 +305,17 @@ def write_profile(loaded, data: dict) -> None:
 
 
 def draft_head(loaded):
-    """The reduced head the model drafts with (spec/drafters/draft_model.py), or None."""
-    from speczoo.spec.drafters.draft_head import ReducedHead
-    from speczoo.spec.drafters.draft_model import DRAFT_HEAD_VOCAB
+    """The reduced head the model drafts with (decoding/drafters/draft_model.py), or None."""
+    from speczoo.decoding.drafters.draft_head import ReducedHead
+    from speczoo.decoding.drafters.draft_model import DRAFT_HEAD_VOCAB
 
     return ReducedHead.for_model(loaded.model, DRAFT_HEAD_VOCAB)
 
 
 def runtime_costs(target, draft=None, round_overhead: float = 0.02, remeasure: bool = False):
     """Costs for the controller: the target's measured c_v curve and the draft's relative step cost."""
-    from speczoo.spec.controller import Costs
-    from speczoo.spec.cost import CvCurve
+    from speczoo.decoding.controller import Costs
+    from speczoo.decoding.cost import CvCurve
 
     t = load_or_measure(target, remeasure)
     draft_cost = {"ngram": 0.0, "ngram-tree": 0.0}

@@ -10,7 +10,7 @@ draft over prompt + output (through its reduced drafting head) let every rule be
 milliseconds. The replay charges each rule the runtime's measured costs (a round of K drafted tokens =
 K draft steps + c_v(K + 1) + the round overhead, in target steps) and reports the predicted speedup of:
   * fixed K = 1..k (the draft always proposes K tokens), and
-  * confidence floors at each --rates value (spec/controller.py STOP_RATE): up to k tokens, stopping
+  * confidence floors at each --rates value (decoding/controller.py STOP_RATE): up to k tokens, stopping
     once the product of the draft's confidences is below the floor.
 One approximation: after its first wrong token the draft's later confidences are not observable offline
 (it would continue from its own token); the replay lets it stop there, which flatters the floors a
@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from speczoo.spec.cost import round_cost
+from speczoo.decoding.cost import round_cost
 
 
 @dataclass
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from speczoo.bench.prompts import builtin_prompt
     from speczoo.runtime import load_runtime
-    from speczoo.spec.controller import Controller
+    from speczoo.decoding.controller import Controller
     from speczoo.commands.suite import draft_to_load
 
     prompts = args.prompts.split(",")

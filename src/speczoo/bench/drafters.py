@@ -3,7 +3,7 @@
     python -m speczoo.bench.drafters [TARGET] [--prompts verbatim,code_edit,extractive_qa,free_form]
                                      [--modes ngram,draft,auto] [--gen 128] [--runs 3] [--head NAME]
 
-The mode `draft-noguess` is the draft model without its prompt-lookup guesses (spec/drafters/guess.py):
+The mode `draft-noguess` is the draft model without its prompt-lookup guesses (decoding/drafters/guess.py):
 beside `draft` it measures what the guesses save. The mode `auto-noeagle` is `auto` without the EAGLE
 head: beside `auto` it measures what an installed head adds to the controller's choice (or costs it).
 
@@ -78,7 +78,7 @@ def run_mode(runtime, req: GenerationRequest):
 
 def add_noguess(rt) -> None:
     """Offer the draft model without guesses as the mode NOGUESS, at the draft's price (not in auto)."""
-    from speczoo.spec.drafters.draft_model import make_draft_drafter
+    from speczoo.decoding.drafters.draft_model import make_draft_drafter
 
     if rt.draft is None:
         raise ValueError(f"{NOGUESS} needs a draft model")

@@ -18,7 +18,7 @@ import torch
 
 
 def train_tok_s(head, batch: int, seq: int, dtype: str, device: str, steps: int = 3, warmup: int = 1) -> float:
-    from speczoo.spec.eagle.ttt import unroll
+    from speczoo.decoding.eagle.ttt import unroll
 
     vd, d = head.cfg.draft_vocab, head.cfg.hidden_size
     g = torch.Generator().manual_seed(0)
@@ -44,9 +44,9 @@ def train_tok_s(head, batch: int, seq: int, dtype: str, device: str, steps: int 
 def main(argv: list[str] | None = None) -> int:
     from speczoo.cache import KVCache
     from speczoo.runtime import load
-    from speczoo.spec.eagle.config import head_config_for
-    from speczoo.spec.eagle.head import EagleHead
-    from speczoo.spec.eagle.loaded import head_step_ms
+    from speczoo.decoding.eagle.config import head_config_for
+    from speczoo.decoding.eagle.head import EagleHead
+    from speczoo.decoding.eagle.loaded import head_step_ms
 
     p = argparse.ArgumentParser(prog="python -m speczoo.bench.eagle_speed", description=__doc__.split("\n")[0])
     p.add_argument("target")

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from speczoo.bench.questions import builtin_questions, load_questions
-from speczoo.spec.drafters.ngram import NgramIndex
+from speczoo.decoding.drafters.ngram import NgramIndex
 
 ECHO = {"verbatim", "code_edit", "code_completion", "rag"}
 

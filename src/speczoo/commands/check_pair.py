@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from speczoo.runtime import load
-    from speczoo.spec.pair import check_pair
+    from speczoo.decoding.pair import check_pair
 
     report = check_pair(load(args.draft, args.backend), load(args.target, args.backend))
     if report.ok:

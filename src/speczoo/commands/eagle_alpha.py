@@ -31,9 +31,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from speczoo.runtime import load
-    from speczoo.spec.drafters.eagle import TreeShape
-    from speczoo.spec.eagle.loaded import EagleHeads
-    from speczoo.spec.eagle.replay import greedy_with_features, replay
+    from speczoo.decoding.drafters.eagle import TreeShape
+    from speczoo.decoding.eagle.loaded import EagleHeads
+    from speczoo.decoding.eagle.replay import greedy_with_features, replay
     from speczoo.zoo.heads import find_head
 
     tree = None

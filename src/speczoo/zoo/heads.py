@@ -1,6 +1,6 @@
 """Trained EAGLE-3 heads as zoo entries: directories under $SPECZOO_HOME/eagle/NAME.
 
-A head is a speculators-format directory (config.json + model.safetensors, see spec/eagle/io.py);
+A head is a speculators-format directory (config.json + model.safetensors, see decoding/eagle/io.py);
 its config names the target it was trained for. Head names contain "eagle" so that they never
 collide with model names and read as what they are in `speczoo models` and `--spec eagle:NAME`.
 This module only finds, lists and installs head directories; it never loads weights.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from speczoo import paths
 from speczoo.errors import UnknownModelError
-from speczoo.spec.eagle.config import HeadConfig
-from speczoo.spec.eagle.io import CONFIG_FILE, WEIGHTS_FILE, read_config
+from speczoo.decoding.eagle.config import HeadConfig
+from speczoo.decoding.eagle.io import CONFIG_FILE, WEIGHTS_FILE, read_config
 from speczoo.zoo.bundle import replace_dir
 
 

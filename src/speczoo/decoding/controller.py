@@ -1,7 +1,7 @@
 """The adaptive controller: per round, which drafter (or none) and how many draft tokens K.
 
 It keeps a running estimate of each drafter's per-position acceptance α and picks the (drafter, K) with
-the most expected tokens per unit of time under the cost model (spec/cost.py):
+the most expected tokens per unit of time under the cost model (decoding/cost.py):
     rate(drafter, K) = E(α, K) / (K·draft_cost + c_v(K+1) + round_overhead)     (plain decoding: 1.0)
 
 Estimating α: in a round with K drafted tokens the accepted count a is a truncated geometric sample —
@@ -42,7 +42,7 @@ drafter whose situation is None has nothing to propose this round and is not con
 Confidence: a drafter that knows how sure it is of each token it proposes (a draft model) is asked for up
 to k_max tokens with per-depth floors and stops itself once the chain is unlikely to survive (STOP_RATE);
 its α is then judged on the first token of each draft. The engine re-prices the costs as it runs from
-its own timings (spec/calibrate.py) and hands them over with `use_costs`.
+its own timings (decoding/calibrate.py) and hands them over with `use_costs`.
 
 The classic gate — one drafter, fixed K, off after `gate_after` zero-accept rounds in a row, back on when
 a probe gets anything accepted — is `Controller.gate(drafter, k, gate_after, reprobe_every)`.
@@ -55,8 +55,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from speczoo.spec.cost import CvCurve, as_curve, best_k, round_cost, speedup
-from speczoo.spec.runs import DEEP_RUN, RunLengths
+from speczoo.decoding.cost import CvCurve, as_curve, best_k, round_cost, speedup
+from speczoo.decoding.runs import DEEP_RUN, RunLengths
 
 NONE = "none"           # the choice "no drafter": a plain decode round
 COLLAPSE = 0.1          # the alternative the change detector watches for: α dropping to a tenth
@@ -114,10 +114,10 @@ class Costs:
                     decode step relative to the target's, e.g. 0.71 for 0.5B drafting for 1.5B).
     round_overhead: fixed extra cost of a speculative round (draft bookkeeping, rollback, launching).
     step_ms:        the target's decode step these costs are relative to, in ms, when it was measured
-                    (what online calibration, spec/calibrate.py, needs; None: not known).
+                    (what online calibration, decoding/calibrate.py, needs; None: not known).
     rows:           per drafter that runs a model of its own, that model's forward cost over S rows
                     relative to one row (its own c_v curve), which sizes a draft model's prompt-lookup
-                    guesses (spec/drafters/guess.py); not read by the controller.
+                    guesses (decoding/drafters/guess.py); not read by the controller.
     """
 
     cv: CvCurve | float
@@ -277,7 +277,7 @@ class Controller:
                     doubt; 0 = choose on the point estimates); K is planned on what is known.
     half_life, prior_alpha, prior_weight, reset_p: see AcceptanceEstimate.
     catch_up_weight: how many times a round charges a lagging drafter's catch-up (CATCH_UP_WEIGHT).
-    runs:           the running mean of each drafter's runs of rounds (spec/runs.py), which lets a
+    runs:           the running mean of each drafter's runs of rounds (decoding/runs.py), which lets a
                     confident drafter that keeps the floor draft deep (see `_finish`).
     priors:         per drafter, situation -> prior α of that situation's estimate (prior_alpha otherwise).
     confident:      drafters that stop on their own confidence: when chosen they get the floors of
@@ -420,7 +420,7 @@ class Controller:
 
     def _finish(self, choice: Choice) -> Choice:
         """A chosen drafter that stops on its own confidence gets its floors; when it is the only drafter,
-        or when it keeps the floor for runs of DEEP_RUN rounds or more (spec/runs.py), it may also draft
+        or when it keeps the floor for runs of DEEP_RUN rounds or more (decoding/runs.py), it may also draft
         up to k_max tokens (as far as the c_v curve reaches). Otherwise its K stays the plan's: a long
         chain would preempt the other drafters, and prompt lookup that has no match this round often
         resumes a copy the next, at a fraction of the cost per token (verbatim reproduction under `auto`

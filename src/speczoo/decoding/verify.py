@@ -9,7 +9,7 @@ itself is row `accepted` (the correction at the first miss, or the bonus when al
 
 from __future__ import annotations
 
-from speczoo.spec.types import Draft, Verdict
+from speczoo.decoding.types import Draft, Verdict
 
 
 def verify_greedy(draft: Draft, target_ids: list[int]) -> Verdict:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from speczoo.spec.drafters.base import Drafter
-from speczoo.spec.types import Draft
+from speczoo.decoding.drafters.base import Drafter
+from speczoo.decoding.types import Draft
 
 
 MATCH_CAP = 16       # match lengths are measured up to this many tokens (only the band matters)

@@ -7,7 +7,7 @@ length (O(1)) and the drafter is told what survived. Plain decoding is the same 
 greedy and speculative runs share every line of code but the draft.
 
 A token-tree draft (Draft.parents, not a chain) takes one detour: its N nodes go through one target
-forward with the tree attention mask and tree positions (spec/tree.py), the tree verify picks a root
+forward with the tree attention mask and tree positions (decoding/tree.py), the tree verify picks a root
 path, and the path's K/V rows are compacted next to the prefix before the truncation. Chains, and
 trees that are chains, never take it.
 """
@@ -22,16 +22,16 @@ import torch
 from speczoo.errors import CacheFullError
 from speczoo.events import DoneEvent, GenerationRequest, Stats, TokenEvent
 from speczoo import sampling
-from speczoo.spec.calibrate import CostMeter
-from speczoo.spec.controller import Costs
-from speczoo.spec.drafters.base import Drafter, FeatureTaps
-from speczoo.spec.policy import make_policy
-from speczoo.spec.textstream import TextStream
-from speczoo.spec.tree import TreeLayout, head, is_chain, verify_tree_greedy
-from speczoo.spec.tree_sampling import verify_tree_sampling
-from speczoo.spec.types import Draft, Verdict
-from speczoo.spec.verify import verify_greedy
-from speczoo.spec.verify_sampling import verify_sampling
+from speczoo.decoding.calibrate import CostMeter
+from speczoo.decoding.controller import Costs
+from speczoo.decoding.drafters.base import Drafter, FeatureTaps
+from speczoo.decoding.policy import make_policy
+from speczoo.decoding.textstream import TextStream
+from speczoo.decoding.tree import TreeLayout, head, is_chain, verify_tree_greedy
+from speczoo.decoding.tree_sampling import verify_tree_sampling
+from speczoo.decoding.types import Draft, Verdict
+from speczoo.decoding.verify import verify_greedy
+from speczoo.decoding.verify_sampling import verify_sampling
 
 MAX_K = 64
 RECALIBRATE_EVERY = 4   # rounds between handing the controller re-calibrated costs
@@ -45,7 +45,7 @@ class Engine:
     drafters: name -> factory of a Drafter (built per request: "ngram", "draft", ...).
     costs:  measured costs (target c_v curve, draft cost per token) for the per-round controller; with
             their step_ms known, greedy requests re-calibrate them from this engine's own timings as they
-            run (spec/calibrate.py), across requests; seeded sampled requests keep them as loaded.
+            run (decoding/calibrate.py), across requests; seeded sampled requests keep them as loaded.
     auto_excludes: drafters the "auto" mode does not offer the controller.
     """
 

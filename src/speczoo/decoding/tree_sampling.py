@@ -15,7 +15,7 @@ a token distributed as p, whatever the drafter proposed. Drafters must therefore
 each node was really drawn from: children sampled without replacement carry q with the earlier siblings
 removed and renormalized; deterministic children (top-k picks, n-gram candidates) carry no probs.
 
-Row convention as in spec/tree.py. Never sees a model or a cache and never mutates its inputs;
+Row convention as in decoding/tree.py. Never sees a model or a cache and never mutates its inputs;
 randomness comes only from the generator.
 """
 
@@ -25,9 +25,9 @@ import torch
 from torch import Tensor
 
 from speczoo.sampling import sample
-from speczoo.spec.tree import TreeLayout
-from speczoo.spec.types import Draft, Verdict
-from speczoo.spec.verify_sampling import prob_row
+from speczoo.decoding.tree import TreeLayout
+from speczoo.decoding.types import Draft, Verdict
+from speczoo.decoding.verify_sampling import prob_row
 
 
 def verify_tree_sampling(draft: Draft, layout: TreeLayout, target_probs: Tensor,

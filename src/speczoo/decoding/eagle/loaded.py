@@ -21,9 +21,9 @@ import torch
 
 from speczoo.cache import KVCache
 from speczoo.events import GenerationRequest
-from speczoo.spec.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
-from speczoo.spec.eagle.head import EagleHead
-from speczoo.spec.eagle.io import load_head
+from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
+from speczoo.decoding.eagle.head import EagleHead
+from speczoo.decoding.eagle.io import load_head
 from speczoo.zoo.heads import HeadEntry, find_head, heads_for
 
 

@@ -9,7 +9,7 @@ proposals, and everything the target makes of them, are unchanged: only the draf
 
 Extra rows are not free (a 9-row forward of qwen2.5-coder-0.5b costs 1.9-2.9 of its steps), so the guess
 is sized per round like a speculative round: the length g that maximizes E(α, g) / rows(g + 1), the
-draft tokens expected from one forward over its cost (spec/cost.py), with α the running rate at which
+draft tokens expected from one forward over its cost (decoding/cost.py), with α the running rate at which
 the draft has confirmed guessed ids in this prompt-lookup situation (NgramIndex.situation; it starts
 at the target's rate there, SITUATION_PRIORS) and rows the draft's own forward-cost curve. Pure
 bookkeeping: no model, no cache, no clock.
@@ -17,9 +17,9 @@ bookkeeping: no model, no cache, no clock.
 
 from __future__ import annotations
 
-from speczoo.spec.controller import AcceptanceEstimate
-from speczoo.spec.cost import CvCurve, as_curve, best_k
-from speczoo.spec.drafters.ngram import SITUATION_PRIORS, NgramIndex
+from speczoo.decoding.controller import AcceptanceEstimate
+from speczoo.decoding.cost import CvCurve, as_curve, best_k
+from speczoo.decoding.drafters.ngram import SITUATION_PRIORS, NgramIndex
 
 GUESS_ORDER = 3            # the longest suffix prompt lookup matches for a guess
 

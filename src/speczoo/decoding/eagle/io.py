@@ -1,6 +1,6 @@
 """Save and load an EAGLE-3 head in the speculators format (what vLLM and SGLang load).
 
-A head directory holds config.json (see `spec/eagle/config.py`) and model.safetensors with the
+A head directory holds config.json (see `decoding/eagle/config.py`) and model.safetensors with the
 speculators tensor names: fc.weight, layers.0.{input_layernorm,hidden_norm,post_attention_layernorm}
 .weight, layers.0.self_attn.{q,k,v,o}_proj.weight, layers.0.mlp.{gate,up,down}_proj.weight,
 norm.weight, lm_head.weight, d2t (int64 [Vd]) and t2d (bool [V]). The embedding table is not
@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 import torch
 from torch import Tensor
 
-from speczoo.spec.eagle.config import HeadConfig
-from speczoo.spec.eagle.head import EagleHead
+from speczoo.decoding.eagle.config import HeadConfig
+from speczoo.decoding.eagle.head import EagleHead
 from speczoo.zoo.bundle import replace_dir
 
 CONFIG_FILE = "config.json"

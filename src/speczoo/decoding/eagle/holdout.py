@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import torch
 
-from speczoo.spec.eagle.features import FeatureSet
-from speczoo.spec.eagle.head import EagleHead
-from speczoo.spec.eagle.ttt import step_labels, unroll
-from speczoo.spec.eagle.vocab import t2d_index
+from speczoo.decoding.eagle.features import FeatureSet
+from speczoo.decoding.eagle.head import EagleHead
+from speczoo.decoding.eagle.ttt import step_labels, unroll
+from speczoo.decoding.eagle.vocab import t2d_index
 
 HOLDOUT_EVERY = 20              # one chunk in this many is held out (0: none)
 # Temperatures tried: 0.5 .. 4, evenly spaced in log (ratio ~1.05); 1.0 is among them.

@@ -6,7 +6,7 @@ the normalized residual max(0, p_i − q_i) and stop; if all K are accepted emit
 p_K. Each emitted token is then distributed exactly as the target's p given the tokens before it: the
 output follows the target distribution, whatever the drafter proposes.
 
-Row convention as in spec/verify.py: target_probs row i is the target's distribution for the token after
+Row convention as in decoding/verify.py: target_probs row i is the target's distribution for the token after
 d[i-1] (row 0: after a0), so d[i] is checked against row i, and the token the target adds itself comes
 from row `accepted`. Drafts without probabilities (n-gram) count as one-hot q on the proposed token.
 
@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from speczoo.sampling import sample
-from speczoo.spec.types import Draft, Verdict
+from speczoo.decoding.types import Draft, Verdict
 
 
 def verify_sampling(draft: Draft, target_probs: Tensor, generator: torch.Generator) -> Verdict:

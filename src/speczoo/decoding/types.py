@@ -1,6 +1,6 @@
 """Plain data exchanged between drafters, the pure verify functions and the engine.
 
-A drafter returns a `Draft`; `spec.verify` turns (draft, target output) into a `Verdict`; only the
+A drafter returns a `Draft`; `decoding.verify` turns (draft, target output) into a `Verdict`; only the
 engine acts on a verdict (emits tokens, rolls caches back). Nothing here touches a model or a cache.
 """
 
@@ -22,7 +22,7 @@ class Draft:
     parents: for a token tree, parents[i] is the index of node i's parent in `tokens` (-1: the root,
             i.e. the last committed token); None for a chain.
     work:   what proposing it took, in the drafter's own steps (a draft model: its forwards, each
-            counted at its cost over its rows; spec/calibrate.py prices a step from it); None: one
+            counted at its cost over its rows; decoding/calibrate.py prices a step from it); None: one
             step per token.
     """
 

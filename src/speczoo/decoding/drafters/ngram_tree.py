@@ -23,8 +23,8 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from speczoo.spec.drafters.ngram import NgramIndex, PromptLookup
-from speczoo.spec.types import Draft
+from speczoo.decoding.drafters.ngram import NgramIndex, PromptLookup
+from speczoo.decoding.types import Draft
 
 
 @dataclass

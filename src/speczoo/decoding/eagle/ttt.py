@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from speczoo.spec.eagle.head import EagleHead, rotate
+from speczoo.decoding.eagle.head import EagleHead, rotate
 
 
 @dataclass

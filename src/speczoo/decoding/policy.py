@@ -4,14 +4,14 @@
 "draft") gives the cost-model controller over that drafter with K up to the request's K (it picks K
 each round and switches drafting off when acceptance falls below break-even, re-probing now and
 then); "auto" gives the same controller over every drafter available. The decisions live in
-spec/controller.py; this module only configures it.
+decoding/controller.py; this module only configures it.
 """
 
 from __future__ import annotations
 
 from speczoo.events import GenerationRequest
-from speczoo.spec.controller import Controller, Costs
-from speczoo.spec.drafters.base import Drafter
+from speczoo.decoding.controller import Controller, Costs
+from speczoo.decoding.drafters.base import Drafter
 
 
 def make_policy(req: GenerationRequest, drafters: dict[str, Drafter], costs: Costs | None) -> Controller:

@@ -31,9 +31,9 @@ from torch import Tensor
 
 from speczoo import sampling
 from speczoo.events import GenerationRequest, SamplingParams
-from speczoo.spec.drafters.base import Drafter
-from speczoo.spec.eagle.head import EagleHead
-from speczoo.spec.types import Draft
+from speczoo.decoding.drafters.base import Drafter
+from speczoo.decoding.eagle.head import EagleHead
+from speczoo.decoding.types import Draft
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ def make_eagle_drafter(head: EagleHead, max_seq: int, tree: TreeShape | None = N
                        ) -> Callable[[GenerationRequest], EagleDrafter]:
     """A factory the engine calls per request: one head cache, reused (reset) across requests."""
     from speczoo.cache import KVCache
-    from speczoo.spec.engine import MAX_K
+    from speczoo.decoding.engine import MAX_K
 
     drafted_rows = MAX_K if tree is None else tree.depth * tree.branch    # rows a proposal appends, at most
     cache = KVCache(head.kv_args(), max_seq, extra=drafted_rows + 2)

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from speczoo.cache import KVCache
-from speczoo.spec.drafters.eagle import EagleDrafter, TreeShape
-from speczoo.spec.eagle.head import EagleHead
+from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape
+from speczoo.decoding.eagle.head import EagleHead
 
 
 @dataclass

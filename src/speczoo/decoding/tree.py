@@ -6,7 +6,7 @@ whole tree: its S = N + 1 rows are [a0] + tokens (row 0 is a0, row i + 1 is node
 position base + depth (a0 at depth 0) and attending to the committed prefix, a0 and its own ancestors
 only (the tree attention mask). Row r then holds the target's prediction for the token after the path
 that ends at row r, so a node is checked against its parent's row, as a chain token d[i] is checked
-against row i in spec/verify.py; a chain is the tree whose parents are -1, 0, 1, ...
+against row i in decoding/verify.py; a chain is the tree whose parents are -1, 0, 1, ...
 
 Pure: nothing here sees a model or a cache, and nothing mutates its inputs. The engine builds the
 layout, runs the forward, verifies, then moves the accepted path's K/V rows into place.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from speczoo.spec.types import Draft, Verdict
+from speczoo.decoding.types import Draft, Verdict
 
 
 def check_parents(parents: list[int]) -> None:

@@ -1,0 +1,1 @@
+"""speczoo.decoding.drafters."""

@@ -1,1 +1,0 @@
-"""speczoo.spec."""
