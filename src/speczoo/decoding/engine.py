@@ -165,9 +165,10 @@ class Engine:
             d.prefill(g.context)
         t1 = time.perf_counter()
         g.stats.prefill_seconds = t1 - t0
+        verify = self._verify
         try:
             while g.finish is None:
-                yield run_round(g, self._verify)
+                yield run_round(g, verify)
         finally:
             g.stats.seconds = time.perf_counter() - t1
             g.stats.new_tokens = len(g.out)

@@ -80,7 +80,8 @@ class Plan:
 class Generation:
     """One request's state between rounds.
 
-    drafters: this request's drafters by name; policy: the controller choosing among them.
+    drafters: this request's drafters by name; policy: the controller choosing among them (or anything
+              with its choose / alternative / update, and use_costs when a meter is given).
     context:  every committed id (prompt + output); pending: a0, chosen by the target, not emitted yet.
     meter:    the online calibration the rounds time themselves into (None: no timing).
     taps, sampling, rng: the engine's side (features to hand the drafters, the request's sampling and
