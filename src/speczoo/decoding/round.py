@@ -142,8 +142,8 @@ def plan(g: Generation) -> Plan:
     remaining = g.remaining
     if remaining == 1:
         return Plan(NONE, Draft(tokens=[]), verify=False)
-    ctx = g.context + [g.pending]
     drafters = g.drafters
+    ctx = g.context + [g.pending] if drafters else g.context     # what the drafters see (plain: no one)
     lags = {name: d.lag(ctx) for name, d in drafters.items()}
     choice = g.policy.choose(lags, {name: d.situation(ctx) for name, d in drafters.items()})
     if not choice.drafting:
