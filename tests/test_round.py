@@ -182,3 +182,15 @@ def test_a_character_unfinished_at_the_end_shows_as_a_replacement(tok):
     *events, done = generate_text(eng, tok, GenerationRequest(prompt_ids=prompt, max_new_tokens=n))
     assert done.text.endswith("\ufffd") and "".join(e.text for e in events) == done.text
     assert all("\ufffd" not in e.text for e in events[:-1])         # only the flush at the end shows it
+
+
+def test_drafters_are_offered_through_the_engine():
+    costs = Costs(cv=CvCurve.measured(CV), draft_cost={"ngram": 0.0}, round_overhead=0.02)
+    eng = Engine(OracleModel(ScriptOracle(16, 4, [1, 2, 3])), TokenCache(100), {"ngram": DRAFTERS["ngram"]},
+                 eos_ids=[], max_seq=60, costs=costs)
+    eng.offer("tree", DRAFTERS["ngram-tree"], cost_per_token=0.25, exclude_auto=True)
+    assert costs.draft_cost["tree"] == 0.25 and eng._drafter_names("auto") == ["ngram"]
+    *_, done = eng.generate(GenerationRequest(prompt_ids=[1, 2, 3, 1], max_new_tokens=20, spec="tree", k=4))
+    assert done.ids == [1, 2, 3] * 6 + [1, 2] and done.stats.accepted > 0
+    with pytest.raises(ValueError, match="no cost profile"):
+        Engine(OracleModel(ScriptOracle(16, 4, [1])), TokenCache(100), {}, [], 60).offer("x", DRAFTERS["ngram"], 0.5)

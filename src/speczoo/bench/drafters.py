@@ -84,7 +84,7 @@ def add_noguess(rt) -> None:
         raise ValueError(f"{NOGUESS} needs a draft model")
     eng = rt.engine
     eng.offer(NOGUESS, make_draft_drafter(rt.draft, rt.target, rt.max_seq),
-              cost_per_token=eng.costs.draft_cost["draft"], auto=False)
+              cost_per_token=eng.costs.draft_cost["draft"], exclude_auto=True)
 
 
 def paired_ratio(a: ModeRuns, b: ModeRuns) -> float:

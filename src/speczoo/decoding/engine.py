@@ -75,16 +75,17 @@ class Engine:
         return self._meter
 
     def offer(self, name: str, factory: Callable[[GenerationRequest], Drafter],
-              cost_per_token: float | None = None, auto: bool = True) -> None:
+              cost_per_token: float | None = None, exclude_auto: bool = False) -> None:
         """Offer the drafter `name` (built per request by `factory`; replaces one of that name) to the
-        requests that name it and, with `auto`, to the "auto" mode. cost_per_token: its draft step in
-        target decode steps, for the controller (None: the costs already name it)."""
+        requests that name it, and to the "auto" mode unless auto_excludes names it or `exclude_auto`
+        adds it there. cost_per_token: its draft step in target decode steps, for the controller (None:
+        the costs already price it)."""
         self.drafters[name] = factory
         if cost_per_token is not None:
             if self.costs is None:
                 raise ValueError(f"drafter {name!r} comes with a cost but this engine has no cost profile")
             self.costs.draft_cost[name] = cost_per_token
-        if not auto:
+        if exclude_auto:
             self.auto_excludes = self.auto_excludes | {name}
 
     # -- validation -------------------------------------------------------------------------
