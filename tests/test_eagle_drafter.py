@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
+from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
 from speczoo.decoding.eagle.pipeline import EagleTrainOptions, Target, train_eagle
 from speczoo.decoding.eagle.train import TrainConfig
 from speczoo.decoding.eagle.io import load_head
 from speczoo.decoding.engine import MAX_K, Engine
-from speczoo.decoding.reference import IdTokenizer
 from tiny import tiny_model, tiny_tensors
 
 VOCAB = 128
@@ -46,11 +46,11 @@ def trained(tmp_path_factory):
 
 
 def engine(model, args, head, tree=None, max_seq=128) -> Engine:
-    return Engine(model, KVCache(args, max_seq, extra=MAX_K + 1), IdTokenizer(),
+    return Engine(model, KVCache(args, max_seq, extra=MAX_K + 1),
                   {"eagle": make_eagle_drafter(head, max_seq, tree)}, eos_ids=[], max_seq=max_seq)
 
 
-def run(eng, **kw) -> DoneEvent:
+def run(eng, **kw) -> Finished:
     *events, done = eng.generate(GenerationRequest(**kw))
     assert sum((e.ids for e in events), []) == done.ids
     return done
@@ -156,9 +156,13 @@ def test_sampled_chain_carries_its_distribution(trained):
 
 
 def test_replay_counts_what_greedy_verification_accepts(trained):
-    from speczoo.decoding.eagle.replay import _accepted, greedy_with_features, replay
-    assert _accepted([4, 5, 6], None, [4, 5, 7]) == 2
-    assert _accepted([9, 4, 5, 6, 8], [-1, -1, 1, 2, 2], [4, 5, 8, 1]) == 3     # 4 -> 5 -> 8, off the first branch
+    from speczoo.decoding.eagle.replay import greedy_with_features, replay
+    from speczoo.decoding.round import Plan, verify_recorded
+    from speczoo.decoding.types import Draft
+    a0 = [1]                                                                    # out[0]: the round's a0
+    assert verify_recorded(Plan("eagle", Draft([4, 5, 6])), a0 + [4, 5, 7], 0)[0].accepted == 2
+    tree = Plan("eagle", Draft([9, 4, 5, 6, 8], parents=[-1, -1, 1, 2, 2]), chain=False)
+    assert verify_recorded(tree, a0 + [4, 5, 8, 1], 0)[0].accepted == 3         # 4 -> 5 -> 8, off the first branch
     model, args, head = trained
     ids, hidden = greedy_with_features(model, PROMPT, 40, head.cfg.target_layers)
     eng = engine(model, args, head)
@@ -169,11 +173,22 @@ def test_replay_counts_what_greedy_verification_accepts(trained):
     assert tree.tokens in (39, 40) and tree.accepted_per_round >= chain.accepted_per_round * 0.9
 
 
+class StubDecoder:
+    def feed(self, ids) -> str:
+        return "".join(f"<{i}>" for i in ids)
+
+    def flush(self) -> str:
+        return ""
+
+
 class StubTokenizer:
     eos_ids: list[int] = []
 
     def decode(self, ids) -> str:
         return "".join(f"<{i}>" for i in ids)
+
+    def incremental_decoder(self) -> StubDecoder:
+        return StubDecoder()
 
 
 def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):

@@ -94,6 +94,7 @@ class Tokenizer:
         self.config = config
         self.chat_template = chat_template
         self._compiled = None
+        self._pieces: dict[int, bytes] = {}        # id -> its bytes (piece_bytes), filled as ids are seen
         self.bos_id: int | None = config["bos_id"]
         self.eos_ids: list[int] = list(config["eos_ids"])
         self.add_bos: bool = bool(config["add_bos_token"])
@@ -164,19 +165,24 @@ class Tokenizer:
         return frozenset(i for i, t in self.backend.get_added_tokens_decoder().items() if t.special)
 
     @cached_property
-    def token_bytes(self) -> list[bytes]:
-        """The bytes each id decodes to (special tokens as their text), for incremental decoding."""
-        out: list[bytes] = []
+    def _byte_of(self) -> dict[str, int]:
+        """A byte-level piece's characters -> the bytes they stand for."""
+        return {c: b for b, c in byte_alphabet().items()}
+
+    def piece_bytes(self, i: int) -> bytes:
+        """The bytes id `i` decodes to (a special token as its text), for incremental decoding: worked
+        out on first use and kept, so that the first generation does not pay for the whole vocabulary."""
+        out = self._pieces.get(i)
+        if out is not None:
+            return out
+        piece = self.backend.id_to_token(i) or ""
         if self.config["byte_decoding"] == "byte_level":
-            inverse = {c: b for b, c in byte_alphabet().items()}
-            for i in range(self.vocab_size):
-                piece = self.backend.id_to_token(i) or ""
-                out.append(b"".join(bytes([inverse[c]]) if c in inverse else c.encode("utf-8") for c in piece))
+            inverse = self._byte_of
+            out = b"".join(bytes([inverse[c]]) if c in inverse else c.encode("utf-8") for c in piece)
         else:
-            for i in range(self.vocab_size):
-                piece = self.backend.id_to_token(i) or ""
-                m = _BYTE_PIECE.match(piece)
-                out.append(bytes([int(m.group(1), 16)]) if m else piece.replace("\u2581", " ").encode("utf-8"))
+            m = _BYTE_PIECE.match(piece)
+            out = bytes([int(m.group(1), 16)]) if m else piece.replace("\u2581", " ").encode("utf-8")
+        self._pieces[i] = out
         return out
 
     def incremental_decoder(self, skip_special: bool = False) -> IncrementalDecoder:
@@ -192,13 +198,13 @@ class IncrementalDecoder:
     """
 
     def __init__(self, tokenizer: Tokenizer, skip_special: bool = False):
-        self._bytes = tokenizer.token_bytes
+        self._bytes = tokenizer.piece_bytes
         self._skip = tokenizer.special_ids if skip_special else frozenset()
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, ids: int | Iterable[int]) -> str:
         ids = [ids] if isinstance(ids, int) else ids
-        data = b"".join(self._bytes[i] for i in ids if i not in self._skip)
+        data = b"".join(self._bytes(i) for i in ids if i not in self._skip)
         return self._utf8.decode(data)
 
     def flush(self) -> str:
