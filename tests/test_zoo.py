@@ -19,7 +19,7 @@ from tiny_gguf import write_tiny_gguf, write_tiny_hf_dir
 
 from speczoo import cli
 from speczoo.errors import IntegrityError, NotPulledError, SpeczooError, UnknownModelError
-from speczoo.kernels import linear
+from speczoo.kernels import backends, linear
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from speczoo.tokenizer import Tokenizer
@@ -68,8 +68,8 @@ class PackedTestBackend(linear.LinearBackend):
         return linear.Fp32Linear(packed["weight"].float(), bias)
 
 
-if PackedTestBackend.name not in linear.BACKENDS:
-    linear.register(PackedTestBackend())
+if PackedTestBackend.name not in backends.BACKENDS:
+    backends.register(PackedTestBackend())
 
 
 # ---------------------------------------------------------------- local GGUF sources

@@ -19,7 +19,7 @@ from speczoo.bench.cv import runtime_costs
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels import native
-from speczoo.kernels.linear import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs
 from speczoo.decoding.drafters.eagle import TreeShape
 from speczoo.decoding.drafters.ngram import NgramDrafter

@@ -185,7 +185,7 @@ def run_parity(model: str | Path, *, n_tokens: int = 640, chunk: int = 128, tie_
                min_agreement: float = 0.90, max_ppl_ratio: float = 1.08, log=print) -> ParityReport:
     """Run the whole gate on a .gguf path, a bundle directory or a pulled zoo name (whose bundle is what
     our side loads, while the reference loads the bundle's source GGUF). `log` receives progress lines."""
-    from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
+    from speczoo.kernels.backends import DEFAULT_FAST_BACKEND
 
     gguf_path, bundle = resolve_model(model)
     if fast_backend is None and bundle is not None:

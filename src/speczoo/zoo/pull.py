@@ -35,7 +35,8 @@ from torch import Tensor
 from tqdm import tqdm
 
 from speczoo.errors import SpeczooError
-from speczoo.kernels.linear import DEFAULT_FAST_BACKEND, LinearBackend, get_backend
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, get_backend
+from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import linear_weight_sources, read_unpacked, unpacked_names
 from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
