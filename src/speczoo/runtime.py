@@ -15,7 +15,6 @@ from pathlib import Path
 
 from torch import nn
 
-from speczoo.bench.cv import runtime_costs
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels import native
@@ -25,7 +24,9 @@ from speczoo.decoding.drafters.eagle import TreeShape
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.eagle.loaded import EagleHeads
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
-from speczoo.decoding.engine import MAX_K, Engine
+from speczoo.decoding.types import MAX_K
+from speczoo.decoding.costprofile import runtime_costs
+from speczoo.decoding.engine import Engine
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source

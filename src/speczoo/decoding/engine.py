@@ -23,17 +23,16 @@ from speczoo.errors import CacheFullError
 from speczoo.events import DoneEvent, GenerationRequest, Stats, TokenEvent
 from speczoo import sampling
 from speczoo.decoding.calibrate import CostMeter
-from speczoo.decoding.controller import Costs
+from speczoo.decoding.cost import Costs
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
 from speczoo.decoding.policy import make_policy
 from speczoo.decoding.textstream import TextStream
 from speczoo.decoding.tree import TreeLayout, head, is_chain, verify_tree_greedy
 from speczoo.decoding.tree_sampling import verify_tree_sampling
-from speczoo.decoding.types import Draft, Verdict
+from speczoo.decoding.types import MAX_K, Draft, Verdict
 from speczoo.decoding.verify import verify_greedy
 from speczoo.decoding.verify_sampling import verify_sampling
 
-MAX_K = 64
 RECALIBRATE_EVERY = 4   # rounds between handing the controller re-calibrated costs
 
 
