@@ -159,9 +159,10 @@ def tokenizer_check(gguf_path: Path, bundle: Path | None, reference, text: str) 
     """speczoo's tokenizer (from the bundle, else from the GGUF) vs transformers', on the gate's text
     and a slice of the standard library. Returns (summary, passed)."""
     from speczoo.tokenizer import Tokenizer
+    from speczoo.zoo.gguf_tokenizer import read_tokenizer
     from speczoo.zoo.tokparity import stdlib_texts, tokenizer_parity
 
-    ours = Tokenizer.from_bundle(bundle) if bundle is not None else Tokenizer.from_gguf(gguf_path)
+    ours = Tokenizer.from_bundle(bundle) if bundle is not None else read_tokenizer(gguf_path)
     result = tokenizer_parity(ours, gguf_path, [text] + stdlib_texts(min_chars=100_000), reference=reference)
     return result.summary(), result.mismatching == 0
 
