@@ -212,7 +212,7 @@ def test_head_step_is_priced_against_the_target_step_timed_with_it(trained):
     steps instead of being read as the head's own cost."""
     import time
 
-    from speczoo.decoding.eagle.loaded import head_step_cost
+    from speczoo.eagle_heads import head_step_cost
     model, args, head = trained
     quick = head_step_cost(head, model, args, rounds=2, repeats=2)
     assert 0 < quick < math.inf

@@ -22,7 +22,7 @@ from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs
 from speczoo.decoding.drafters.eagle import TreeShape
 from speczoo.decoding.drafters.ngram import NgramDrafter
-from speczoo.decoding.eagle.loaded import EagleHeads
+from speczoo.eagle_heads import EagleHeads
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.types import MAX_K
 from speczoo.decoding.costprofile import runtime_costs

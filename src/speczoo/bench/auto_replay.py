@@ -278,7 +278,7 @@ def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recor
     from speczoo.cache import KVCache
     from speczoo.runtime import load
     from speczoo.decoding.drafters.eagle import TreeShape
-    from speczoo.decoding.eagle.loaded import EagleHeads
+    from speczoo.eagle_heads import EagleHeads
 
     depth, branch = (int(x) for x in tree.split(","))
     t = load(target)
