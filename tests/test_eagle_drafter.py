@@ -156,7 +156,7 @@ def test_sampled_chain_carries_its_distribution(trained):
 
 
 def test_replay_counts_what_greedy_verification_accepts(trained):
-    from speczoo.decoding.eagle.replay import _accepted, greedy_with_features, replay
+    from speczoo.decoding.eagle_replay import _accepted, greedy_with_features, replay
     assert _accepted([4, 5, 6], None, [4, 5, 7]) == 2
     assert _accepted([9, 4, 5, 6, 8], [-1, -1, 1, 2, 2], [4, 5, 8, 1]) == 3     # 4 -> 5 -> 8, off the first branch
     model, args, head = trained

@@ -33,7 +33,7 @@ def run(args) -> int:
     from speczoo.runtime import load
     from speczoo.decoding.drafters.eagle import TreeShape
     from speczoo.eagle_heads import EagleHeads
-    from speczoo.decoding.eagle.replay import greedy_with_features, replay
+    from speczoo.decoding.eagle_replay import greedy_with_features, replay
     from speczoo.zoo.heads import find_head
 
     tree = None
