@@ -6,7 +6,7 @@ import torch
 from speczoo.events import GenerationRequest
 from speczoo.decoding.round import Finished
 from speczoo.decoding.calibrate import CostMeter
-from speczoo.decoding.controller import Costs
+from speczoo.decoding.cost import Costs
 from speczoo.decoding.cost import CvCurve
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter

@@ -9,7 +9,7 @@ from tiny import tiny_model
 from speczoo.cache import KVCache
 from speczoo.events import GenerationRequest
 from speczoo.decoding.round import Finished
-from speczoo.kernels.linear import get_backend
+from speczoo.kernels.backends import get_backend
 from speczoo.kernels.quantized import select_strips
 from speczoo.decoding.drafters.draft_head import ReducedHead
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter

@@ -156,7 +156,7 @@ def test_sampled_chain_carries_its_distribution(trained):
 
 
 def test_replay_counts_what_greedy_verification_accepts(trained):
-    from speczoo.decoding.eagle.replay import greedy_with_features, replay
+    from speczoo.decoding.eagle_replay import greedy_with_features, replay
     from speczoo.decoding.round import Plan, verify_recorded
     from speczoo.decoding.types import Draft
     a0 = [1]                                                                    # out[0]: the round's a0
@@ -227,7 +227,7 @@ def test_head_step_is_priced_against_the_target_step_timed_with_it(trained):
     steps instead of being read as the head's own cost."""
     import time
 
-    from speczoo.decoding.eagle.loaded import head_step_cost
+    from speczoo.eagle_heads import head_step_cost
     model, args, head = trained
     quick = head_step_cost(head, model, args, rounds=2, repeats=2)
     assert 0 < quick < math.inf
@@ -253,7 +253,7 @@ def test_chain_stops_on_its_confidence(trained):
     stopped = d.propose(ctx, 5, floors=(1.0,) * 4)          # no product of probabilities reaches 1.0
     assert stopped.tokens == full.tokens[:1] and d.cache.length == len(ctx) - 1
     assert feed(head, model, args, ctx).propose(ctx, 5, floors=(0.0,) * 4).tokens == full.tokens
-    from speczoo.decoding.controller import Costs
+    from speczoo.decoding.cost import Costs
     eng = engine(model, args, head)
     plain = run(eng, prompt_ids=PROMPT, max_new_tokens=40)
     eng.costs = Costs(cv={1: 1.0, 2: 1.05, 9: 1.6}, draft_cost={"eagle": 0.05})

@@ -98,7 +98,7 @@ def test_the_auto_replay_makes_the_engines_rounds():
 
 @pytest.mark.parametrize("tree", [None, TreeShape(depth=3, branch=2)], ids=["chain", "tree"])
 def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # noqa: F811 (the imported fixture)
-    """decoding/eagle/replay.py against the engine's rounds under the same always-draft policy."""
+    """decoding/eagle_replay.py against the engine's rounds under the same always-draft policy."""
     model, args, head = trained
     k = 6 if tree is None else 12
     eng = Engine(model, KVCache(args, 128, extra=MAX_K + 1), {}, eos_ids=[], max_seq=128)

@@ -15,17 +15,18 @@ from pathlib import Path
 
 from torch import nn
 
-from speczoo.bench.cv import runtime_costs
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels import native
-from speczoo.kernels.linear import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs
 from speczoo.decoding.drafters.eagle import TreeShape
 from speczoo.decoding.drafters.ngram import NgramDrafter
-from speczoo.decoding.eagle.loaded import EagleHeads
+from speczoo.eagle_heads import EagleHeads
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
-from speczoo.decoding.engine import MAX_K, Engine
+from speczoo.decoding.types import MAX_K
+from speczoo.decoding.costprofile import runtime_costs
+from speczoo.decoding.engine import Engine
 from speczoo.textgen import generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest

@@ -4,6 +4,8 @@ A bundle stores tokenizer.json (a `tokenizers` file, built at pull time from GGU
 `zoo.gguf_tokenizer` or copied from a Hugging Face directory), tokenizer_config.json (special ids, add_bos,
 how ids map to bytes) and chat_template.jinja. This module only reads them; it never builds a vocabulary
 and never guesses a missing special token or chat template: a missing one is an error that says what to do.
+It sits below the zoo, which builds these files (`zoo.gguf_tokenizer.read_tokenizer` builds a Tokenizer
+straight from a GGUF): it never imports the zoo.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import re
 from collections.abc import Iterable
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from jinja2.exceptions import TemplateError
@@ -21,13 +23,25 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as Backend
 
 from speczoo.errors import SpeczooError
-from speczoo.zoo.gguf_tokenizer import byte_alphabet
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 BYTE_DECODINGS = ("byte_level", "byte_fallback")
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+@lru_cache(maxsize=1)
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map used by byte-level BPE vocabularies."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {b: chr(b) for b in printable}
+    shift = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + shift)
+            shift += 1
+    return table
+
 
 # Chat templates speczoo supplies for models whose file carries none, by name (the registry names one).
 BUILTIN_CHAT_TEMPLATES = {
@@ -110,15 +124,6 @@ class Tokenizer:
         template_file = bundle_dir / CHAT_TEMPLATE_FILE
         template = template_file.read_text(encoding="utf-8") if template_file.is_file() else None
         return cls(Backend.from_file(str(tok_file)), json.loads(cfg_file.read_text()), template)
-
-    @classmethod
-    def from_gguf(cls, gguf_path: Path, chat_template: str | None = None) -> Tokenizer:
-        """Build from a GGUF's metadata (seconds for a large vocabulary); `chat_template` fills a missing one."""
-        import gguf
-
-        from speczoo.zoo.gguf_tokenizer import tokenizer_from_gguf
-        built = tokenizer_from_gguf(gguf.GGUFReader(str(gguf_path)))
-        return cls(built.tokenizer, built.config, built.chat_template or chat_template)
 
     def save(self, bundle_dir: Path) -> None:
         """Write tokenizer.json, tokenizer_config.json and (when there is one) chat_template.jinja."""

@@ -29,7 +29,7 @@ offline; the replay stops its chain there in every mode alike.
 Cost profiles: the recordings carry the costs measured when they were made, but `auto` must hold on
 every kernel path, whatever its costs. `--profile NAME` replays them under a built-in profile of one
 path's shape (PROFILES: cheap-verify, dear-verify, dear-draft), `--profile FILE.json` under a measured
-one (a target's profile as bench/cv.py saves it, `speczoo cv MODEL --json` or a bundle's
+one (a target's profile as decoding/costprofile.py saves it, `speczoo cv MODEL --json` or a bundle's
 cost-<backend>.json; the draft's with `--draft-profile`). The controller is then handed exactly those
 costs, as if the engine's meter had already learnt them. The report is per category of the suite (the
 recordings' `{category}-{question_id}` names; a built-in prompt is a category of its own): each mode's
@@ -46,8 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from speczoo.decoding.controller import NONE, Controller, Costs
-from speczoo.decoding.cost import CvCurve
+from speczoo.decoding.controller import NONE, Controller
+from speczoo.decoding.cost import Costs, CvCurve
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.draft_model import GUESS_MAX, agreeing_prefix
 from speczoo.decoding.drafters.guess import Guesser
@@ -225,7 +225,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
 def record(rt, prompt_ids: list[int], gen: int) -> Recording:
     """Run the target greedily on the prompt and the draft teacher-forced over the output; take the
     costs from the runtime's profiles (the draft's own c_v curve included)."""
-    from speczoo.bench.cv import load_or_measure
+    from speczoo.decoding.costprofile import load_or_measure
     from speczoo.bench.draft_replay import teacher
 
     t = teacher(rt, prompt_ids, gen)
@@ -247,7 +247,7 @@ def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recor
     from speczoo.cache import KVCache
     from speczoo.runtime import load
     from speczoo.decoding.drafters.eagle import TreeShape
-    from speczoo.decoding.eagle.loaded import EagleHeads
+    from speczoo.eagle_heads import EagleHeads
 
     depth, branch = (int(x) for x in tree.split(","))
     t = load(target)
@@ -331,7 +331,7 @@ PROFILES = {
 
 
 def measured_profile(target: dict, draft: dict | None = None, name: str = "measured") -> Profile:
-    """A profile from bench/cv.py's saved form: the target's {"ms", "cv"}; the draft's step from the
+    """A profile from decoding/costprofile.py's saved form: the target's {"ms", "cv"}; the draft's step from the
     draft model's profile ("draft_ms", its reduced-head step, else its "ms" at S = 1), over the target's
     step, and its rows from its "draft_cv" (else "cv"), as runtime_costs prices them."""
     cv = _curve(target, "cv", name)
@@ -344,7 +344,7 @@ def measured_profile(target: dict, draft: dict | None = None, name: str = "measu
 
 def _curve(data: dict, key: str, name: str) -> dict[int, float]:
     if not isinstance(data, dict) or not isinstance(data.get(key), dict):
-        raise ValueError(f"{name}: no {key!r} table; expected a cost profile as bench/cv.py saves it "
+        raise ValueError(f"{name}: no {key!r} table; expected a cost profile as decoding/costprofile.py saves it "
                          '({"ms": {"1": ...}, "cv": {"1": 1.0, "2": ...}}: `speczoo cv MODEL --json`)')
     try:
         return {int(s): float(c) for s, c in data[key].items()}
@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replay", type=Path, default=None, help="replay saved recordings (no model runs)")
     ap.add_argument("--profile", action="append", default=[], metavar="NAME|FILE.json",
                     help=f"replay under this cost profile instead of the recordings' own: one of "
-                         f"{', '.join(PROFILES)}, or a target's profile file as bench/cv.py saves it; "
+                         f"{', '.join(PROFILES)}, or a target's profile file as decoding/costprofile.py saves it; "
                          "comma-separated or repeated for several")
     ap.add_argument("--draft-profile", type=Path, default=None, metavar="FILE.json",
                     help="the draft model's profile file, pricing its step against a measured --profile")

@@ -26,17 +26,16 @@ from speczoo.errors import CacheFullError
 from speczoo.events import GenerationRequest, SamplingParams, Stats
 from speczoo import sampling
 from speczoo.decoding.calibrate import CostMeter
-from speczoo.decoding.controller import Costs
+from speczoo.decoding.cost import Costs
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
 from speczoo.decoding.policy import make_policy
 from speczoo.decoding.round import Finished, Generation, Plan, Round, run_round
 from speczoo.decoding.tree import TreeLayout, verify_tree_greedy
 from speczoo.decoding.tree_sampling import verify_tree_sampling
-from speczoo.decoding.types import Draft, Verdict
+from speczoo.decoding.types import MAX_K, Draft, Verdict
 from speczoo.decoding.verify import verify_greedy
 from speczoo.decoding.verify_sampling import verify_sampling
 
-MAX_K = 64
 
 
 class Engine:

@@ -26,7 +26,7 @@ from speczoo.decoding.eagle.holdout import HOLDOUT_EVERY
 from speczoo.decoding.eagle.io import load_head, save_head
 from speczoo.decoding.eagle.ttt import unroll
 from speczoo.decoding.eagle.vocab import t2d_index
-from speczoo.zoo.bundle import replace_dir
+from speczoo.paths import replace_dir
 
 CHECKPOINT = "checkpoint"
 
