@@ -135,12 +135,20 @@ class Engine:
         yield from self.rounds(g)
         yield g.result()
 
-    def open(self, req: GenerationRequest) -> Generation:
+    def open(self, req: GenerationRequest, only: frozenset[str] | None = None) -> Generation:
         """Validate the request and build its state: its drafters (from their factories), the policy
-        over them, the feature taps and the random generator of a sampled request. No model runs yet."""
+        over them, the feature taps and the random generator of a sampled request. No model runs yet.
+        only: the drafters this request may have (None: all; a batch offers those that keep their state
+        per request), "auto" then offering the ones among them."""
         self._check(req)
         greedy = req.sampling.greedy
-        drafters = {name: self.drafters[name](req) for name in self._drafter_names(req.spec)}
+        names = self._drafter_names(req.spec)
+        if only is not None:
+            if req.spec not in ("off", "auto") and names[0] not in only:
+                raise ValueError(f"speculative mode {req.spec!r} cannot run in a batch (its drafter shares one "
+                                 f"cache across requests); a batch offers {['off', 'auto', *sorted(only)]}")
+            names = [n for n in names if n in only]
+        drafters = {name: self.drafters[name](req) for name in names}
         # Calibrated costs make the controller's choices depend on timing. Greedy output cannot change
         # with them; a sampled text would (which draft tokens meet which random numbers), so a request
         # that sampled with a seed decides on the loaded profile alone and reproduces its text run after run.
