@@ -22,7 +22,11 @@ from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.engine import MAX_K, Engine
 from speczoo.decoding.reference import HashOracle, MarkovOracle, OracleModel, OracleOut, TokenCache
 from speczoo.decoding.round import Finished, Round
+from speczoo.textgen import TextBatch, generate_text
+from speczoo.tokenizer import Tokenizer
+from speczoo.zoo.gguf_tokenizer import read_tokenizer
 from tiny import tiny_model
+from tiny_gguf import write_tiny_gguf
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
@@ -216,3 +220,43 @@ def test_gemma_cannot_batch():
     _, args = tiny_model("gemma3", backend="fp32-rows", seed=5)
     with pytest.raises(ValueError, match="sliding-window"):
         SlotCache(args, 2, 8)
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory) -> Tokenizer:
+    path, _ = write_tiny_gguf(tmp_path_factory.mktemp("tok") / "q.gguf", "qwen2")
+    return read_tokenizer(path)
+
+
+def test_a_text_batch_streams_what_generate_text_streams(tok):
+    """Each request's TokenEvents and DoneEvent from a TextBatch are those of generate_text alone,
+    stop strings (found mid-round) included."""
+    oracle = MarkovOracle(tok.vocab_size, seed=9)
+    eos = tok.eos_ids
+
+    def alone(req):
+        eng = Engine(OracleModel(oracle), TokenCache(MAX_SEQ + MAX_K + 1), dict(DRAFTERS), eos_ids=eos,
+                     max_seq=MAX_SEQ)
+        return list(generate_text(eng, tok, req))
+
+    rng = random.Random(5)
+    reqs = []
+    for spec in ["off", "ngram", "ngram-tree", "auto", "ngram", "off"]:
+        req = GenerationRequest(prompt_ids=[rng.randrange(tok.vocab_size) for _ in range(rng.randint(2, 9))],
+                                max_new_tokens=40, spec=spec, k=4)
+        text = alone(req)[-1].text
+        if len(text) > 8 and rng.random() < 0.7:
+            req.stop = [text[len(text) // 2:len(text) // 2 + 3]]
+        reqs.append(req)
+    batch = TextBatch(oracle_batch(oracle, eos, None, n_slots=3, chunk=4), tok)
+    got: dict = {}
+    seqs = [batch.submit(r) for r in reqs]
+    while batch.busy:
+        for seq, events in batch.step():
+            got.setdefault(seq, []).extend(events)
+    for req, seq in zip(reqs, seqs):
+        ref, events = alone(req), got[seq]
+        assert events[:-1] == ref[:-1]
+        a, b = events[-1], ref[-1]
+        assert (a.finish_reason, a.text, a.ids, a.stats.new_tokens) == (b.finish_reason, b.text, b.ids, b.stats.new_tokens)
+    assert any(r.stop for r in reqs) and any(got[s][-1].finish_reason == "stop" and r.stop for r, s in zip(reqs, seqs))

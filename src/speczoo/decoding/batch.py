@@ -73,8 +73,17 @@ class Sequence:
         return self.fed < len(self.request.prompt_ids)
 
     def cancel(self) -> None:
-        """Leave at the next step (or never start); no Finished follows."""
-        self.cancelled = True
+        """Leave at the next step (or never start); no Finished follows. Its stats cover what ran."""
+        if not self.cancelled and not self.done:
+            self.cancelled = True
+            self.close_stats()
+
+    def close_stats(self) -> None:
+        """The stats of the generation as it stands: decode seconds since its first token, new tokens."""
+        stats = self.g.stats
+        if self.first_at is not None:
+            stats.seconds = time.perf_counter() - self.first_at
+        stats.new_tokens = len(self.g.out)
 
     def take(self) -> list[Round | Finished]:
         out = list(self.events)
@@ -251,9 +260,6 @@ class BatchEngine:
             self.running.remove(seq)
             self.slots.release(seq.slot)
             seq.slot, seq.done = -1, True
-            g = seq.g
-            if seq.first_at is not None:
-                g.stats.seconds = time.perf_counter() - seq.first_at
-            g.stats.new_tokens = len(g.out)
             if not seq.cancelled:
-                seq.events.append(g.result())
+                seq.close_stats()
+                seq.events.append(seq.g.result())
