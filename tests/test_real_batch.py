@@ -55,3 +55,31 @@ def test_batched_requests_equal_their_solo_runs_in_any_composition():
         got = batched(rt, reqs, n_slots, chunk, order)
         for i in range(len(reqs)):
             assert same(got[i], alone[i], not reqs[i].sampling.greedy), f"request {i} ({reqs[i].spec}) with {n_slots} slots, chunk {chunk}"
+
+
+def test_a_parallel_server_streams_concurrent_answers_equal_to_solo():
+    """`speczoo serve --parallel 3` on the 0.5B: three concurrent streams through the openai client, each
+    equal to the same request served alone by the one-at-a-time server."""
+    import concurrent.futures as cf
+
+    import openai
+
+    from speczoo.serve.app import create_app
+    from speczoo.serve.background import BackgroundServer
+    from speczoo.serve.batch_worker import BatchWorker
+
+    rt = real_runtime()
+    asks = [("Write a Python function that reverses a string.", "ngram"), ("What is a KV cache?", "off"),
+            ("Rename x to total in: def f(x): return x + x", "auto")]
+
+    def ask(url: str, text: str, spec: str) -> str:
+        with openai.OpenAI(base_url=url + "/v1", api_key="-", max_retries=0, timeout=300) as client:
+            parts = client.chat.completions.create(model=rt.name, messages=[{"role": "user", "content": text}],
+                                                   max_tokens=32, stream=True, extra_body={"speculative": spec})
+            return "".join(c.choices[0].delta.content or "" for c in parts if c.choices)
+
+    with BackgroundServer(create_app(rt)) as solo:
+        alone = [ask(solo.url, t, s) for t, s in asks]
+    with BackgroundServer(create_app(rt, worker=BatchWorker(rt, 3))) as batch, cf.ThreadPoolExecutor(3) as pool:
+        together = list(pool.map(lambda a: ask(batch.url, *a), asks))
+    assert together == alone and all(alone)

@@ -77,6 +77,14 @@ class TextBatch:
     def busy(self) -> bool:
         return self.batch.busy
 
+    @property
+    def running(self) -> int:
+        return len(self.batch.running)
+
+    @property
+    def waiting(self) -> int:
+        return len(self.batch.waiting)
+
     def submit(self, req: GenerationRequest) -> Sequence:
         self.check(req)
         seq = self.batch.submit(req)

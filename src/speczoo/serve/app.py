@@ -246,7 +246,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
         try:
             return worker.submit(req)
         except QueueFullError as exc:
-            raise APIError(503, str(exc), "server_error", code="queue_full") from exc
+            raise APIError(503, str(exc), "server_error", code="queue_full", headers={"Retry-After": "1"}) from exc
 
     async def collect(request: Request, job: Job) -> DoneEvent:
         """Wait for a non-streamed job to finish; cancel it if the client leaves meanwhile."""

@@ -111,8 +111,8 @@ class Worker:
     def submit(self, request: GenerationRequest) -> Job:
         if self._thread is None:
             raise RuntimeError("the worker is not running: call start() first")
-        if self._jobs.qsize() >= self.max_queue:
-            raise QueueFullError(f"{self._jobs.qsize()} requests are already waiting (--max-queue "
+        if self.queued >= self.max_queue:
+            raise QueueFullError(f"{self.queued} requests are already waiting (--max-queue "
                                  f"{self.max_queue}); retry later")
         job = Job(request, asyncio.get_running_loop(), next(self._numbers))
         self._jobs.put(job)
