@@ -98,3 +98,19 @@ def test_the_default_parallel_is_bounded_by_memory():
     n, line = default_parallel(1 << 30, available=3 << 30)
     assert n == 1 and "1 sequences" in line
     assert default_parallel(1 << 20, available=64 << 30)[0] == 8
+
+
+def test_metrics_parse_and_count(client, server, runtime):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    chat(client, runtime, "count me", max_tokens=12)
+    text = httpx.get(server.url + "/metrics", timeout=10).text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    value = {s.name: s.value for f in families.values() for s in f.samples}
+    assert {"speczoo_requests_running", "speczoo_requests_waiting", "speczoo_batch_size", "speczoo_generated_tokens",
+            "speczoo_accepted_per_round", "speczoo_time_to_first_token_seconds"} <= set(families)
+    assert value["speczoo_generated_tokens_total"] >= 12
+    assert value["speczoo_time_to_first_token_seconds_count"] >= 1
+    wait_for(lambda: server.worker.running == 0)
+    text = httpx.get(server.url + "/metrics", timeout=10).text
+    assert "speczoo_requests_running 0.0" in text

@@ -34,6 +34,7 @@ from speczoo.serve.schemas import (
     MAX_STOP, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion,
     CompletionChunk, CompletionRequest, ErrorResponse, Health, ModelCard, ModelList, Usage,
 )
+from speczoo.serve.metrics import Metrics
 from speczoo.serve.sse import KEEPALIVE, EventStreamResponse, sse_data
 from speczoo.serve.worker import Idle, Job, QueueFullError, Worker
 
@@ -171,6 +172,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
     app = FastAPI(title="speczoo", version="0.1.0", lifespan=lifespan,
                   description="OpenAI-compatible server for lossless speculative decoding on the CPU.")
     app.state.worker = worker
+    Metrics(worker).add_route(app)                 # GET /metrics (Prometheus)
     app.state.runtime = runtime
     if api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)

@@ -12,9 +12,9 @@ the KV bytes of a slot against the memory available. Never parses HTTP and never
 from __future__ import annotations
 
 import logging
+import os
 import queue
-
-import psutil
+from pathlib import Path
 
 from speczoo.events import DoneEvent
 from speczoo.serve.worker import _END, Job, JobFailed, Worker
@@ -28,11 +28,21 @@ MAX_PARALLEL = 8       # the default's ceiling: a CPU's forward stops getting ch
 def default_parallel(slot_bytes: int, available: int | None = None) -> tuple[int, str]:
     """How many sequences to batch by default, and a line that states the bound: the KV slots take at
     most MEMORY_SHARE of the available memory, and at most MAX_PARALLEL."""
-    avail = psutil.virtual_memory().available if available is None else available
+    avail = available_memory() if available is None else available
     n = max(1, min(MAX_PARALLEL, int(MEMORY_SHARE * avail // slot_bytes)))
     return n, (f"{n} sequences at once, KV {slot_bytes / 2**20:.0f} MiB per slot, {n * slot_bytes / 2**20:.0f} MiB "
                f"in all ({MEMORY_SHARE:.0%} of the {avail / 2**30:.1f} GiB available bounds it at "
                f"{int(MEMORY_SHARE * avail // slot_bytes)}, the default at {MAX_PARALLEL}; set --parallel)")
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new allocations: Linux's MemAvailable, else the free pages."""
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 class BatchWorker(Worker):
