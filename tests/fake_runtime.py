@@ -121,6 +121,9 @@ class FakeRuntime:
     def slot_bytes(self) -> int:
         return 1 << 20
 
+    def cannot_batch(self) -> str | None:
+        return None
+
     def _validate(self, request: GenerationRequest) -> None:
         request.sampling.validate()
         if not request.prompt_ids:

@@ -114,3 +114,41 @@ def test_metrics_parse_and_count(client, server, runtime):
     wait_for(lambda: server.worker.running == 0)
     text = httpx.get(server.url + "/metrics", timeout=10).text
     assert "speczoo_requests_running 0.0" in text
+
+
+@pytest.mark.slow
+def test_a_bounded_soak_leaks_no_slot_and_answers_no_5xx():
+    """Eight clients for a while against --parallel 4 and a short queue: streams read to the end or
+    dropped midway, bad requests mixed in; no 5xx but the queue's 503, and nothing left running after."""
+    import random
+    import threading
+
+    rt = FakeRuntime(max_seq=512, delay=0.002, answer_words=60)
+    worker = BatchWorker(rt, 4, max_queue=4)
+    statuses: list[int] = []
+    lock = threading.Lock()
+    with BackgroundServer(create_app(rt, api_key=KEY, worker=worker)) as s:
+        headers = {"Authorization": f"Bearer {KEY}"}
+
+        def client(seed: int) -> None:
+            rng = random.Random(seed)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                body = {"model": rt.name, "messages": [{"role": "user", "content": f"q{rng.random()}"}],
+                        "max_tokens": rng.randint(1, 200), "stream": rng.random() < 0.7}
+                if rng.random() < 0.1:
+                    body["temperature"] = -1                                   # a bad request: 400
+                with httpx.stream("POST", s.url + "/v1/chat/completions", headers=headers, json=body,
+                                  timeout=60) as r:
+                    with lock:
+                        statuses.append(r.status_code)
+                    for i, _ in enumerate(r.iter_lines()):
+                        if rng.random() < 0.02:                                # a client that leaves
+                            break
+
+        with cf.ThreadPoolExecutor(8) as pool:
+            list(pool.map(client, range(8)))
+        wait_for(lambda: worker.running == 0 and worker.queued == 0)
+        metrics = httpx.get(s.url + "/metrics", timeout=10).text
+    assert "speczoo_requests_running 0.0" in metrics
+    assert set(statuses) <= {200, 400, 503} and statuses.count(200) > 50

@@ -143,6 +143,12 @@ class Runtime:
         slots = SlotCache(self.target.args, n_slots, self.max_seq + MAX_K + 1)
         return TextBatch(BatchEngine(self.engine, slots, chunk), self.tokenizer, self._check_ids)
 
+    def cannot_batch(self) -> str | None:
+        """Why this runtime cannot `batch` (None: it can)."""
+        if self.target.args.sliding_window > 0:
+            return f"{self.name} has sliding-window layers (Gemma 3), which a batch's slot cache cannot hold"
+        return None
+
     def slot_bytes(self) -> int:
         """The KV bytes of one batch slot (fp32 keys and values of every layer for max_seq + a verify)."""
         a = self.target.args

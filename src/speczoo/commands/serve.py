@@ -50,15 +50,19 @@ def _worker(runtime, args: argparse.Namespace):
     app's one-at-a-time worker)."""
     from speczoo.serve.batch_worker import BatchWorker, default_parallel
 
-    n = args.parallel
+    n, refusal = args.parallel, runtime.cannot_batch()
     if n is None:
-        if spec_mode(args.spec) in ("draft", "eagle", "eagle-tree"):
+        if refusal is not None:
+            n, bound = 1, refusal
+        elif spec_mode(args.spec) in ("draft", "eagle", "eagle-tree"):
             n, bound = 1, "the default --spec does not batch"
         else:
             n, bound = default_parallel(runtime.slot_bytes())
         print(f"speczoo: --parallel {n}: {bound}", file=sys.stderr)
     if n < 1:
         raise ValueError(f"--parallel must be >= 1, got {n}")
+    if n > 1 and refusal is not None:
+        raise ValueError(f"--parallel {n}: {refusal}; serve it with --parallel 1")
     return BatchWorker(runtime, n, max_queue=args.max_queue) if n > 1 else None
 
 
