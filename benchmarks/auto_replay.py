@@ -1,8 +1,8 @@
 """What each speculative mode's controller would do, round by round, replayed offline from one greedy run.
 
-    python -m speczoo.bench.auto_replay [TARGET] [--prompts free_form,...] [--suite N] [--gen 256]
-                                        [--record FILE | --replay FILE] [--draft-ratio R] [--head NAME]
-                                        [--profile NAME|FILE.json ...] [--draft-profile FILE.json] [--each]
+    python -m benchmarks.auto_replay [TARGET] [--prompts free_form,...] [--suite N] [--gen 256]
+                                     [--record FILE | --replay FILE] [--draft-ratio R] [--head NAME]
+                                     [--profile NAME|FILE.json ...] [--draft-profile FILE.json] [--each]
 
 With greedy verification a speculative run is fixed by the target's greedy output, by what prompt lookup
 finds in the committed text, and by what the draft model predicts, with what confidence, after each
@@ -22,7 +22,7 @@ features the engine would hand it, and the real EagleDrafter (chain and tree) dr
 by round, as in the engine; a round costs its head steps (a batched catch-up counts as one) and the
 target's c_v over the chain or the flattened tree.
 So `auto` can be compared with each single drafter on the same text, and a change to the controller
-judged in seconds, without the timing noise of a live benchmark (`python -m speczoo.bench.drafters`
+judged in seconds, without the timing noise of a live benchmark (`python -m benchmarks.drafters`
 measures the real thing). The draft's confidences after its first wrong token are not observable
 offline; the replay stops its chain there in every mode alike.
 
@@ -257,7 +257,7 @@ def record(rt, prompt_ids: list[int], gen: int) -> Recording:
     """Run the target greedily on the prompt and the draft teacher-forced over the output; take the
     costs from the runtime's profiles (the draft's own c_v curve included)."""
     from speczoo.bench.cv import load_or_measure
-    from speczoo.bench.draft_replay import teacher
+    from benchmarks.draft_replay import teacher
 
     t = teacher(rt, prompt_ids, gen)
     tp, dp = load_or_measure(rt.target), load_or_measure(rt.draft)

@@ -1,4 +1,4 @@
-"""The offline replay of the speculative modes (bench/auto_replay.py) on hand-made recordings."""
+"""The offline replay of the speculative modes (benchmarks/auto_replay.py) on hand-made recordings."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from speczoo.bench.auto_replay import (
+from benchmarks.auto_replay import (
     AUTO_FLOOR,
     MODES,
     PROFILES,
@@ -31,7 +31,7 @@ from speczoo.cache import KVCache
 from speczoo.events import GenerationRequest
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
 from speczoo.decoding.engine import MAX_K, Engine
-from speczoo.decoding.reference import IdTokenizer
+from reference import IdTokenizer
 from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and a head trained on it)
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py

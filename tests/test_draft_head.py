@@ -14,7 +14,7 @@ from speczoo.decoding.drafters.draft_head import ReducedHead
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from speczoo.decoding.reference import IdTokenizer
+from reference import IdTokenizer
 
 
 @pytest.mark.parametrize("backend", ["q4", "q8"])

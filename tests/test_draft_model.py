@@ -9,7 +9,7 @@ from speczoo.events import DoneEvent, GenerationRequest
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from speczoo.decoding.reference import (HashOracle, IdTokenizer, MarkovOracle, NoisyOracle, OracleModel,
+from reference import (HashOracle, IdTokenizer, MarkovOracle, NoisyOracle, OracleModel,
                                     TokenCache, reference_greedy)
 
 

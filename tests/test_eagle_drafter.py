@@ -10,11 +10,11 @@ import torch
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
-from speczoo.decoding.eagle.pipeline import EagleTrainOptions, Target, train_eagle
-from speczoo.decoding.eagle.train import TrainConfig
+from speczoo.training.eagle.pipeline import EagleTrainOptions, Target, train_eagle
+from speczoo.training.eagle.train import TrainConfig
 from speczoo.decoding.eagle.io import load_head
 from speczoo.decoding.engine import MAX_K, Engine
-from speczoo.decoding.reference import IdTokenizer
+from reference import IdTokenizer
 from tiny import tiny_model, tiny_tensors
 
 VOCAB = 128

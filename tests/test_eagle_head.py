@@ -10,8 +10,8 @@ from speczoo.cache import KVCache
 from speczoo.decoding.eagle.config import HeadConfig, default_aux_layer_ids
 from speczoo.decoding.eagle.head import EagleHead
 from speczoo.decoding.eagle.io import load_head, save_head
-from speczoo.decoding.eagle.ttt import unroll
-from speczoo.decoding.eagle.vocab import draft_vocab, t2d_index
+from speczoo.training.eagle.ttt import unroll
+from speczoo.training.eagle.vocab import draft_vocab, t2d_index
 
 V, D = 96, 32
 

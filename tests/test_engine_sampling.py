@@ -17,7 +17,7 @@ from speczoo.decoding.controller import Costs
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from speczoo.decoding.reference import HashOracle, IdTokenizer, NoisyOracle, OracleModel, TokenCache
+from reference import HashOracle, IdTokenizer, NoisyOracle, OracleModel, TokenCache
 from test_verify_sampling import chi_square_p
 
 V = 5

@@ -7,7 +7,7 @@ import pytest
 from speczoo.events import DoneEvent, GenerationRequest
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from speczoo.decoding.reference import (HashOracle, IdTokenizer, MarkovOracle, OracleModel, TokenCache,
+from reference import (HashOracle, IdTokenizer, MarkovOracle, OracleModel, TokenCache,
                                     reference_greedy)
 
 

@@ -12,7 +12,7 @@ for the target feature of the next position, so the head can run several steps a
 
 Row convention: the row for target position t holds (feature of t, token at t + 1) at position t + 1
 and predicts the token at t + 2. `step` runs rows against the head's own one-layer KV cache (a
-speczoo KVCache); `decoding/eagle/ttt.py` runs the same layer batched for training. This module never
+speczoo KVCache); `training/eagle/ttt.py` runs the same layer batched for training. This module never
 touches the target's cache and never decides acceptance.
 """
 
