@@ -28,7 +28,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from speczoo.chat import render_chat_prompt
-from speczoo.errors import SpeczooError
+from speczoo.decoding.prompt_checks import check_fits, check_ids
+from speczoo.errors import CacheFullError, SpeczooError
 from speczoo.events import DoneEvent, GenerationRequest, SamplingParams, Stats, TokenEvent
 from speczoo.serve.schemas import (
     MAX_STOP, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion,
@@ -215,16 +216,15 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
                            "model_not_found")
 
     def generation_request(body, prompt_ids: list[int], max_tokens: int | None) -> GenerationRequest:
-        room = runtime.max_seq - len(prompt_ids)
         if not prompt_ids:
             raise APIError(400, "the prompt is empty: give at least one token", param="prompt")
         if max_tokens is None:
-            max_tokens = room
-        if room < 1 or len(prompt_ids) + max_tokens > runtime.max_seq:
-            raise APIError(400, f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({max_tokens}) "
-                           f"exceeds the context of {runtime.max_seq} tokens: shorten the prompt, lower "
-                           f"max_tokens, or restart the server with a larger --max-seq",
-                           param="max_tokens", code="context_length_exceeded")
+            max_tokens = runtime.max_seq - len(prompt_ids)
+        try:
+            check_fits(len(prompt_ids), max_tokens, runtime.max_seq, new_name="max_tokens",
+                       remedy="restart the server with a larger --max-seq")
+        except CacheFullError as exc:
+            raise APIError(400, str(exc), param="max_tokens", code="context_length_exceeded") from None
         stop = body.stop_list()
         if len(stop) > MAX_STOP or any(not s for s in stop):
             raise APIError(400, f"stop takes at most {MAX_STOP} non-empty strings", param="stop")
@@ -363,10 +363,10 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
             prompt_ids = runtime.tokenizer.encode(body.prompt)
         else:
             prompt_ids = list(body.prompt)
-            bad = next((i for i in prompt_ids if i >= runtime.vocab_size), None)
-            if bad is not None:
-                raise APIError(400, f"prompt token id {bad} is outside the vocabulary of "
-                               f"{runtime.name} (0..{runtime.vocab_size - 1})", param="prompt")
+            try:
+                check_ids(prompt_ids, runtime.vocab_size, runtime.name)
+            except ValueError as exc:
+                raise APIError(400, str(exc), param="prompt") from None
         return await respond(TEXT, body, request, prompt_ids, body.max_tokens)
 
     _publish_accurate_schema(app, list(runtime.spec_modes), runtime.vocab_size)
