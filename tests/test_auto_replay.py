@@ -1,4 +1,5 @@
-"""The offline replay of the speculative modes (benchmarks/auto_replay.py) on hand-made recordings."""
+"""The offline replay of the speculative modes (benchmarks/auto_replay.py, its profiles and report) on hand-made
+recordings."""
 
 from __future__ import annotations
 
@@ -10,23 +11,17 @@ import pytest
 import torch
 
 from benchmarks.auto_replay import (
-    AUTO_FLOOR,
     MODES,
-    PROFILES,
     EagleReplay,
-    Profile,
     Recording,
     RecordedDraft,
-    category_of,
-    load_profile,
     load_recordings,
     main,
-    measured_profile,
     replay,
     replay_all,
-    tally,
-    verdict,
 )
+from benchmarks.replay_profiles import PROFILES, Profile, load_profile, measured_profile
+from benchmarks.replay_report import AUTO_FLOOR, category_of, tally, verdict
 from speczoo.cache import KVCache
 from speczoo.events import GenerationRequest
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
