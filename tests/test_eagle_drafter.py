@@ -134,7 +134,7 @@ def test_tree_nodes_are_the_heads_top_children(trained):
         for j, t in enumerate(path):
             o = head.step(torch.tensor([t]), hidden, torch.tensor([len(ctx) + j]), c.cache)
             hidden, logits = o.hidden, o.logits
-        top = head.to_target(torch.topk(logits[0], shape.branch).indices).tolist()
+        top = head.draft_to_target[torch.topk(logits[0], shape.branch).indices].tolist()
         assert draft.tokens[i] in top, (i, path)
 
 

@@ -38,10 +38,6 @@ class KVCache:
         return (f"KVCache(layers={self.args.n_layers}, length={self.length}, capacity={self.capacity}, "
                 f"dtype={self.dtype})")
 
-    @property
-    def nbytes(self) -> int:
-        return self._k.numel() * self._k.element_size() * 2
-
     def check_room(self, n_new: int) -> None:
         """Raise CacheFullError (before anything is written) when n_new more slots do not fit."""
         if self.length + n_new > self.capacity:

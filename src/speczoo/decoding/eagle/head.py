@@ -143,9 +143,6 @@ class EagleHead(nn.Module):
     def draft_to_target(self) -> Tensor:  # [Vd]
         return torch.arange(self.cfg.draft_vocab, device=self.d2t.device) + self.d2t
 
-    def to_target(self, draft_ids: Tensor) -> Tensor:
-        return draft_ids + self.d2t[draft_ids]
-
     def init_from_target(self, lm_head: Tensor, norm: Tensor) -> None:
         """Warm start from the target: fc passes the high feature through, the layer's attention and MLP
         branches start at zero (the layer starts as the identity), and the LM head and final norm are
