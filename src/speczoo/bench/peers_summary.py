@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from speczoo.bench import report
+from speczoo.bench.report import paired_groups
 
 BASELINE = "llama:greedy"
 
@@ -66,16 +67,8 @@ def summarize(rows: list[dict], categories: list[str] | None = None, baseline: s
               ) -> PeersSummary:
     """Per category and overall, every system in the order rows first show it."""
     systems = list(dict.fromkeys(r["system"] for r in rows))
-    if categories is None:
-        categories = list(dict.fromkeys(r["category"] for r in rows))
-    cats = []
-    for cat in categories:
-        in_cat = [r for r in rows if r["category"] == cat]
-        if not in_cat:
-            continue
-        base = [r for r in in_cat if r["system"] == baseline]
-        cats.append((cat, [summarize_system(s, [r for r in in_cat if r["system"] == s], base)
-                           for s in systems if any(r["system"] == s for r in in_cat)]))
+    cats = [(cat, [summarize_system(s, rs, base) for s, rs, base in group])
+            for cat, group in paired_groups(rows, categories, "system", systems, baseline)]
     overall = []
     all_base = [r for r in rows if r["system"] == baseline]
     for s in systems:
