@@ -67,6 +67,7 @@ class FakeRuntime:
     delay: float = 0.0                  # seconds slept per round (to make streams slow)
     prefill_delay: float = 0.0          # seconds slept before the first round (a long prompt's prefill)
     answer_words: int = 40              # words in a full answer before EOS
+    answer_text: str | None = None      # a fixed answer instead of the words (e.g. Markdown for the page)
     vocab_size: int = EOS + 1           # valid token ids: 0 .. vocab_size - 1
     spec_modes: list[str] = field(default_factory=lambda: ["off", "ngram", "draft", "auto"])
     tokenizer: FakeTokenizer = field(default_factory=FakeTokenizer)
@@ -78,6 +79,8 @@ class FakeRuntime:
     # -- the deterministic "model" ---------------------------------------------------------
     def answer_ids(self, request: GenerationRequest) -> list[int]:
         """The full token sequence the model would produce (ending in EOS), ignoring limits."""
+        if self.answer_text is not None:
+            return self.tokenizer.encode(self.answer_text) + [EOS]
         key = hashlib.sha256(bytes(str(request.prompt_ids), "ascii")).digest()
         s = request.sampling
         if not s.greedy:  # sampling: depends on the seed (None: fresh randomness)

@@ -1,7 +1,8 @@
 """The chat page in a real browser (Debian's chromium driven by Playwright) against a real server.
 
 Types a prompt with ⚡Spec off (greedy) and on: the answer is the same both ways and the speed readout
-changes (drafter, accepted per round). The stop button cancels a running answer on the server. Saves a
+changes (drafter, accepted per round). The stop button cancels a running answer on the server. An answer
+in Markdown is rendered (a code fence as a code block with a working copy button), and sanitized. Saves a
 screenshot (to $SPECZOO_SCREENSHOT_DIR if set, else the test's tmp dir). Fails, never skips, when
 chromium is missing: `apt-get install -y chromium`.
 """
@@ -52,11 +53,11 @@ def page(tmp_path_factory):
             context.close()
 
 
-def ask(page, text: str) -> tuple[str, dict]:
+def ask(page, text: str, max_tokens: int = 48) -> tuple[str, dict]:
     """Send `text` through the page's form; wait for the answer; return it and the readout."""
     if not page.get_by_label("Max tokens").is_visible():
         page.get_by_text("Settings").click()
-    page.get_by_label("Max tokens").fill("48")
+    page.get_by_label("Max tokens").fill(str(max_tokens))
     page.get_by_label("Message").fill(text)
     page.get_by_label("Message").press("Enter")
     answer = page.locator(".msg.assistant").last
@@ -132,3 +133,31 @@ def test_stop_button_cancels_the_generation(page, server, runtime, tmp_path):
         if is_fake(runtime):
             runtime.delay = 0.004
 
+
+
+MARKDOWN_ANSWER = ("Here is the function:\n\n```python\ndef add(a, b):\n    return a + b\n```\n\n"
+                   "It **adds** `a` and `b`.\n\n<img src=x onerror=\"window.pwned=1\">\n")
+
+
+def test_markdown_answer_renders_code_block_with_copy_button(page, tmp_path):
+    from fake_runtime import FakeRuntime
+    runtime = FakeRuntime(answer_text=MARKDOWN_ANSWER, delay=0.002)
+    with BackgroundServer(create_app(runtime, default_spec="auto")) as s:
+        page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=s.url)
+        page.goto(s.url + "/")
+        expect(page.locator("#model")).to_have_text(runtime.name)
+        text, _ = ask(page, "Write add().", max_tokens=400)   # the fake's tokens are bytes
+        answer = page.locator(".msg.assistant").last
+        code = answer.locator("pre code.language-python")
+        expect(code).to_have_count(1)
+        assert code.text_content() == "def add(a, b):\n    return a + b\n"
+        assert "```" not in text, "the code fence was shown as raw text"
+        expect(answer.locator("strong")).to_have_text("adds")
+        expect(answer.locator(":not(pre) > code")).to_have_count(2)
+        assert page.evaluate("window.pwned") is None, "the answer's HTML ran script: not sanitized"
+        assert answer.locator("img").count() == 0, "an answer's image would make the page fetch from anywhere"
+        copy = answer.get_by_role("button", name="Copy python block")
+        copy.click()
+        expect(copy).to_have_text("Copied")
+        assert page.evaluate("navigator.clipboard.readText()") == "def add(a, b):\n    return a + b\n"
+        page.screenshot(path=str(shot_dir(tmp_path) / "chat-markdown.png"))

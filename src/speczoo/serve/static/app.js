@@ -1,5 +1,7 @@
 // speczoo chat page: talks to /v1/chat/completions with stream=true and shows the answer as it arrives,
 // plus live tok/s and accepted-per-round from the per-chunk `speczoo` round stats. No build step.
+// Answers are Markdown: rendered by the vendored marked, sanitized by DOMPurify (a model's output is
+// untrusted), code blocks set apart with a copy button. The conversation keeps the raw text.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -29,7 +31,7 @@ function setReadout(r) {
 function addMessage(role, text) {
   const div = document.createElement("div");
   div.className = "msg " + role;
-  const body = document.createElement("span");
+  const body = document.createElement("div");
   body.className = "text";
   body.textContent = text;
   div.append(body);
@@ -37,6 +39,40 @@ function addMessage(role, text) {
   $("log").append(div);
   div.scrollIntoView({ block: "end" });
   return div;
+}
+
+// Render `text` (Markdown) into `el`; code blocks get a copy button. Falls back to plain text when the
+// vendored libraries did not load.
+function renderMarkdown(el, text) {
+  if (!window.marked || !window.DOMPurify) { el.textContent = text; return; }
+  // No images: an answer must not make the page fetch from anywhere.
+  el.innerHTML = DOMPurify.sanitize(marked.parse(text, { gfm: true, breaks: false }), { FORBID_TAGS: ["img"] });
+  for (const pre of el.querySelectorAll("pre")) {
+    const code = pre.querySelector("code");
+    const lang = code && (code.className.match(/language-(\S+)/) || [])[1];
+    const bar = document.createElement("div");
+    bar.className = "code-bar";
+    const label = document.createElement("span");
+    label.textContent = lang || "code";
+    const copy = document.createElement("button");
+    copy.type = "button";
+    copy.className = "copy";
+    copy.textContent = "Copy";
+    copy.setAttribute("aria-label", "Copy " + (lang || "code") + " block");
+    copy.addEventListener("click", () => copyText(code ? code.textContent : pre.textContent, copy));
+    bar.append(label, copy);
+    pre.before(bar);
+  }
+}
+
+async function copyText(text, button) {
+  try {
+    await navigator.clipboard.writeText(text);
+    button.textContent = "Copied";
+  } catch (e) {
+    button.textContent = "Copy failed";
+  }
+  setTimeout(() => { button.textContent = "Copy"; }, 1500);
 }
 
 async function loadModel() {
@@ -92,7 +128,7 @@ async function send(text) {
   state.controller = new AbortController();
   setBusy(true);
   $("status").textContent = "Generating…";
-  let answer = "", usage = null, finish = null, error = null;
+  let answer = "", usage = null, finish = null, error = null, pending = false, streaming = true;
   try {
     const r = await fetch("/v1/chat/completions", {
       method: "POST", headers: headers(), signal: state.controller.signal,
@@ -114,8 +150,15 @@ async function send(text) {
       const ch = c.choices && c.choices[0];
       if (ch && ch.delta && ch.delta.content) {
         answer += ch.delta.content;
-        out.textContent = answer;
-        div.scrollIntoView({ block: "end" });
+        if (!pending) {
+          pending = true;
+          requestAnimationFrame(() => {
+            pending = false;
+            if (!streaming) return;          // the final render (or the error) below has the last word
+            renderMarkdown(out, answer);
+            div.scrollIntoView({ block: "end" });
+          });
+        }
       }
       if (ch && ch.finish_reason) finish = ch.finish_reason;
       if (c.speczoo && c.speczoo.tokens > 0) {
@@ -132,6 +175,7 @@ async function send(text) {
     error = e.name === "AbortError" ? null : e;
     if (e.name === "AbortError") finish = "stopped";
   } finally {
+    streaming = false;
     state.controller = null;
     setBusy(false);
     div.setAttribute("aria-busy", "false");
@@ -143,11 +187,12 @@ async function send(text) {
   }
   if (error) {
     div.classList.add("error");
-    out.textContent = answer + (answer ? "\n" : "") + "Error: " + error.message;
+    out.textContent = answer + (answer ? "\n" : "") + "Error: " + error.message;   // raw: no half-rendered markup
     state.messages.pop();
     $("status").textContent = "Error: " + error.message;
     return;
   }
+  renderMarkdown(out, answer);
   state.messages.push({ role: "assistant", content: answer });
   const meta = document.createElement("span");
   meta.className = "meta";
