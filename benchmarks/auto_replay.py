@@ -216,12 +216,6 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
         if choice is not None and choice.drafting:
             k = min(choice.k, remaining - 1)
             draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
-            if not draft.tokens:
-                alt = ctl.alternative(choice.drafter, lags)
-                choice = alt
-                if alt.drafting:
-                    k = min(alt.k, remaining - 1)
-                    draft = head(drafters[alt.drafter].propose(ctx, k, alt.floors), k)
         head_steps += sum(d.steps for d in readers) - steps0
         accepted = 0
         if draft.tokens and not is_chain(draft.parents):

@@ -10,11 +10,11 @@ draft over prompt + output (through its reduced drafting head) let every rule be
 milliseconds. The replay charges each rule the runtime's measured costs (a round of K drafted tokens =
 K draft steps + c_v(K + 1) + the round overhead, in target steps) and reports the predicted speedup of:
   * fixed K = 1..k (the draft always proposes K tokens), and
-  * confidence floors at each --rates value (decoding/controller.py STOP_RATE): up to k tokens, stopping
+  * confidence floors at each --rates value (Tuning.stop_rate, decoding/tuning.py): up to k tokens, stopping
     once the product of the draft's confidences is below the floor.
 One approximation: after its first wrong token the draft's later confidences are not observable offline
 (it would continue from its own token); the replay lets it stop there, which flatters the floors a
-little. This is the replay that chose STOP_RATE. A measurement script, never imported by the runtime.
+little. This is the replay that chose Tuning.stop_rate. A measurement script, never imported by the runtime.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     from speczoo.bench.prompts import builtin_prompt
     from speczoo.runtime import load_runtime
     from speczoo.decoding.controller import Controller
+    from speczoo.decoding.tuning import Tuning
     from speczoo.commands.suite import draft_to_load
 
     prompts = args.prompts.split(",")
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         agree = sum(g == o for g, o in zip(t.guess, t.out)) / len(t.out)
         fixed = [replay(t, costs, k, None) for k in range(1, args.k + 1)]
         floored = [replay(t, costs, args.k, Controller(costs, ["draft"], k_max=args.k, confident={"draft"},
-                                                      stop_rate=r).floors("draft", args.k)) for r in rates]
+                                                      tuning=Tuning(stop_rate=r)).floors("draft", args.k))
+                   for r in rates]
         print(f"{name:14s} {agree:5.2f} " + " ".join(f"{x:5.2f}x" for x in fixed) + " "
               + " ".join(f"{x:8.2f}x" for x in floored), flush=True)
     return 0

@@ -30,15 +30,9 @@ from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
 
-# The n-gram tree verifies more rows than the chain for the same candidates and, on the built-in suite,
-# made `auto` slower than prompt lookup alone (auto 1.73x vs ngram 1.75x overall; on verbatim question 4,
-# 76 vs 96 tok/s with the tree offered, equal without it): `auto` leaves it out; `--spec ngram-tree` stays.
-# The EAGLE tree too: the controller prices a K-node tree as a K-token chain (it cannot accept more than
-# the tree's depth), so it picked the tree where it paid c_v(17) for under one token. Replayed over the
-# built-in prompts and 18 suite questions with the chat-trained 1.5B head (`python -m
-# speczoo.bench.auto_replay --head NAME`, docs/results.md), `auto` against the best single mode went from
-# a mean of -9.7% to -5.4% at the stored draft price, and from -6.8% to -2.7% at the fast-host one.
-# `--spec eagle-tree` stays.
+# `auto` leaves the tree drafters out: the controller prices a K-node tree as a K-token chain (it cannot
+# accept more than the tree's depth), so it picks trees where they cannot pay (docs/results.md).
+# `--spec ngram-tree` and `--spec eagle-tree` stay.
 AUTO_EXCLUDES = frozenset({"ngram-tree", "eagle-tree"})
 
 

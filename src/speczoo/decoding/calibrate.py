@@ -1,19 +1,16 @@
 """Online calibration: the controller's costs kept in step with what the engine's rounds really take.
 
-A stored cost profile is measured once, but this machine's speed moves under it: between minutes of one
-run a plain decode step of the 1.5B went from 33 to 23 ms while a 5-token verify went from 33 to 40 ms
-(c_v(5) from 1.16 to 1.71), and the 0.5B draft step from 0.24 to 0.40 of a target step. Costs fitted
-to the wrong state pick the wrong drafter and K. The engine times every decode forward of the target
-(S tokens) and every proposal; this meter keeps a running mean per S and per drafter and turns them
-back into `Costs`, in target decode steps as the controller wants them:
+A stored cost profile is measured once, but a machine's speed moves under it within minutes (how much:
+docs/tuning.md), and costs fitted to the wrong state pick the wrong drafter and K. The engine times
+every decode forward of the target (S tokens) and every proposal; this meter keeps a running mean per
+S and per drafter and turns them back into `Costs`, in target decode steps as the controller wants them:
   * ms(S) is the running mean where S has been seen often enough, else the profile's ms(S) scaled by
     the observed/profile ratio of the nearest S that has been seen (the profile alone before that);
   * c_v(S) = ms(S) / ms(1), made non-decreasing in S (noise can make a 2-token forward look cheaper
     than a 1-token one); a drafter's cost per proposed token = its running ms per step / ms(1). A step
     is a token, or, for a draft model fed prompt-lookup guesses, a one-row forward (Draft.work): its
     ms per drafted token falls wherever the text copies itself, and priced so, every token of the draft
-    model would look that cheap to the controller (`auto` lost 11% to prompt lookup on the built-in
-    code edit right after `draft` alone had run on it).
+    model would look that cheap to the controller.
 Pure bookkeeping: the engine hands in seconds, the controller gets Costs; neither clock nor model here.
 """
 

@@ -166,11 +166,6 @@ class Engine:
                     if meter is not None and lags[choice.drafter] <= 2:   # in step: no catch-up
                         meter.draft(choice.drafter, draft.k if draft.work is None else draft.work,
                                     time.perf_counter() - t_draft)
-                    if not draft.tokens:       # no candidate (prompt lookup found none): the next best drafter
-                        alt = policy.alternative(choice.drafter, lags)
-                        if alt.drafting:
-                            choice, k = alt, min(alt.k, remaining - 1)
-                            draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
                 if remaining == 1:
                     new = [pending]
                     accepted = 0

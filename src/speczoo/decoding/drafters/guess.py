@@ -17,7 +17,7 @@ bookkeeping: no model, no cache, no clock.
 
 from __future__ import annotations
 
-from speczoo.decoding.controller import AcceptanceEstimate
+from speczoo.decoding.acceptance import AcceptanceEstimate
 from speczoo.decoding.cost import CvCurve, as_curve, best_k
 from speczoo.decoding.drafters.ngram import SITUATION_PRIORS, NgramIndex
 
@@ -60,7 +60,7 @@ class Guesser:
         est = self.estimates.get(situation)
         if est is None:
             est = self.estimates[situation] = AcceptanceEstimate(
-                prior_alpha=SITUATION_PRIORS.get(situation, 0.5), collapses=False)
+                prior_alpha=SITUATION_PRIORS.get(situation, 0.5))
         best = best_k(est.alpha, self.rows, 0.0, n)
         if best.speedup <= 1.0:                      # one row alone is the cheaper way to the next token
             return []

@@ -136,10 +136,9 @@ def head_step_ms(head: EagleHead, context: int = 64, repeats: int = 9) -> float:
 def head_step_cost(head: EagleHead, model, args, context: int = 16, rounds: int = 5, repeats: int = 5) -> float:
     """The head's draft step in target decode steps, both timed now, in turn (`rounds` times: `repeats`
     head steps, then one target step), each the fastest seen. A ratio of two timings taken minutes
-    apart (a stored profile's step) reads the machine's load as the head's cost: beside a busy process
-    it came out at 5.0 target steps one time and 0.03 the next (2026-11-30), and at 5.0 the controller
-    never drafts with the head, so online calibration never corrects it. Costs one small prefill and
-    `rounds` target steps (a few tenths of a second for a 1.5B)."""
+    apart (a stored profile's step) reads the machine's load as the head's cost, and a head priced too
+    dear is never drafted with, so online calibration never corrects it (docs/eagle.md). Costs one small
+    prefill and `rounds` target steps (a few tenths of a second for a 1.5B)."""
     head_step, target_step = _head_stepper(head, context), _target_stepper(model, args, context)
     head_step(), target_step()                                      # warm both
     h = t = float("inf")

@@ -8,7 +8,7 @@ training-time test, no gradients) for its held-out top-1 agreement per step.
 
 The same rows calibrate it. A head fitted to little data is overconfident on unseen text (that head's
 mean top-1 probability was 0.57 where 35% of its tokens were right), and its confidences decide how far a
-chain drafts (the controller's floors, STOP_RATE) and which nodes a tree keeps. `calibrate` divides the
+chain drafts (the controller's floors, Tuning.stop_rate) and which nodes a tree keeps. `calibrate` divides the
 LM head by the temperature that minimizes the held-out cross-entropy of all steps (temperature scaling):
 the argmax, so every greedy proposal, is unchanged; the probabilities become honest; the head stays in
 the speculators format. Replayed on the 1.5B chat head (`python -m benchmarks.auto_replay --head`,
