@@ -29,8 +29,8 @@ offline; the replay stops its chain there in every mode alike.
 Cost profiles: the recordings carry the costs measured when they were made, but `auto` must hold on
 every kernel path, whatever its costs. `--profile NAME` replays them under a built-in profile of one
 path's shape (replay_profiles.py: cheap-verify, dear-verify, dear-draft), `--profile FILE.json` under a
-measured one (a target's profile as bench/cv.py saves it, `speczoo cv MODEL --json` or a bundle's
-cost-<backend>.json; the draft's with `--draft-profile`). The controller is then handed exactly those
+measured one (a target's profile as decoding/costprofile.py saves it, `speczoo cv MODEL --json` or a
+bundle's cost-<backend>.json; the draft's with `--draft-profile`). The controller is then handed exactly those
 costs, as if the engine's meter had already learnt them. The report is per category of the suite (the
 recordings' `{category}-{question_id}` names; a built-in prompt is a category of its own): each mode's
 output tokens per modeled target step, against plain greedy's 1.0, and whether `auto` holds
@@ -46,12 +46,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from speczoo.decoding.controller import NONE, Controller, Costs
-from speczoo.decoding.cost import CvCurve
+from speczoo.decoding.controller import NONE, Controller
+from speczoo.decoding.cost import Costs, CvCurve
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.draft_model import GUESS_MAX, agreeing_prefix
 from speczoo.decoding.drafters.guess import Guesser
-from speczoo.decoding.tree import TreeLayout, head, is_chain, verify_tree_greedy
+from speczoo.decoding.round import Generation, Plan, run_round, verify_recorded
 from speczoo.decoding.types import Draft
 
 from benchmarks.replay_profiles import PROFILES, load_profile
@@ -162,8 +162,8 @@ class Replay:
 def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Controller,
            k_max: int = 8, ngram_order: int = 3, eagle: EagleReplay | None = None,
            auto_excludes: frozenset[str] = frozenset()) -> Replay:
-    """Replay `mode` (ngram | draft | eagle | eagle-tree | auto) on the recording, as the engine's round
-    loop would run it with greedy verification; `auto` offers the EAGLE drafters too when `eagle` is
+    """Replay `mode` (ngram | draft | eagle | eagle-tree | auto) on the recording: the engine's own rounds
+    (decoding/round.py), verified against the recorded greedy output; `auto` offers the EAGLE drafters too when `eagle` is
     given, less `auto_excludes` (as the runtime's). controller: the Controller class (or a factory with
     its signature) to judge: the default is the shipped one."""
     from speczoo.decoding.drafters.ngram import NgramDrafter
@@ -200,59 +200,34 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
         if d in readers:
             d.observe([h[:p] for h in eagle.features])          # the prompt's features come first
         d.prefill(rec.prompt)
-    out, n, i, cost, rounds = rec.out, len(rec.out), 0, 0.0, 0
-    emitted: list[int] = []                                  # what the rounds commit: the pending id + accepted
-    head_steps = 0
+    out, n, cost, rounds = rec.out, len(rec.out), 0.0, 0
+    steps0 = sum(d.steps for d in readers)                   # head steps from here on are the rounds'
     by: dict[str, int] = {}
-    while i < n:
-        ctx = rec.prompt + out[:i + 1]                           # committed ids + the pending out[i]
-        remaining = n - i
-        choice = None
-        if remaining > 1:
-            lags = {name: d.lag(ctx) for name, d in drafters.items()}
-            choice = ctl.choose(lags, {name: d.situation(ctx) for name, d in drafters.items()})
-        draft = Draft(tokens=[])
-        steps0 = sum(d.steps for d in readers)
-        if choice is not None and choice.drafting:
-            k = min(choice.k, remaining - 1)
-            draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
-        head_steps += sum(d.steps for d in readers) - steps0
-        accepted = 0
-        if draft.tokens and not is_chain(draft.parents):
-            layout = TreeLayout.from_parents(draft.parents)
-            truth = out[i + 1:]
-            depth = layout.depth.tolist()                       # row r predicts the token at depth[r] + 1
-            ids = [truth[d] if d < len(truth) else -1 for d in depth]
-            verdict = verify_tree_greedy(draft, layout, ids)
-            accepted = verdict.accepted
-            emitted += [out[i]] + [draft.tokens[r] for r in verdict.path]
-            drafters[choice.drafter].commit_path(verdict.path)
-            ctl.update(choice.drafter, layout.judged(verdict.path), accepted)
-            cost += costs.cv(draft.k + 1) + costs.round_overhead
-        elif draft.tokens:
-            while accepted < len(draft.tokens) and draft.tokens[accepted] == out[i + 1 + accepted]:
-                accepted += 1
-            emitted += [out[i]] + draft.tokens[:accepted]
-            drafters[choice.drafter].commit(accepted)
-            ctl.update(choice.drafter, len(draft.tokens), accepted)
-            cost += costs.cv(len(draft.tokens) + 1) + costs.round_overhead
-        else:
-            cost += 1.0
-            emitted.append(out[i])
-        for d in readers:                                        # a0 and the accepted tokens, to every head
-            d.observe([h[p + i:p + i + 1 + accepted] for h in eagle.features])
-        name = choice.drafter if draft.tokens else NONE
+
+    def verify(g: Generation, plan: Plan):                   # run_round's Verifier: the recording's verdict
+        i = len(g.out)                                       # out[i] is this round's a0
+        verdict, judged = verify_recorded(plan, out, i)
+        for d in readers:                                    # a0 and the accepted tokens, to every head
+            d.observe([h[p + i:p + i + 1 + verdict.accepted] for h in eagle.features])
+        return verdict, judged
+
+    g = Generation(drafters, ctl, list(rec.prompt), n)
+    g.start(out[0])
+    while g.finish is None:
+        r = run_round(g, verify)
+        cost += costs.cv(r.drafted + 1) + costs.round_overhead if r.drafted else 1.0
+        name = r.drafter if r.drafted else NONE
         by[name] = by.get(name, 0) + 1
         rounds += 1
-        i += 1 + accepted
+    head_steps = sum(d.steps for d in readers) - steps0
     cost += sum(getattr(d, "spent", 0.0) for d in drafters.values()) + head_steps * (eagle.step if eagle else 0.0)
-    return Replay(speedup=n / cost, rounds=rounds, by_drafter=by, cost=cost, lossless=emitted == out)
+    return Replay(speedup=n / cost, rounds=rounds, by_drafter=by, cost=cost, lossless=g.out == out)
 
 
 def record(rt, prompt_ids: list[int], gen: int) -> Recording:
     """Run the target greedily on the prompt and the draft teacher-forced over the output; take the
     costs from the runtime's profiles (the draft's own c_v curve included)."""
-    from speczoo.bench.cv import load_or_measure
+    from speczoo.decoding.costprofile import load_or_measure
     from benchmarks.draft_replay import teacher
 
     t = teacher(rt, prompt_ids, gen)
@@ -274,7 +249,7 @@ def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recor
     from speczoo.cache import KVCache
     from speczoo.runtime import load
     from speczoo.decoding.drafters.eagle import TreeShape
-    from speczoo.decoding.eagle.loaded import EagleHeads
+    from speczoo.eagle_heads import EagleHeads
 
     depth, branch = (int(x) for x in tree.split(","))
     t = load(target)
@@ -328,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replay", type=Path, default=None, help="replay saved recordings (no model runs)")
     ap.add_argument("--profile", action="append", default=[], metavar="NAME|FILE.json",
                     help=f"replay under this cost profile instead of the recordings' own: one of "
-                         f"{', '.join(PROFILES)}, or a target's profile file as bench/cv.py saves it; "
+                         f"{', '.join(PROFILES)}, or a target's profile file as decoding/costprofile.py saves it; "
                          "comma-separated or repeated for several")
     ap.add_argument("--draft-profile", type=Path, default=None, metavar="FILE.json",
                     help="the draft model's profile file, pricing its step against a measured --profile")

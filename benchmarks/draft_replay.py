@@ -65,7 +65,7 @@ def teacher(rt, prompt_ids: list[int], gen: int) -> Teacher:
     import torch
 
     from speczoo.bench.ab import run_request
-    from speczoo.bench.cv import draft_head
+    from speczoo.decoding.costprofile import draft_head
     from speczoo.cache import KVCache
     from speczoo.events import GenerationRequest
 

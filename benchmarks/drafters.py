@@ -83,9 +83,8 @@ def add_noguess(rt) -> None:
     if rt.draft is None:
         raise ValueError(f"{NOGUESS} needs a draft model")
     eng = rt.engine
-    eng.drafters[NOGUESS] = make_draft_drafter(rt.draft, rt.target, rt.max_seq)
-    eng.costs.draft_cost[NOGUESS] = eng.costs.draft_cost["draft"]
-    eng.auto_excludes = eng.auto_excludes | {NOGUESS}
+    eng.offer(NOGUESS, make_draft_drafter(rt.draft, rt.target, rt.max_seq),
+              cost_per_token=eng.costs.draft_cost["draft"], exclude_auto=True)
 
 
 def paired_ratio(a: ModeRuns, b: ModeRuns) -> float:

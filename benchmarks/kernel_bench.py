@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from speczoo.kernels.linear import get_backend
+from speczoo.kernels.backends import get_backend
 from speczoo.kernels.pack import GROUP, STRIP, SUPER, Q8_KALIGN, q4_groups
 
 LAYERS = 28

@@ -3,9 +3,9 @@
 The recordings carry the costs measured when they were made, but `auto` must hold on every kernel path,
 whatever its costs. A profile re-prices a recording (its tokens and confidences unchanged): PROFILES
 holds three built-in shapes (cheap-verify, dear-verify, dear-draft; how each was chosen:
-docs/tuning.md), and `load_profile` reads a measured one (a target's profile as bench/cv.py saves it,
-`speczoo cv MODEL --json` or a bundle's cost-<backend>.json, and optionally the draft's). Pure data;
-it never runs a model.
+docs/tuning.md), and `load_profile` reads a measured one (a target's profile as
+decoding/costprofile.py saves it, `speczoo cv MODEL --json` or a bundle's cost-<backend>.json, and
+optionally the draft's). Pure data; it never runs a model.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ PROFILES = {
 
 
 def measured_profile(target: dict, draft: dict | None = None, name: str = "measured") -> Profile:
-    """A profile from bench/cv.py's saved form: the target's {"ms", "cv"}; the draft's step from the
-    draft model's profile ("draft_ms", its reduced-head step, else its "ms" at S = 1), over the target's
-    step, and its rows from its "draft_cv" (else "cv"), as runtime_costs prices them."""
+    """A profile from decoding/costprofile.py's saved form: the target's {"ms", "cv"}; the draft's step
+    from the draft model's profile ("draft_ms", its reduced-head step, else its "ms" at S = 1), over the
+    target's step, and its rows from its "draft_cv" (else "cv"), as runtime_costs prices them."""
     cv = _curve(target, "cv", name)
     if draft is None:
         return Profile(name, cv)
@@ -85,8 +85,8 @@ def measured_profile(target: dict, draft: dict | None = None, name: str = "measu
 
 def _curve(data: dict, key: str, name: str) -> dict[int, float]:
     if not isinstance(data, dict) or not isinstance(data.get(key), dict):
-        raise ValueError(f"{name}: no {key!r} table; expected a cost profile as bench/cv.py saves it "
-                         '({"ms": {"1": ...}, "cv": {"1": 1.0, "2": ...}}: `speczoo cv MODEL --json`)')
+        raise ValueError(f"{name}: no {key!r} table; expected a cost profile as decoding/costprofile.py "
+                         'saves it ({"ms": {"1": ...}, "cv": {"1": 1.0, "2": ...}}: `speczoo cv MODEL --json`)')
     try:
         return {int(s): float(c) for s, c in data[key].items()}
     except (TypeError, ValueError) as exc:

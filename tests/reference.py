@@ -117,16 +117,6 @@ class OracleModel:
         return OracleOut(torch.stack([self.oracle.logits(prefix + [ids[j] for j in rows]) for rows in seen]))
 
 
-class IdTokenizer:
-    """decode(ids) -> the ids as text; enough for the engine's text stream in tests."""
-
-    def decode(self, ids: list[int]) -> str:
-        return "".join(f"<{i}>" for i in ids)
-
-    def encode(self, text: str) -> list[int]:
-        return [int(p) for p in text.replace(">", " ").replace("<", " ").split()]
-
-
 def reference_greedy(oracle, prompt: list[int], n: int, eos: set[int] = frozenset()) -> list[int]:
     """Plain greedy decoding, one token at a time, straight from the oracle."""
     ctx = list(prompt)

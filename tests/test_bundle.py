@@ -26,7 +26,7 @@ from tiny_gguf import _write_tokenizer, qwen_vocab
 from speczoo import cli
 from speczoo.cache import KVCache
 from speczoo.errors import IntegrityError, NotPulledError, SpeczooError
-from speczoo.kernels.linear import get_backend
+from speczoo.kernels.backends import get_backend
 from speczoo.models import loader
 from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding

@@ -1,4 +1,4 @@
-"""The cost profile a runtime reads (bench/cv.py): measured once, cached in the bundle, with the draft's
+"""The cost profile a runtime reads (decoding/costprofile.py): measured once, cached in the bundle, with the draft's
 reduced-head step; the controller's draft cost comes from it. Measuring it says so on stderr and keeps
 to a time budget even where every forward is slow."""
 
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from tiny import tiny_model
 
-from speczoo.bench import cv
-from speczoo.bench.cv import PROFILE_SIZES, load_or_measure, profile_path, runtime_costs
+from speczoo.decoding import costprofile as cv
+from speczoo.decoding.costprofile import PROFILE_SIZES, load_or_measure, profile_path, runtime_costs
 from speczoo.runtime import LoadedModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py

@@ -6,7 +6,7 @@ import pytest
 
 from speczoo import runtime
 from speczoo.kernels import native
-from speczoo.kernels.linear import get_backend
+from speczoo.kernels.backends import get_backend
 from speczoo.zoo.bundle import Manifest, SourceInfo
 
 SIMD = native.KernelPath("avx2", "x86_64", ("-march=x86-64-v3",), frozenset({"avx2"}), True)

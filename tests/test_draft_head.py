@@ -7,14 +7,14 @@ import torch
 from tiny import tiny_model
 
 from speczoo.cache import KVCache
-from speczoo.events import DoneEvent, GenerationRequest
-from speczoo.kernels.linear import get_backend
+from speczoo.events import GenerationRequest
+from speczoo.decoding.round import Finished
+from speczoo.kernels.backends import get_backend
 from speczoo.kernels.quantized import select_strips
 from speczoo.decoding.drafters.draft_head import ReducedHead
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from reference import IdTokenizer
 
 
 @pytest.mark.parametrize("backend", ["q4", "q8"])
@@ -90,13 +90,13 @@ def test_drafting_with_a_reduced_head_is_lossless():
         d.reset()
         return d
 
-    eng = Engine(target, KVCache(args, 200, extra=40), IdTokenizer(), {"ngram": lambda r: NgramDrafter(r.ngram),
+    eng = Engine(target, KVCache(args, 200, extra=40), {"ngram": lambda r: NgramDrafter(r.ngram),
                                                                        "draft": factory}, [], 200)
     prompt = [int(i) for i in torch.randint(0, 256, (20,), generator=torch.Generator().manual_seed(2))]
     outs = {}
     for spec in ("off", "draft"):
         *_, done = eng.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=40, spec=spec, k=4))
-        assert isinstance(done, DoneEvent)
+        assert isinstance(done, Finished)
         outs[spec] = done
     assert outs["draft"].ids == outs["off"].ids
     assert outs["draft"].stats.drafted > 0

@@ -5,11 +5,12 @@ import random
 
 import torch
 
-from speczoo.events import DoneEvent, GenerationRequest
+from speczoo.events import GenerationRequest
+from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from reference import (HashOracle, IdTokenizer, MarkovOracle, NoisyOracle, OracleModel,
+from reference import (HashOracle, MarkovOracle, NoisyOracle, OracleModel,
                                     TokenCache, reference_greedy)
 
 
@@ -24,12 +25,12 @@ def engine_with_draft(target_oracle, draft_oracle, max_seq=200):
 
     drafters = {"ngram": lambda req: NgramDrafter(req.ngram), "draft": factory}
     target = OracleModel(target_oracle)
-    return Engine(target, TokenCache(max_seq + 80), IdTokenizer(), drafters, [], max_seq), target, draft_model, draft_cache
+    return Engine(target, TokenCache(max_seq + 80), drafters, [], max_seq), target, draft_model, draft_cache
 
 
 def generate(eng, **kw):
     *_, done = eng.generate(GenerationRequest(**kw))
-    assert isinstance(done, DoneEvent)
+    assert isinstance(done, Finished)
     return done
 
 
@@ -96,7 +97,7 @@ def test_prefill_fills_the_draft_cache_so_the_first_proposal_is_cheap():
 
 def test_auto_falls_back_to_the_draft_when_prompt_lookup_has_nothing():
     """An n-gram round with no candidate is not wasted: the same round drafts with the next best drafter."""
-    from speczoo.events import TokenEvent
+    from speczoo.decoding.round import Round
 
     base = HashOracle(40, seed=5)
     eng, *_ = engine_with_draft(base, base)                 # a perfect draft model
@@ -104,7 +105,7 @@ def test_auto_falls_back_to_the_draft_when_prompt_lookup_has_nothing():
     events = list(eng.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=60, spec="auto", k=4)))
     done = events[-1]
     assert done.ids == reference_greedy(base, prompt, 60)
-    rounds = [e for e in events if isinstance(e, TokenEvent) and e.ids]
+    rounds = [e for e in events if isinstance(e, Round) and e.ids]
     assert not [e for e in rounds if e.drafter == "ngram" and e.drafted == 0], "an empty n-gram round went undrafted"
     assert sum(e.drafter == "draft" for e in rounds) > 0
 
@@ -156,7 +157,7 @@ def test_confidence_floors_stop_the_draft():
 
 def test_confidence_stops_stay_lossless():
     """A priced draft step gives the draft model floors (it stops on low confidence); output unchanged."""
-    from speczoo.decoding.controller import Costs
+    from speczoo.decoding.cost import Costs
 
     rng = random.Random(11)
     short = 0

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
+from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
 from speczoo.training.eagle.pipeline import EagleTrainOptions, Target, train_eagle
 from speczoo.training.eagle.train import TrainConfig
 from speczoo.decoding.eagle.io import load_head
 from speczoo.decoding.engine import MAX_K, Engine
-from reference import IdTokenizer
 from tiny import tiny_model, tiny_tensors
 
 VOCAB = 128
@@ -46,11 +46,11 @@ def trained(tmp_path_factory):
 
 
 def engine(model, args, head, tree=None, max_seq=128) -> Engine:
-    return Engine(model, KVCache(args, max_seq, extra=MAX_K + 1), IdTokenizer(),
+    return Engine(model, KVCache(args, max_seq, extra=MAX_K + 1),
                   {"eagle": make_eagle_drafter(head, max_seq, tree)}, eos_ids=[], max_seq=max_seq)
 
 
-def run(eng, **kw) -> DoneEvent:
+def run(eng, **kw) -> Finished:
     *events, done = eng.generate(GenerationRequest(**kw))
     assert sum((e.ids for e in events), []) == done.ids
     return done
@@ -156,9 +156,13 @@ def test_sampled_chain_carries_its_distribution(trained):
 
 
 def test_replay_counts_what_greedy_verification_accepts(trained):
-    from speczoo.decoding.eagle.replay import _accepted, greedy_with_features, replay
-    assert _accepted([4, 5, 6], None, [4, 5, 7]) == 2
-    assert _accepted([9, 4, 5, 6, 8], [-1, -1, 1, 2, 2], [4, 5, 8, 1]) == 3     # 4 -> 5 -> 8, off the first branch
+    from speczoo.decoding.eagle_replay import greedy_with_features, replay
+    from speczoo.decoding.round import Plan, verify_recorded
+    from speczoo.decoding.types import Draft
+    a0 = [1]                                                                    # out[0]: the round's a0
+    assert verify_recorded(Plan("eagle", Draft([4, 5, 6])), a0 + [4, 5, 7], 0)[0].accepted == 2
+    tree = Plan("eagle", Draft([9, 4, 5, 6, 8], parents=[-1, -1, 1, 2, 2]), chain=False)
+    assert verify_recorded(tree, a0 + [4, 5, 8, 1], 0)[0].accepted == 3         # 4 -> 5 -> 8, off the first branch
     model, args, head = trained
     ids, hidden = greedy_with_features(model, PROMPT, 40, head.cfg.target_layers)
     eng = engine(model, args, head)
@@ -169,11 +173,22 @@ def test_replay_counts_what_greedy_verification_accepts(trained):
     assert tree.tokens in (39, 40) and tree.accepted_per_round >= chain.accepted_per_round * 0.9
 
 
+class StubDecoder:
+    def feed(self, ids) -> str:
+        return "".join(f"<{i}>" for i in ids)
+
+    def flush(self) -> str:
+        return ""
+
+
 class StubTokenizer:
     eos_ids: list[int] = []
 
     def decode(self, ids) -> str:
         return "".join(f"<{i}>" for i in ids)
+
+    def incremental_decoder(self) -> StubDecoder:
+        return StubDecoder()
 
 
 def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
@@ -212,7 +227,7 @@ def test_head_step_is_priced_against_the_target_step_timed_with_it(trained):
     steps instead of being read as the head's own cost."""
     import time
 
-    from speczoo.decoding.eagle.loaded import head_step_cost
+    from speczoo.eagle_heads import head_step_cost
     model, args, head = trained
     quick = head_step_cost(head, model, args, rounds=2, repeats=2)
     assert 0 < quick < math.inf
@@ -238,7 +253,7 @@ def test_chain_stops_on_its_confidence(trained):
     stopped = d.propose(ctx, 5, floors=(1.0,) * 4)          # no product of probabilities reaches 1.0
     assert stopped.tokens == full.tokens[:1] and d.cache.length == len(ctx) - 1
     assert feed(head, model, args, ctx).propose(ctx, 5, floors=(0.0,) * 4).tokens == full.tokens
-    from speczoo.decoding.controller import Costs
+    from speczoo.decoding.cost import Costs
     eng = engine(model, args, head)
     plain = run(eng, prompt_ids=PROMPT, max_new_tokens=40)
     eng.costs = Costs(cv={1: 1.0, 2: 1.05, 9: 1.6}, draft_cost={"eagle": 0.05})

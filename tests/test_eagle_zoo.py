@@ -14,7 +14,7 @@ from speczoo.errors import UnknownModelError
 from speczoo.decoding.eagle.config import head_config_for
 from speczoo.decoding.eagle.head import EagleHead
 from speczoo.decoding.eagle.io import save_head
-from speczoo.decoding.eagle.loaded import EagleHeads
+from speczoo.eagle_heads import EagleHeads
 from speczoo.zoo.heads import install_head, list_heads
 from tiny import tiny_model
 

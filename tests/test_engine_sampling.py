@@ -11,13 +11,14 @@ from collections import Counter
 import pytest
 import torch
 
-from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
+from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.decoding.round import Finished
 from speczoo.sampling import probs
-from speczoo.decoding.controller import Costs
+from speczoo.decoding.cost import Costs
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from reference import HashOracle, IdTokenizer, NoisyOracle, OracleModel, TokenCache
+from reference import HashOracle, NoisyOracle, OracleModel, TokenCache
 from test_verify_sampling import chi_square_p
 
 V = 5
@@ -54,7 +55,7 @@ def test_engine_sampling_matches_target_distribution(spec):
         return d
 
     drafters = {"ngram": lambda req: NgramDrafter(2), "draft": draft_factory}
-    eng = Engine(OracleModel(target), TokenCache(64), IdTokenizer(), drafters, eos_ids=[], max_seq=32,
+    eng = Engine(OracleModel(target), TokenCache(64), drafters, eos_ids=[], max_seq=32,
                  costs=costs)
     n, runs = 3, 8_000
     counts, accepted, drafted, rounds = Counter(), 0, 0, 0
@@ -62,7 +63,7 @@ def test_engine_sampling_matches_target_distribution(spec):
         req = GenerationRequest(prompt_ids=PROMPT, max_new_tokens=n, spec=spec, k=2,
                                 sampling=SamplingParams(PARAMS.temperature, PARAMS.top_k, seed=seed))
         *_, done = eng.generate(req)
-        assert isinstance(done, DoneEvent) and len(done.ids) == n
+        assert isinstance(done, Finished) and len(done.ids) == n
         counts[tuple(done.ids)] += 1
         accepted += done.stats.accepted
         drafted += done.stats.drafted

@@ -7,7 +7,7 @@ import random
 import torch
 
 from speczoo.events import SamplingParams
-from speczoo.decoding.controller import Costs
+from speczoo.decoding.cost import Costs
 from speczoo.decoding.cost import CvCurve
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.guess import Guesser

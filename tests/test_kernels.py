@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from speczoo.kernels import native
-from speczoo.kernels.linear import BACKENDS, DEFAULT_FAST_BACKEND, get_backend
+from speczoo.kernels.backends import BACKENDS, DEFAULT_FAST_BACKEND, get_backend
 from speczoo.kernels.pack import (Q4Codes, pack_q4, pack_q4_codes, pack_q8, q4_groups, quantize_q4, quantize_q8,
                                   unpack_q4, unpack_q8)
 from speczoo.kernels.quantized import Q4Backend, Q8Backend, quantize_rows

@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from speczoo.cache import KVCache
-from speczoo.kernels import linear
+from speczoo.kernels import backends, linear
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from tiny import tiny_args, tiny_model, tiny_tensors
 
@@ -259,8 +259,8 @@ def write_bundle(path, args, tensors):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_load_model_from_bundle_with_and_without_stored_packing(arch, tmp_path):
-    if _StoredScaled.name not in linear.BACKENDS:
-        linear.register(_StoredScaled())
+    if _StoredScaled.name not in backends.BACKENDS:
+        backends.register(_StoredScaled())
     args = tiny_args(arch)
     tensors = tiny_tensors(args, seed=3)
     write_bundle(tmp_path, args, tensors)
@@ -271,7 +271,7 @@ def test_load_model_from_bundle_with_and_without_stored_packing(arch, tmp_path):
     assert torch.equal(full(loaded, args, t), ref)
     with pytest.raises(FileNotFoundError, match="weights-test-stored-models"):
         load_model(tmp_path, "test-stored-models")
-    backend = linear.get_backend("test-stored-models")
+    backend = backends.get_backend("test-stored-models")
     packed = {}
     for packed_name, source in linear_weight_sources(tensors).items():
         for part, x in backend.pack(tensors[source]).items():
@@ -305,7 +305,7 @@ def test_real_model_is_batch_invariant_with_the_fast_backend(arch):
     steps give bit-identical logits, and a token tree's rows equal sequential decode of their paths."""
     from real_models import BY_ARCH
 
-    from speczoo.kernels.linear import get_backend
+    from speczoo.kernels.backends import get_backend
     from speczoo.runtime import load
 
     loaded = load(BY_ARCH[arch])      # the pulled bundle with the fast backend it was packed for

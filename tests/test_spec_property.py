@@ -4,24 +4,25 @@ import random
 
 import pytest
 
-from speczoo.events import DoneEvent, GenerationRequest
+from speczoo.events import GenerationRequest
+from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from reference import (HashOracle, IdTokenizer, MarkovOracle, OracleModel, TokenCache,
+from reference import (HashOracle, MarkovOracle, OracleModel, TokenCache,
                                     reference_greedy)
 
 
 def make_engine(oracle, max_seq=256, eos=()):
     model = OracleModel(oracle)
     drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram)}
-    eng = Engine(model, TokenCache(max_seq + 80), IdTokenizer(), drafters, eos_ids=list(eos), max_seq=max_seq)
+    eng = Engine(model, TokenCache(max_seq + 80), drafters, eos_ids=list(eos), max_seq=max_seq)
     return eng, model
 
 
 def run(eng, **kw):
     events = list(eng.generate(GenerationRequest(**kw)))
     done = events[-1]
-    assert isinstance(done, DoneEvent)
+    assert isinstance(done, Finished)
     assert sum((e.ids for e in events[:-1]), []) == done.ids
     return done
 
@@ -107,7 +108,7 @@ def test_engine_asks_situations_and_never_asks_a_drafter_that_has_nothing():
 
     oracle = MarkovOracle(20, seed=5)
     rec = Recorder()
-    eng = Engine(OracleModel(oracle), TokenCache(200), IdTokenizer(), {"ngram": lambda req: rec}, eos_ids=[],
+    eng = Engine(OracleModel(oracle), TokenCache(200), {"ngram": lambda req: rec}, eos_ids=[],
                  max_seq=120)
     prompt = [1, 2, 3, 4] + reference_greedy(oracle, [1, 2, 3, 4], 30)
     done = run(eng, prompt_ids=prompt, max_new_tokens=40, spec="ngram", k=4)
@@ -126,7 +127,7 @@ def test_auto_leaves_out_the_excluded_drafters_but_they_stay_usable_by_name():
         return make
 
     oracle = MarkovOracle(20, seed=2)
-    eng = Engine(OracleModel(oracle), TokenCache(200), IdTokenizer(),
+    eng = Engine(OracleModel(oracle), TokenCache(200),
                  {"ngram": factory("ngram"), "ngram-tree": factory("ngram-tree")}, eos_ids=[], max_seq=120,
                  auto_excludes=frozenset({"ngram-tree"}))
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]

@@ -1,13 +1,28 @@
 """The text stream never emits half a character or the start of a stop string."""
 
-from speczoo.decoding.textstream import TextStream
+import codecs
+
+from speczoo.textstream import TextStream
+
+
+class ByteDecoder:
+    """The tokenizer's IncrementalDecoder where ids are raw bytes: an incomplete tail waits."""
+
+    def __init__(self):
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, ids):
+        return self._utf8.decode(bytes(ids))
+
+    def flush(self):
+        return self._utf8.decode(b"", final=True)
 
 
 class ByteTok:
-    """ids are raw bytes; decode like a byte-level tokenizer (invalid tail -> U+FFFD)."""
+    """ids are raw bytes, decoded like a byte-level tokenizer."""
 
-    def decode(self, ids):
-        return bytes(ids).decode("utf-8", errors="replace")
+    def incremental_decoder(self):
+        return ByteDecoder()
 
 
 def test_multibyte_character_held_until_complete():

@@ -14,7 +14,7 @@ from tiny_gguf import write_tiny_gguf
 
 from speczoo.errors import SpeczooError
 from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
-from speczoo.zoo.gguf_tokenizer import derive_merges
+from speczoo.zoo.gguf_tokenizer import derive_merges, read_tokenizer
 from speczoo.zoo.tokparity import TokParity, stdlib_texts, tokenizer_parity
 
 SAMPLES = ["hello world", "  the in  def\n\n\tx = 1  ", "日本語のテキスト", "emoji 😀 and family 👩‍👩‍👧!",
@@ -25,7 +25,7 @@ SAMPLES = ["hello world", "  the in  def\n\n\tx = 1  ", "日本語のテキス�
 @pytest.fixture(scope="module", params=["qwen2", "gemma3"])
 def tok(request, tmp_path_factory):
     path, _ = write_tiny_gguf(tmp_path_factory.mktemp(request.param) / "t.gguf", request.param)
-    return Tokenizer.from_gguf(path, chat_template=BUILTIN_CHAT_TEMPLATES["gemma"])
+    return read_tokenizer(path, chat_template=BUILTIN_CHAT_TEMPLATES["gemma"])
 
 
 def _stream(tok: Tokenizer, ids: list[int], skip_special: bool = False) -> list[str]:
@@ -93,7 +93,7 @@ def _both(tmp_path_factory):
     _TOKS.clear()
     for arch in ("qwen2", "gemma3"):
         path, _ = write_tiny_gguf(tmp_path_factory.mktemp(f"h-{arch}") / "t.gguf", arch)
-        _TOKS.append(Tokenizer.from_gguf(path))
+        _TOKS.append(read_tokenizer(path))
 
 
 _TOKS: list[Tokenizer] = []
@@ -109,7 +109,7 @@ def test_incremental_feed_accepts_lists(tok):
 
 def test_chatml_from_the_gguf(tmp_path):
     path, _ = write_tiny_gguf(tmp_path / "q.gguf", "qwen2")
-    tok = Tokenizer.from_gguf(path)
+    tok = read_tokenizer(path)
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     assert tok.apply_chat_template(msgs) == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                                              "<|im_start|>assistant\n")
@@ -120,7 +120,7 @@ def test_chatml_from_the_gguf(tmp_path):
 
 def test_gemma_builtin_template(tmp_path):
     path, _ = write_tiny_gguf(tmp_path / "g.gguf", "gemma3")
-    tok = Tokenizer.from_gguf(path, chat_template=BUILTIN_CHAT_TEMPLATES["gemma"])
+    tok = read_tokenizer(path, chat_template=BUILTIN_CHAT_TEMPLATES["gemma"])
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Hi "},
             {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
     assert tok.apply_chat_template(msgs) == (
@@ -137,7 +137,7 @@ def test_template_helpers_match_hf(tmp_path):
     template = ("{% if not messages %}{{ raise_exception('none') }}{% endif %}"
                 "{{ messages[0]['content'] | tojson }}|{{ {'k': 'ü<'} | tojson(indent=1) }}|"
                 "{{ strftime_now('%Y') | length }}")
-    tok = Tokenizer.from_gguf(path, chat_template=None)
+    tok = read_tokenizer(path, chat_template=None)
     tok.chat_template = template
     out = tok.apply_chat_template([{"role": "user", "content": "日本 <b>"}])
     assert out == '"日本 <b>"|' + json.dumps({"k": "ü<"}, indent=1, ensure_ascii=False) + "|4"
@@ -147,7 +147,7 @@ def test_template_helpers_match_hf(tmp_path):
 
 def test_sandbox_blocks_attribute_escapes(tmp_path):
     path, _ = write_tiny_gguf(tmp_path / "q.gguf", "qwen2")
-    tok = Tokenizer.from_gguf(path)
+    tok = read_tokenizer(path)
     tok.chat_template = "{{ messages.__class__.__mro__ }}"
     with pytest.raises(Exception, match="unsafe|not safely|access"):
         tok.apply_chat_template([{"role": "user", "content": "x"}])
@@ -155,14 +155,14 @@ def test_sandbox_blocks_attribute_escapes(tmp_path):
 
 def test_no_template_is_a_clear_error(tmp_path):
     path, _ = write_tiny_gguf(tmp_path / "q.gguf", "qwen2", chat_template=False)
-    tok = Tokenizer.from_gguf(path)
+    tok = read_tokenizer(path)
     with pytest.raises(SpeczooError, match="no chat template"):
         tok.apply_chat_template([{"role": "user", "content": "x"}])
 
 
 def test_bundle_config_must_come_from_speczoo(tmp_path):
     path, _ = write_tiny_gguf(tmp_path / "q.gguf", "qwen2")
-    tok = Tokenizer.from_gguf(path)
+    tok = read_tokenizer(path)
     tok.save(tmp_path)
     cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
     del cfg["eos_ids"]
@@ -217,7 +217,7 @@ def test_stdlib_corpus_is_real_and_large_enough():
 def test_parity_with_transformers_on_tiny_gguf(tmp_path, arch):
     pytest.importorskip("transformers")
     path, _ = write_tiny_gguf(tmp_path / f"{arch}.gguf", arch)
-    ours = Tokenizer.from_gguf(path)
+    ours = read_tokenizer(path)
     result = tokenizer_parity(ours, path, SAMPLES + ["hello world the in def " * 20])
     assert result.mismatching == 0, result.summary()
     with_bos = tokenizer_parity(ours, path, SAMPLES, add_special=True)

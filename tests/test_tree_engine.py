@@ -15,13 +15,14 @@ import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
+from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.decoding.round import Finished
 from speczoo.sampling import probs as sampling_probs
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.engine import MAX_K, Engine
-from reference import (HashOracle, IdTokenizer, NoisyOracle, OracleModel, TokenCache,
+from reference import (HashOracle, NoisyOracle, OracleModel, TokenCache,
                                     reference_greedy)
 from speczoo.decoding.tree import TreeLayout
 from speczoo.decoding.types import Draft
@@ -84,14 +85,14 @@ class ScriptedTree(Drafter):
 
 def model_engine(arch: str, backend: str, drafters: dict, max_seq: int = 96, vocab: int = 32):
     model, args = tiny_model(arch, backend=backend, vocab=vocab)
-    eng = Engine(model, KVCache(args, max_seq, extra=MAX_K + 1), IdTokenizer(), drafters, eos_ids=[],
+    eng = Engine(model, KVCache(args, max_seq, extra=MAX_K + 1), drafters, eos_ids=[],
                  max_seq=max_seq)
     return eng, model, args
 
 
-def run(eng, **kw) -> DoneEvent:
+def run(eng, **kw) -> Finished:
     *events, done = eng.generate(GenerationRequest(**kw))
-    assert isinstance(done, DoneEvent)
+    assert isinstance(done, Finished)
     assert sum((e.ids for e in events), []) == done.ids
     return done
 
@@ -123,7 +124,7 @@ def test_cache_after_tree_rounds_equals_a_fresh_prefill(arch):
     committed = list(prompt)
     checked = 0
     for ev in gen:
-        if isinstance(ev, DoneEvent):
+        if isinstance(ev, Finished):
             break
         committed += ev.ids
         n = eng.cache.length          # every emitted id (the next round's a0 is not emitted yet)
@@ -152,7 +153,7 @@ def test_tree_path_equals_chain_path_when_the_tree_is_a_chain(arch):
         truth = [int(logits.argmax())]
         tokens = truth + torch.randint(0, 32, (5,), generator=g).tolist()
         draft = Draft(tokens=tokens, parents=[-1, 0, 1, 2, 3, 4])
-        verdict, judged = eng._verify_tree(3, draft, req, None)
+        verdict, judged = eng._verify_tree(3, draft, req.sampling, None)
         tree_cache = [t[:, :eng.cache.length].clone() for t in eng.cache.k]
         eng.cache.truncate(7)
         chain_logits = eng._forward([3] + tokens)
@@ -189,7 +190,7 @@ def oracle_engine(oracle, max_seq=256, eos=()):
     model = OracleModel(oracle)
     drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
                 "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
-    eng = Engine(model, TokenCache(max_seq + 80), IdTokenizer(), drafters, eos_ids=list(eos), max_seq=max_seq)
+    eng = Engine(model, TokenCache(max_seq + 80), drafters, eos_ids=list(eos), max_seq=max_seq)
     return eng, model
 
 
@@ -259,7 +260,7 @@ def test_engine_tree_sampling_matches_target_distribution(spec):
     drafters = {"sampled-tree": lambda req: SampledTree(noisy, req.sampling,
                                                         torch.Generator().manual_seed(req.sampling.seed + 7)),
                 "ngram-tree": lambda req: NgramTreeDrafter(2)}
-    eng = Engine(OracleModel(target), TokenCache(64), IdTokenizer(), drafters, eos_ids=[], max_seq=32)
+    eng = Engine(OracleModel(target), TokenCache(64), drafters, eos_ids=[], max_seq=32)
     n, runs = 3, 8_000
     counts, accepted = Counter(), 0
     for seed in range(runs):

@@ -19,12 +19,13 @@ from tiny_gguf import write_tiny_gguf, write_tiny_hf_dir
 
 from speczoo import cli
 from speczoo.errors import IntegrityError, NotPulledError, SpeczooError, UnknownModelError
-from speczoo.kernels import linear
+from speczoo.kernels import backends, linear
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo import registry
 from speczoo.zoo.bundle import SafetensorsWriter, check_bundle, find_bundle, read_manifest, source_gguf
+from speczoo.zoo.gguf_tokenizer import read_tokenizer
 from speczoo.zoo.pull import pull
 from speczoo.zoo.weights import load_model as load_bundle_model
 from speczoo.zoo.weights import reference_tensors
@@ -68,8 +69,8 @@ class PackedTestBackend(linear.LinearBackend):
         return linear.Fp32Linear(packed["weight"].float(), bias)
 
 
-if PackedTestBackend.name not in linear.BACKENDS:
-    linear.register(PackedTestBackend())
+if PackedTestBackend.name not in backends.BACKENDS:
+    backends.register(PackedTestBackend())
 
 
 # ---------------------------------------------------------------- local GGUF sources
@@ -103,7 +104,7 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     ref = build_model(args, tensors, "fp32")
     assert torch.equal(_logits(load_bundle_model(b, "fp32")), _logits(ref))
     # tokenizer: same ids as one built straight from the GGUF, special ids recorded
-    tok, direct = Tokenizer.from_bundle(b), Tokenizer.from_gguf(path)
+    tok, direct = Tokenizer.from_bundle(b), read_tokenizer(path)
     text = "hello world  the in def 日本 😀\n<|im_end|>"
     assert tok.encode(text, add_special=True) == direct.encode(text, add_special=True)
     cfg = json.loads((b / "tokenizer_config.json").read_text())
@@ -398,7 +399,7 @@ def test_cli_pull_models_tokenize(tmp_path, capsys):
         assert name in out
     assert cli.main(["tokenize", str(path), "--text", "hello world"]) == 0
     ids = [int(x) for x in capsys.readouterr().out.split()]
-    tok = Tokenizer.from_gguf(path)
+    tok = read_tokenizer(path)
     assert ids == tok.encode("hello world")
     assert cli.main(["tokenize", str(path), "--chat", "--text", "hi"]) == 0
     chat_ids = [int(x) for x in capsys.readouterr().out.split()]

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speczoo.kernels import linear
+from speczoo.kernels import backends, linear
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model
 
@@ -45,8 +45,8 @@ class RowwiseBackend(linear.LinearBackend):
         return RowwiseLinear(packed["weight"], bias)
 
 
-if RowwiseBackend.name not in linear.BACKENDS:
-    linear.register(RowwiseBackend())
+if RowwiseBackend.name not in backends.BACKENDS:
+    backends.register(RowwiseBackend())
 
 TINY_ARGS = {
     "qwen2": dict(arch="qwen2", vocab_size=128, dim=64, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=16,

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 from tiny import tiny_args, tiny_tensors
 
-from speczoo.zoo.gguf_tokenizer import byte_alphabet
+from speczoo.tokenizer import byte_alphabet
 
 CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
           "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")

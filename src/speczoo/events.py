@@ -1,6 +1,7 @@
 """The generation API that the CLI, the chat, the server and the benches consume.
 
-`Engine.generate(request)` yields `TokenEvent`s as rounds finish and one final `DoneEvent`.
+`Runtime.generate(request)` (speczoo/textgen.py over the engine's rounds) yields `TokenEvent`s as
+rounds finish and one final `DoneEvent`.
 Consumers only read these; they never touch models or caches. Closing the generator (a client that
 disconnects) ends the generation and frees its state.
 """

@@ -1,9 +1,11 @@
-"""Where speczoo keeps its files on disk (bundles, assembled GGUFs, compiled kernels).
+"""Where speczoo keeps its files on disk (bundles, assembled GGUFs, compiled kernels), and how a finished
+directory is moved into place.
 
 Never creates anything at import time; callers ask for a directory and it is made then.
 """
 
 import os
+import shutil
 from pathlib import Path
 
 
@@ -24,3 +26,14 @@ def downloads_dir() -> Path:
     d = home() / "downloads"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Move a finished directory into place, replacing an old one only once the new one is there."""
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old is not None:
+        shutil.rmtree(old)

@@ -15,17 +15,19 @@ from pathlib import Path
 
 from torch import nn
 
-from speczoo.bench.cv import runtime_costs
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels import native
-from speczoo.kernels.linear import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs
 from speczoo.decoding.drafters.eagle import TreeShape
 from speczoo.decoding.drafters.ngram import NgramDrafter
-from speczoo.decoding.eagle.loaded import EagleHeads
+from speczoo.eagle_heads import EagleHeads
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
-from speczoo.decoding.engine import MAX_K, Engine
+from speczoo.decoding.types import MAX_K
+from speczoo.decoding.costprofile import runtime_costs
+from speczoo.decoding.engine import Engine
+from speczoo.textgen import generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
@@ -110,7 +112,7 @@ class Runtime:
             drafters["eagle-tree"] = self.eagle.tree_factory
         self.spec_modes = ["off", *drafters, "auto"]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
-        self.engine = Engine(target.model, cache, self.tokenizer, drafters,
+        self.engine = Engine(target.model, cache, drafters,
                              eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
                              costs=costs,
                              auto_excludes=AUTO_EXCLUDES)
@@ -125,7 +127,7 @@ class Runtime:
                              f"(0..{self.vocab_size - 1})")
         if request.spec.startswith(("eagle:", "eagle-tree:")):
             self._use_eagle(request.spec)
-        return self.engine.generate(request)
+        return generate_text(self.engine, self.tokenizer, request)
 
     def _use_eagle(self, spec: str) -> None:
         """Load the EAGLE head `spec` names (errors now, before any event), offer the "eagle" and
@@ -133,12 +135,11 @@ class Runtime:
         chain pays one head step per token; a tree one batched step per depth for `branch` nodes, so
         about a step per `branch` nodes."""
         step = self.eagle.step_cost(self.eagle.resolve(spec))     # loads the head: errors before anything
-        for name, factory in (("eagle", self.eagle.factory), ("eagle-tree", self.eagle.tree_factory)):
-            self.engine.drafters.setdefault(name, factory)
+        for name, factory, cost in (("eagle", self.eagle.factory, step),
+                                    ("eagle-tree", self.eagle.tree_factory, step / self.eagle.tree.branch)):
+            self.engine.offer(name, factory, cost_per_token=cost)
             if name not in self.spec_modes:
                 self.spec_modes.insert(-1, name)
-        self.engine.costs.draft_cost["eagle"] = step
-        self.engine.costs.draft_cost["eagle-tree"] = step / self.eagle.tree.branch
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """Render messages through the chat template (generation prompt appended) and encode."""

@@ -4,6 +4,8 @@ A bundle stores tokenizer.json (a `tokenizers` file, built at pull time from GGU
 `zoo.gguf_tokenizer` or copied from a Hugging Face directory), tokenizer_config.json (special ids, add_bos,
 how ids map to bytes) and chat_template.jinja. This module only reads them; it never builds a vocabulary
 and never guesses a missing special token or chat template: a missing one is an error that says what to do.
+It sits below the zoo, which builds these files (`zoo.gguf_tokenizer.read_tokenizer` builds a Tokenizer
+straight from a GGUF): it never imports the zoo.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import re
 from collections.abc import Iterable
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from jinja2.exceptions import TemplateError
@@ -21,13 +23,25 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as Backend
 
 from speczoo.errors import SpeczooError
-from speczoo.zoo.gguf_tokenizer import byte_alphabet
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 BYTE_DECODINGS = ("byte_level", "byte_fallback")
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+@lru_cache(maxsize=1)
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map used by byte-level BPE vocabularies."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {b: chr(b) for b in printable}
+    shift = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + shift)
+            shift += 1
+    return table
+
 
 # Chat templates speczoo supplies for models whose file carries none, by name (the registry names one).
 BUILTIN_CHAT_TEMPLATES = {
@@ -94,6 +108,7 @@ class Tokenizer:
         self.config = config
         self.chat_template = chat_template
         self._compiled = None
+        self._pieces: dict[int, bytes] = {}        # id -> its bytes (piece_bytes), filled as ids are seen
         self.bos_id: int | None = config["bos_id"]
         self.eos_ids: list[int] = list(config["eos_ids"])
         self.add_bos: bool = bool(config["add_bos_token"])
@@ -109,15 +124,6 @@ class Tokenizer:
         template_file = bundle_dir / CHAT_TEMPLATE_FILE
         template = template_file.read_text(encoding="utf-8") if template_file.is_file() else None
         return cls(Backend.from_file(str(tok_file)), json.loads(cfg_file.read_text()), template)
-
-    @classmethod
-    def from_gguf(cls, gguf_path: Path, chat_template: str | None = None) -> Tokenizer:
-        """Build from a GGUF's metadata (seconds for a large vocabulary); `chat_template` fills a missing one."""
-        import gguf
-
-        from speczoo.zoo.gguf_tokenizer import tokenizer_from_gguf
-        built = tokenizer_from_gguf(gguf.GGUFReader(str(gguf_path)))
-        return cls(built.tokenizer, built.config, built.chat_template or chat_template)
 
     def save(self, bundle_dir: Path) -> None:
         """Write tokenizer.json, tokenizer_config.json and (when there is one) chat_template.jinja."""
@@ -164,19 +170,24 @@ class Tokenizer:
         return frozenset(i for i, t in self.backend.get_added_tokens_decoder().items() if t.special)
 
     @cached_property
-    def token_bytes(self) -> list[bytes]:
-        """The bytes each id decodes to (special tokens as their text), for incremental decoding."""
-        out: list[bytes] = []
+    def _byte_of(self) -> dict[str, int]:
+        """A byte-level piece's characters -> the bytes they stand for."""
+        return {c: b for b, c in byte_alphabet().items()}
+
+    def piece_bytes(self, i: int) -> bytes:
+        """The bytes id `i` decodes to (a special token as its text), for incremental decoding: worked
+        out on first use and kept, so that the first generation does not pay for the whole vocabulary."""
+        out = self._pieces.get(i)
+        if out is not None:
+            return out
+        piece = self.backend.id_to_token(i) or ""
         if self.config["byte_decoding"] == "byte_level":
-            inverse = {c: b for b, c in byte_alphabet().items()}
-            for i in range(self.vocab_size):
-                piece = self.backend.id_to_token(i) or ""
-                out.append(b"".join(bytes([inverse[c]]) if c in inverse else c.encode("utf-8") for c in piece))
+            inverse = self._byte_of
+            out = b"".join(bytes([inverse[c]]) if c in inverse else c.encode("utf-8") for c in piece)
         else:
-            for i in range(self.vocab_size):
-                piece = self.backend.id_to_token(i) or ""
-                m = _BYTE_PIECE.match(piece)
-                out.append(bytes([int(m.group(1), 16)]) if m else piece.replace("\u2581", " ").encode("utf-8"))
+            m = _BYTE_PIECE.match(piece)
+            out = bytes([int(m.group(1), 16)]) if m else piece.replace("\u2581", " ").encode("utf-8")
+        self._pieces[i] = out
         return out
 
     def incremental_decoder(self, skip_special: bool = False) -> IncrementalDecoder:
@@ -192,13 +203,13 @@ class IncrementalDecoder:
     """
 
     def __init__(self, tokenizer: Tokenizer, skip_special: bool = False):
-        self._bytes = tokenizer.token_bytes
+        self._bytes = tokenizer.piece_bytes
         self._skip = tokenizer.special_ids if skip_special else frozenset()
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, ids: int | Iterable[int]) -> str:
         ids = [ids] if isinstance(ids, int) else ids
-        data = b"".join(self._bytes[i] for i in ids if i not in self._skip)
+        data = b"".join(self._bytes(i) for i in ids if i not in self._skip)
         return self._utf8.decode(data)
 
     def flush(self) -> str:

@@ -147,9 +147,9 @@ def tokenizer_from_file(path: str | Path) -> Tokenize:
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer file {path} does not exist")
     if path.suffix == ".gguf":
-        from speczoo.tokenizer import Tokenizer as SpeczooTokenizer
+        from speczoo.zoo.gguf_tokenizer import read_tokenizer
 
-        tok = SpeczooTokenizer.from_gguf(path)
+        tok = read_tokenizer(path)
         return lambda text: tok.encode(text)
     from tokenizers import Tokenizer
 

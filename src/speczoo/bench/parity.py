@@ -159,9 +159,10 @@ def tokenizer_check(gguf_path: Path, bundle: Path | None, reference, text: str) 
     """speczoo's tokenizer (from the bundle, else from the GGUF) vs transformers', on the gate's text
     and a slice of the standard library. Returns (summary, passed)."""
     from speczoo.tokenizer import Tokenizer
+    from speczoo.zoo.gguf_tokenizer import read_tokenizer
     from speczoo.zoo.tokparity import stdlib_texts, tokenizer_parity
 
-    ours = Tokenizer.from_bundle(bundle) if bundle is not None else Tokenizer.from_gguf(gguf_path)
+    ours = Tokenizer.from_bundle(bundle) if bundle is not None else read_tokenizer(gguf_path)
     result = tokenizer_parity(ours, gguf_path, [text] + stdlib_texts(min_chars=100_000), reference=reference)
     return result.summary(), result.mismatching == 0
 
@@ -185,7 +186,7 @@ def run_parity(model: str | Path, *, n_tokens: int = 640, chunk: int = 128, tie_
                min_agreement: float = 0.90, max_ppl_ratio: float = 1.08, log=print) -> ParityReport:
     """Run the whole gate on a .gguf path, a bundle directory or a pulled zoo name (whose bundle is what
     our side loads, while the reference loads the bundle's source GGUF). `log` receives progress lines."""
-    from speczoo.kernels.linear import DEFAULT_FAST_BACKEND
+    from speczoo.kernels.backends import DEFAULT_FAST_BACKEND
 
     gguf_path, bundle = resolve_model(model)
     if fast_backend is None and bundle is not None:

@@ -32,8 +32,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from speczoo.runtime import load
     from speczoo.decoding.drafters.eagle import TreeShape
-    from speczoo.decoding.eagle.loaded import EagleHeads
-    from speczoo.decoding.eagle.replay import greedy_with_features, replay
+    from speczoo.eagle_heads import EagleHeads
+    from speczoo.decoding.eagle_replay import greedy_with_features, replay
     from speczoo.zoo.heads import find_head
 
     tree = None

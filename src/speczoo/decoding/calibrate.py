@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import math
 
-from speczoo.decoding.controller import Costs
-from speczoo.decoding.cost import CvCurve
+from speczoo.decoding.cost import Costs, CvCurve
 
 HALF_LIFE = 8.0        # observations of one S (or one drafter) after which an old one counts half
 MIN_WEIGHT = 1.5       # evidence (about two observations) before a running mean replaces the profile

@@ -41,47 +41,14 @@ Pure decision logic: never touches a model, a cache or a clock; measured costs c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from speczoo.decoding.acceptance import AcceptanceEstimate
-from speczoo.decoding.cost import CvCurve, as_curve, best_k, round_cost, speedup
+from speczoo.decoding.cost import Costs, best_k, round_cost, speedup
 from speczoo.decoding.runs import RunLengths
 from speczoo.decoding.tuning import Tuning
 
 NONE = "none"           # the choice "no drafter": a plain decode round
-
-
-@dataclass
-class Costs:
-    """Measured costs, in target decode steps (one plain greedy step of the target = 1.0).
-
-    cv:             the target's forward cost over S tokens (a constant or a measured CvCurve).
-    draft_cost:     per drafter name, the cost of proposing one token (n-gram ≈ 0; a draft model's
-                    decode step relative to the target's, e.g. 0.71 for 0.5B drafting for 1.5B).
-    round_overhead: fixed extra cost of a speculative round (draft bookkeeping, rollback, launching).
-    step_ms:        the target's decode step these costs are relative to, in ms, when it was measured
-                    (what online calibration, decoding/calibrate.py, needs; None: not known).
-    rows:           per drafter that runs a model of its own, that model's forward cost over S rows
-                    relative to one row (its own c_v curve), which sizes a draft model's prompt-lookup
-                    guesses (decoding/drafters/guess.py); not read by the controller.
-    """
-
-    cv: CvCurve | float
-    draft_cost: dict[str, float] = field(default_factory=dict)
-    round_overhead: float = 0.0
-    step_ms: float | None = None
-    rows: dict[str, CvCurve] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.cv = as_curve(self.cv)
-        self.rows = {name: as_curve(c) for name, c in self.rows.items()}
-        for name, c in self.draft_cost.items():
-            if not (c >= 0 and math.isfinite(c)):
-                raise ValueError(f"draft cost of {name!r} must be a finite number >= 0, got {c}")
-        if not (self.round_overhead >= 0 and math.isfinite(self.round_overhead)):
-            raise ValueError(f"round_overhead must be >= 0, got {self.round_overhead}")
-        if self.step_ms is not None and not (self.step_ms > 0 and math.isfinite(self.step_ms)):
-            raise ValueError(f"step_ms must be a positive number of milliseconds, got {self.step_ms}")
 
 
 @dataclass

@@ -1,15 +1,18 @@
-"""The round loop of speculative decoding, and the only place that mutates caches.
+"""The engine: owns the target model and its KV cache, and runs a request's rounds on them.
 
-One round: the pending token a0 (already certain: argmax or sample of the last target logits) plus a
-draft of K tokens go through ONE target forward (S = K + 1); the pure verify functions pick the
-accepted prefix and the target's own next token; the target cache is rolled back to the accepted
-length (O(1)) and the drafter is told what survived. Plain decoding is the same loop with K = 0, so
-greedy and speculative runs share every line of code but the draft.
+One round (decoding/round.py): the pending token a0 (already certain: argmax or sample of the last
+target logits) plus a draft of K tokens go through ONE target forward (S = K + 1); the pure verify
+functions pick the accepted prefix and the target's own next token; the target cache is rolled back to
+the accepted length (O(1)) and the drafter is told what survived. Plain decoding is the same round with
+K = 0, so greedy and speculative runs share every line of code but the draft.
 
 A token-tree draft (Draft.parents, not a chain) takes one detour: its N nodes go through one target
 forward with the tree attention mask and tree positions (decoding/tree.py), the tree verify picks a root
 path, and the path's K/V rows are compacted next to the prefix before the truncation. Chains, and
 trees that are chains, never take it.
+
+The engine is the only place that mutates the target's cache. It deals in token ids only: text, stop
+strings and detokenization live above it (speczoo/textgen.py).
 """
 
 from __future__ import annotations
@@ -20,43 +23,41 @@ from collections.abc import Callable, Iterator
 import torch
 
 from speczoo.errors import CacheFullError
-from speczoo.events import DoneEvent, GenerationRequest, Stats, TokenEvent
+from speczoo.events import GenerationRequest, SamplingParams, Stats
 from speczoo import sampling
 from speczoo.decoding.calibrate import CostMeter
-from speczoo.decoding.controller import Costs
+from speczoo.decoding.cost import Costs
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
 from speczoo.decoding.policy import make_policy
-from speczoo.decoding.textstream import TextStream
-from speczoo.decoding.tree import TreeLayout, head, is_chain, verify_tree_greedy
+from speczoo.decoding.round import Finished, Generation, Plan, Round, run_round
+from speczoo.decoding.tree import TreeLayout, verify_tree_greedy
 from speczoo.decoding.tree_sampling import verify_tree_sampling
-from speczoo.decoding.types import Draft, Verdict
+from speczoo.decoding.types import MAX_K, Draft, Verdict
 from speczoo.decoding.verify import verify_greedy
 from speczoo.decoding.verify_sampling import verify_sampling
 
-MAX_K = 64
-RECALIBRATE_EVERY = 4   # rounds between handing the controller re-calibrated costs
 
 
 class Engine:
-    """Owns the target model's KV cache and the drafters; generates for one request at a time.
+    """Owns the target model's KV cache and the drafters on offer; generates for one request at a time.
 
     target: a model with the forward contract of speczoo.models (tokens, positions, cache -> logits).
     cache:  the target's KV cache (preallocated; capacity >= max_seq + MAX_K + 1).
-    drafters: name -> factory of a Drafter (built per request: "ngram", "draft", ...).
+    drafters: name -> factory of a Drafter (built per request: "ngram", "draft", ...); more are
+            offered later with `offer`.
     costs:  measured costs (target c_v curve, draft cost per token) for the per-round controller; with
             their step_ms known, greedy requests re-calibrate them from this engine's own timings as they
             run (decoding/calibrate.py), across requests; seeded sampled requests keep them as loaded.
     auto_excludes: drafters the "auto" mode does not offer the controller.
     """
 
-    def __init__(self, target, cache, tokenizer, drafters: dict[str, Callable[[GenerationRequest], Drafter]],
+    def __init__(self, target, cache, drafters: dict[str, Callable[[GenerationRequest], Drafter]],
                  eos_ids: list[int], max_seq: int, costs: Costs | None = None,
                  auto_excludes: frozenset[str] = frozenset()):
         self.target = target
         self.cache = cache
-        self.tokenizer = tokenizer
         self.drafters = drafters
-        self.eos = set(eos_ids)
+        self.eos = frozenset(eos_ids)
         self.max_seq = max_seq
         self.costs = costs            # measured c_v curve and draft costs for the controller
         self._meter: CostMeter | None = None
@@ -71,6 +72,20 @@ class Engine:
         if self._meter is None or self._meter.profile is not self.costs:
             self._meter = CostMeter(self.costs)
         return self._meter
+
+    def offer(self, name: str, factory: Callable[[GenerationRequest], Drafter],
+              cost_per_token: float | None = None, exclude_auto: bool = False) -> None:
+        """Offer the drafter `name` (built per request by `factory`; replaces one of that name) to the
+        requests that name it, and to the "auto" mode unless auto_excludes names it or `exclude_auto`
+        adds it there. cost_per_token: its draft step in target decode steps, for the controller (None:
+        the costs already price it)."""
+        self.drafters[name] = factory
+        if cost_per_token is not None:
+            if self.costs is None:
+                raise ValueError(f"drafter {name!r} comes with a cost but this engine has no cost profile")
+            self.costs.draft_cost[name] = cost_per_token
+        if exclude_auto:
+            self.auto_excludes = self.auto_excludes | {name}
 
     # -- validation -------------------------------------------------------------------------
     def _check(self, req: GenerationRequest) -> None:
@@ -111,120 +126,75 @@ class Engine:
         self.cache.reset()
         return logits
 
-    # -- the loop ---------------------------------------------------------------------------
-    def generate(self, req: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
-        """Validate the request now (errors raise before any event), then stream its events."""
-        self._check(req)
-        return self._run(req)
+    # -- the generation ---------------------------------------------------------------------
+    def generate(self, req: GenerationRequest) -> Iterator[Round | Finished]:
+        """Validate the request now (errors raise before any event), then stream one `Round` per round
+        and the final `Finished`."""
+        g = self.open(req)
+        return self._events(g)
 
-    def _run(self, req: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
+    def _events(self, g: Generation) -> Iterator[Round | Finished]:
+        yield from self.rounds(g)
+        yield g.result()
+
+    def open(self, req: GenerationRequest) -> Generation:
+        """Validate the request and build its state: its drafters (from their factories), the policy
+        over them, the feature taps and the random generator of a sampled request. No model runs yet."""
+        self._check(req)
         greedy = req.sampling.greedy
-        gen = None if greedy else sampling.make_generator(req.sampling.seed)
-        drafters: dict[str, Drafter] = {}
-        names = self._drafter_names(req.spec)
-        for name in names:
-            drafters[name] = self.drafters[name](req)
+        drafters = {name: self.drafters[name](req) for name in self._drafter_names(req.spec)}
         # Calibrated costs make the controller's choices depend on timing. Greedy output cannot change
         # with them; a sampled text would (which draft tokens meet which random numbers), so a request
         # that sampled with a seed decides on the loaded profile alone and reproduces its text run after run.
         meter = self.meter if greedy or req.sampling.seed is None else None
         policy = make_policy(req, drafters, meter.costs() if meter is not None else self.costs)
-        taps = FeatureTaps(drafters.values())          # target hidden states the drafters read (EAGLE)
-        stream = TextStream(self.tokenizer, req.stop)
-        stats = Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec)
+        return Generation(drafters, policy, list(req.prompt_ids), req.max_new_tokens, self.eos, meter,
+                          taps=FeatureTaps(drafters.values()),    # target hidden states the drafters read (EAGLE)
+                          sampling=req.sampling, rng=None if greedy else sampling.make_generator(req.sampling.seed),
+                          stats=Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec))
 
+    def rounds(self, g: Generation) -> Iterator[Round]:
+        """Prefill, then one round per target forward until the generation finishes. Closing the
+        iterator early ends the generation; its stats then cover what ran."""
         self.cache.reset()
         t0 = time.perf_counter()
-        fwd = self._forward_out(req.prompt_ids, taps.layers, logit_rows=slice(-1, None))  # the last row's logits
-        logits = fwd.logits[-1:]                                         # [1, V]
-        pending = self._pick(logits, req, gen)[0]
-        taps.send(fwd.hidden)                  # the prompt's features first: a head ingests them in prefill
-        for d in drafters.values():
-            d.prefill(req.prompt_ids)
+        fwd = self._forward_out(g.context, g.taps.layers, logit_rows=slice(-1, None))  # the last row's logits
+        g.start(self._pick(fwd.logits[-1:], g.sampling, g.rng)[0])
+        g.taps.send(fwd.hidden)                # the prompt's features first: a head ingests them in prefill
+        for d in g.drafters.values():
+            d.prefill(g.context)
         t1 = time.perf_counter()
-        stats.prefill_seconds = t1 - t0
-        context = list(req.prompt_ids)
-        out: list[int] = []
-        finish = "length"
+        g.stats.prefill_seconds = t1 - t0
+        verify = self._verify
         try:
-            while True:
-                remaining = req.max_new_tokens - len(out)
-                if pending in self.eos:
-                    finish = "stop"
-                    break
-                ctx = context + [pending]
-                choice = None
-                if remaining > 1:
-                    lags = {name: d.lag(ctx) for name, d in drafters.items()}
-                    choice = policy.choose(lags, {name: d.situation(ctx) for name, d in drafters.items()})
-                drafting = choice is not None and choice.drafting
-                draft = Draft(tokens=[])
-                if drafting:
-                    k = min(choice.k, remaining - 1)
-                    t_draft = time.perf_counter()
-                    draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
-                    if meter is not None and lags[choice.drafter] <= 2:   # in step: no catch-up
-                        meter.draft(choice.drafter, draft.k if draft.work is None else draft.work,
-                                    time.perf_counter() - t_draft)
-                if remaining == 1:
-                    new = [pending]
-                    accepted = 0
-                else:
-                    t_verify = time.perf_counter()
-                    if is_chain(draft.parents):
-                        base = self.cache.length
-                        fwd = self._forward_out([pending] + draft.tokens, taps.layers)
-                        logits = fwd.logits                                 # [K+1, V]
-                        if greedy:
-                            verdict = verify_greedy(draft, logits.argmax(-1).tolist())
-                        else:
-                            verdict = verify_sampling(draft, sampling.probs(logits, req.sampling), gen)
-                        accepted = verdict.accepted
-                        self.cache.truncate(base + 1 + accepted)
-                        taps.send(fwd.hidden, slice(0, 1 + accepted))
-                        new = [pending] + draft.tokens[:accepted]
-                        if drafting:
-                            drafters[choice.drafter].commit(accepted)
-                            policy.update(choice.drafter, draft.k, accepted)
-                    else:                                                   # a token tree (drafting)
-                        verdict, judged = self._verify_tree(pending, draft, req, gen, taps)
-                        accepted = verdict.accepted
-                        new = [pending] + [draft.tokens[i] for i in verdict.path]
-                        drafters[choice.drafter].commit_path(verdict.path)
-                        policy.update(choice.drafter, judged, accepted)
-                    if meter is not None:
-                        meter.forward(1 + draft.k, time.perf_counter() - t_verify)
-                        if stats.rounds % RECALIBRATE_EVERY == 0:
-                            policy.use_costs(meter.costs())
-                    stats.rounds += 1
-                    stats.drafted += draft.k
-                    stats.accepted += accepted
-                    pending = verdict.next_token
-                # EOS inside the accepted run ends generation there.
-                for i, t in enumerate(new):
-                    if t in self.eos:
-                        new = new[:i]
-                        finish = "stop"
-                        break
-                out.extend(new)
-                context.extend(new)
-                text = stream.push(new)
-                if stream.stopped:
-                    finish = "stop"
-                if new or text:
-                    yield TokenEvent(ids=new, text=text, drafted=draft.k, accepted=accepted,
-                                     drafter=choice.drafter if drafting else "none")
-                if finish == "stop" or len(out) >= req.max_new_tokens:
-                    break
+            while g.finish is None:
+                yield run_round(g, verify)
         finally:
-            stats.seconds = time.perf_counter() - t1
-            stats.new_tokens = len(out)
-        tail = stream.flush()
-        if tail:
-            yield TokenEvent(ids=[], text=tail)
-        yield DoneEvent(finish_reason=finish, text=stream.text, ids=out, stats=stats)
+            g.stats.seconds = time.perf_counter() - t1
+            g.stats.new_tokens = len(g.out)
 
-    def _verify_tree(self, pending: int, draft: Draft, req: GenerationRequest, gen,
+    def _verify(self, g: Generation, plan: Plan) -> tuple[Verdict, int]:
+        """The target's verdict on [a0] + the plan's draft: one forward, the verify, the rollback."""
+        if plan.chain:
+            return self._verify_chain(g.pending, plan.draft, g.sampling, g.rng, g.taps)
+        return self._verify_tree(g.pending, plan.draft, g.sampling, g.rng, g.taps)
+
+    def _verify_chain(self, pending: int, draft: Draft, params: SamplingParams, gen,
+                      taps: FeatureTaps) -> tuple[Verdict, int]:
+        """One target forward over [a0] + the chain (S = K + 1), the chain verify, then the cache
+        truncated to the accepted length. Returns the verdict and K (every draft token was judged)."""
+        base = self.cache.length
+        fwd = self._forward_out([pending] + draft.tokens, taps.layers)
+        logits = fwd.logits                                                        # [K+1, V]
+        if params.greedy:
+            verdict = verify_greedy(draft, logits.argmax(-1).tolist())
+        else:
+            verdict = verify_sampling(draft, sampling.probs(logits, params), gen)
+        self.cache.truncate(base + 1 + verdict.accepted)
+        taps.send(fwd.hidden, slice(0, 1 + verdict.accepted))
+        return verdict, draft.k
+
+    def _verify_tree(self, pending: int, draft: Draft, params: SamplingParams, gen,
                      taps: FeatureTaps = FeatureTaps(())) -> tuple[Verdict, int]:
         """One target forward over [a0] + the tree's N nodes (tree mask, tree positions), the tree verify,
         then the accepted path's K/V moved next to the prefix. Returns the verdict and how many draft
@@ -235,17 +205,17 @@ class Engine:
         fwd = self.target(tokens, layout.positions(base), self.cache, tree_mask=layout.mask,
                           hidden_layers=taps.layers)
         logits = fwd.logits                                                         # [N+1, V]
-        if req.sampling.greedy:
+        if params.greedy:
             verdict = verify_tree_greedy(draft, layout, logits.argmax(-1).tolist())
         else:
-            verdict = verify_tree_sampling(draft, layout, sampling.probs(logits, req.sampling), gen)
+            verdict = verify_tree_sampling(draft, layout, sampling.probs(logits, params), gen)
         self.cache.compact([base + 1 + i for i in verdict.path], base + 1)
         self.cache.truncate(base + 1 + verdict.accepted)
         taps.send(fwd.hidden, torch.tensor([0] + [1 + i for i in verdict.path]))
         return verdict, layout.judged(verdict.path)
 
-    def _pick(self, logits: torch.Tensor, req: GenerationRequest, gen) -> list[int]:
-        return sampling.pick(logits, req.sampling, gen).tolist()
+    def _pick(self, logits: torch.Tensor, params: SamplingParams, gen) -> list[int]:
+        return sampling.pick(logits, params, gen).tolist()
 
     def _drafter_names(self, spec: str) -> list[str]:
         """Which drafters a spec mode may use: "off" none; "auto" every one available but auto_excludes."""

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+MAX_K = 64      # the most draft tokens one round may propose: caches are preallocated for it (Engine)
+
 
 @dataclass
 class Draft:

@@ -4,7 +4,8 @@ A backend turns an fp32 weight into its own packed tensors (`pack`, done once: a
 backends whose packing is stored in the bundle, at load time otherwise) and builds a callable module
 from them (`build`). Every backend takes and returns fp32 activations, so the model code never
 branches on the backend. fp32 is the reference; every other backend has a parity test against it.
-This module must never pick a backend silently: an unknown name is an error.
+The registry that finds a backend by name is kernels/backends.py; this module never imports the
+backends built on it (kernels/quantized.py), so the interface sits below them.
 """
 
 from __future__ import annotations
@@ -71,28 +72,3 @@ class Bf16Backend(LinearBackend):
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
         return Bf16Linear(packed["weight"], bias)
-
-
-DEFAULT_FAST_BACKEND = "q4"  # batch-invariant 4-bit x int8 compiled kernel, one path per ISA (kernels/quantized.py)
-# The batch-invariant backends, fastest first, where the compiled kernels have no SIMD path for the CPU
-# (native.chosen_path().simd is False): there the 4-bit unpacking costs more than the bytes it saves, and
-# torch's int8 matmul beats the scalar q4 kernel. Measured: docs/results.md, "Kernel paths".
-NO_SIMD_BACKENDS = ("q8", "q8_torch", "q4mix", "q4", "q4_torch")
-
-BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (Fp32Backend(), Bf16Backend())}
-
-
-def register(backend: LinearBackend) -> None:
-    BACKENDS[backend.name] = backend
-
-
-def get_backend(name: str) -> LinearBackend:
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown linear backend {name!r}; choose one of {sorted(BACKENDS)}") from None
-
-
-# The integer backends ("q8", "q4", "q8_torch", "q4_torch") register themselves here; they import the
-# registry above, so this import stays at the bottom.
-from speczoo.kernels import quantized as _quantized  # noqa: E402,F401

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from speczoo.kernels import native
-from speczoo.kernels.linear import LinearBackend, register
+from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import (GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8, unpack_q4,
                                   unpack_q8)
 
@@ -293,7 +293,3 @@ class Q4MixBackend(LinearBackend):
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
         lib = native.kernels(self.path)
         return Q4Native(packed, bias, lib) if "qs" in packed else Q8Native(packed, bias, lib)
-
-
-for _backend in (Q8Backend(), Q4Backend(), Q8TorchBackend(), Q4TorchBackend(), Q4MixBackend()):
-    register(_backend)

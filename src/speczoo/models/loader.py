@@ -26,7 +26,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import Tensor, nn
 
-from speczoo.kernels.linear import get_backend
+from speczoo.kernels.backends import get_backend
 from speczoo.kernels.pack import PACK_LAYOUT
 from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding, RowDecoder

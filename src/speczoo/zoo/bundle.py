@@ -201,17 +201,6 @@ def dir_size(d: Path) -> int:
     return sum(f.stat().st_size for f in Path(d).iterdir() if f.is_file())
 
 
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Move a finished directory into place, replacing an old one only once the new one is there."""
-    old = None
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old is not None:
-        shutil.rmtree(old)
-
-
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
            torch.int8: "I8", torch.uint8: "U8", torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
            torch.bool: "BOOL"}

@@ -15,11 +15,14 @@ It never guesses: an unknown tokenizer model or pre-tokenizer name is an error s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from pathlib import Path
 
 import gguf
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE
+
+from speczoo.tokenizer import Tokenizer as SpeczooTokenizer
+from speczoo.tokenizer import byte_alphabet
 
 # llama.cpp token types (gguf.TokenType): which ids become added tokens.
 CONTROL = int(gguf.TokenType.CONTROL)            # 3: special, matched whole, skipped by skip_special
@@ -43,19 +46,6 @@ class GGUFTokenizer:
     tokenizer: Tokenizer
     config: dict               # the content of tokenizer_config.json (see `tokenizer_config`)
     chat_template: str | None  # None: the GGUF has none (the registry may name one)
-
-
-@lru_cache(maxsize=1)
-def byte_alphabet() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character map used by byte-level BPE vocabularies."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {b: chr(b) for b in printable}
-    shift = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + shift)
-            shift += 1
-    return table
 
 
 def _field(reader: gguf.GGUFReader, key: str, default=None):
@@ -204,3 +194,10 @@ def tokenizer_from_gguf(reader: gguf.GGUFReader) -> GGUFTokenizer:
     eos_ids = eos_ids_for(eos_id, ids)
     config = tokenizer_config(tokens, bos_id, eos_ids, add_bos, decoding, pad_id, unk_id)
     return GGUFTokenizer(tokenizer=tok, config=config, chat_template=_field(reader, "tokenizer.chat_template"))
+
+
+def read_tokenizer(gguf_path: Path, chat_template: str | None = None) -> SpeczooTokenizer:
+    """speczoo's Tokenizer built from a GGUF file's metadata, as a pull would store it (seconds for a large
+    vocabulary); `chat_template` fills a missing one."""
+    built = tokenizer_from_gguf(gguf.GGUFReader(str(gguf_path)))
+    return SpeczooTokenizer(built.tokenizer, built.config, built.chat_template or chat_template)

@@ -17,7 +17,6 @@ from speczoo import paths
 from speczoo.errors import UnknownModelError
 from speczoo.decoding.eagle.config import HeadConfig
 from speczoo.decoding.eagle.io import CONFIG_FILE, WEIGHTS_FILE, read_config
-from speczoo.zoo.bundle import replace_dir
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,7 @@ def install_head(src: Path, name: str) -> HeadEntry:
     try:
         for f in (CONFIG_FILE, WEIGHTS_FILE):
             shutil.copy2(Path(src) / f, tmp / f)
-        replace_dir(tmp, heads_dir() / name)
+        paths.replace_dir(tmp, heads_dir() / name)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -34,8 +34,10 @@ from safetensors import safe_open
 from torch import Tensor
 from tqdm import tqdm
 
+from speczoo import paths
 from speczoo.errors import SpeczooError
-from speczoo.kernels.linear import DEFAULT_FAST_BACKEND, LinearBackend, get_backend
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, get_backend
+from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import linear_weight_sources, read_unpacked, unpacked_names
 from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
@@ -232,7 +234,7 @@ def convert(src_kind: str, src_path: Path, name: str, sha256: str, size: int, ba
             packed_backends=[backend.name] if backend else [],
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"), files=_file_sizes(tmp),
             chat_template_source=template_source).write(tmp)
-        B.replace_dir(tmp, final)
+        paths.replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -24,7 +24,7 @@ from speczoo.decoding.cost import CvCurve
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.draft_head import ReducedHead
 from speczoo.decoding.drafters.guess import Guesser
-from speczoo.decoding.types import Draft
+from speczoo.decoding.types import MAX_K, Draft
 
 DRAFT_HEAD_VOCAB = 32768   # ids the draft proposes from (plus the prompt's own); see draft_head.py
 GUESS_MAX = 8              # the most prompt-lookup guesses fed along with one draft step (guess.py)
@@ -166,7 +166,6 @@ def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRA
     prompt-lookup guesses (guess.py); None: no guesses. guess_max: the most guessed ids per forward.
     """
     from speczoo.cache import KVCache
-    from speczoo.decoding.engine import MAX_K
 
     if draft.args.vocab_size > target.args.vocab_size:
         raise ValueError(f"draft {draft.name} has a larger vocabulary ({draft.args.vocab_size}) than target "

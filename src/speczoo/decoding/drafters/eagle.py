@@ -33,7 +33,7 @@ from speczoo import sampling
 from speczoo.events import GenerationRequest, SamplingParams
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.eagle.head import EagleHead
-from speczoo.decoding.types import Draft
+from speczoo.decoding.types import MAX_K, Draft
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,6 @@ def make_eagle_drafter(head: EagleHead, max_seq: int, tree: TreeShape | None = N
                        ) -> Callable[[GenerationRequest], EagleDrafter]:
     """A factory the engine calls per request: one head cache, reused (reset) across requests."""
     from speczoo.cache import KVCache
-    from speczoo.decoding.engine import MAX_K
 
     drafted_rows = MAX_K if tree is None else tree.depth * tree.branch    # rows a proposal appends, at most
     cache = KVCache(head.kv_args(), max_seq, extra=drafted_rows + 2)

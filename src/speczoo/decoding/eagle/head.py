@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speczoo.kernels.linear import get_backend
+from speczoo.kernels.backends import get_backend
 from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding
 from speczoo.decoding.eagle.config import HeadConfig

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from speczoo.decoding.eagle.config import HeadConfig
 from speczoo.decoding.eagle.head import EagleHead
-from speczoo.zoo.bundle import replace_dir
+from speczoo.paths import replace_dir
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -26,7 +26,7 @@ from speczoo.training.eagle.holdout import HOLDOUT_EVERY
 from speczoo.decoding.eagle.io import load_head, save_head
 from speczoo.training.eagle.ttt import unroll
 from speczoo.training.eagle.vocab import t2d_index
-from speczoo.zoo.bundle import replace_dir
+from speczoo.paths import replace_dir
 
 CHECKPOINT = "checkpoint"
 

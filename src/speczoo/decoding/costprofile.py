@@ -14,7 +14,8 @@ are fitted on their line (listed under "interpolated"; a draft head left no time
 out, its step then priced as the full head's). Such a profile serves its run and is not stored. That is
 enough because the engine re-prices these costs from its own timings as it generates
 (decoding/calibrate.py): the profile is only where it starts. `speczoo cv` has no budget and times every
-S it is asked for.
+S it is asked for. A loaded model comes in as an argument (anything with .model, .args, .name, .backend
+and .path, the bundle it stores its profile in): this module never imports the runtime that loads it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 import torch
 
 from speczoo.cache import KVCache
+from speczoo.decoding.cost import Costs, CvCurve
 from speczoo.kernels import native
 
 
@@ -314,9 +316,6 @@ def draft_head(loaded):
 
 def runtime_costs(target, draft=None, round_overhead: float = 0.02, remeasure: bool = False):
     """Costs for the controller: the target's measured c_v curve and the draft's relative step cost."""
-    from speczoo.decoding.controller import Costs
-    from speczoo.decoding.cost import CvCurve
-
     t = load_or_measure(target, remeasure)
     draft_cost = {"ngram": 0.0, "ngram-tree": 0.0}
     rows = {}

@@ -9,6 +9,8 @@ is bound by weight bytes: q4 makes a 1.5B target's head step ~20x cheaper than f
 each keeps one head KV cache reused across requests. A
 head whose shapes do not fit the target is an error naming both, never a silent skip. This module
 never touches the target's cache.
+It belongs to the runtime's layer: it finds heads in the zoo and builds decoding's EAGLE drafter, so
+neither of them may import it.
 """
 
 from __future__ import annotations

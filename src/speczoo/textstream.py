@@ -1,27 +1,26 @@
-"""Turn a growing list of output ids into safe text deltas, honouring stop strings.
+"""Turn a generation's output ids, a round at a time, into safe text deltas, honouring stop strings.
 
-Emits text only when it is final: never half a UTF-8 character (a trailing U+FFFD from an incomplete
-byte sequence is held back) and never the beginning of a stop string that may still complete. Knows
-nothing about models; it only calls `tokenizer.decode`.
+Emits text only when it is final: never half a UTF-8 character (the tokenizer's IncrementalDecoder holds
+an incomplete byte sequence back until the ids that finish it arrive) and never the beginning of a stop
+string that may still complete. Each id is decoded once. Knows nothing about models or the engine.
 """
 
 from __future__ import annotations
 
 
 class TextStream:
+    """tokenizer: anything with `incremental_decoder()` (speczoo.tokenizer.Tokenizer)."""
+
     def __init__(self, tokenizer, stop: list[str] | None = None):
-        self.tokenizer = tokenizer
+        self._decoder = tokenizer.incremental_decoder()
         self.stop = [s for s in (stop or []) if s]
-        self.ids: list[int] = []
-        self.text = ""          # decoded text of all ids (may end mid-character)
+        self.text = ""          # the text of every id so far (a stop string and what follows cut off)
         self.emitted = 0        # characters of `text` already handed out
-        self.stopped = False    # a stop string was found; `final_text` ends before it
+        self.stopped = False    # a stop string was found; `text` ends before it
 
     def _hold_back(self, text: str) -> int:
-        """How many trailing characters must wait: an incomplete character or a stop-string prefix."""
+        """How many trailing characters must wait: the longest stop-string prefix the text ends with."""
         hold = 0
-        if text.endswith("\ufffd"):
-            hold = len(text) - len(text.rstrip("\ufffd"))
         for s in self.stop:
             for n in range(min(len(s) - 1, len(text)), 0, -1):
                 if text.endswith(s[:n]):
@@ -31,8 +30,10 @@ class TextStream:
 
     def push(self, ids: list[int]) -> str:
         """Add ids; return the new final text (may be empty). Sets `stopped` on a stop string."""
-        self.ids.extend(ids)
-        self.text = self.tokenizer.decode(self.ids)
+        piece = self._decoder.feed(ids)
+        if not piece:
+            return ""
+        self.text += piece
         cut = len(self.text)
         for s in self.stop:
             at = self.text.find(s, max(0, self.emitted - len(s) + 1))
@@ -48,7 +49,10 @@ class TextStream:
         return delta
 
     def flush(self) -> str:
-        """At the end of generation: whatever was held back (except a stop string) is final."""
+        """At the end of generation: whatever was held back (except a stop string) is final; a character
+        the ids never finished shows as U+FFFD."""
+        if not self.stopped:
+            self.text += self._decoder.flush()
         delta = self.text[self.emitted:]
         self.emitted = len(self.text)
         return delta

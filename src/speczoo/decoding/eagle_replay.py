@@ -5,7 +5,9 @@ its features at every position; the drafter then drafts every round, as the engi
 controller that never switches it off, and each round accepts what greedy verification would accept
 (chain: the matching prefix; tree: the deepest node on the true path) plus the target's own next
 token. No verify forwards are run, so a head is judged in seconds, independently of the controller and
-of this machine's speed. Arithmetic over ids and head steps only; it never touches a target cache.
+of this machine's speed. The rounds are the engine's own (decoding/round.py), with the verify forward
+stood in for by the known continuation. Arithmetic over ids and head steps only; it never touches a
+target cache.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import torch
 from torch import Tensor
 
 from speczoo.cache import KVCache
+from speczoo.decoding.controller import Choice
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape
 from speczoo.decoding.eagle.head import EagleHead
+from speczoo.decoding.round import Generation, Plan, run_round, verify_recorded
+from speczoo.decoding.types import Verdict
 
 
 @dataclass
@@ -36,46 +41,47 @@ class ReplayResult:
         return self.tokens / self.rounds if self.rounds else 0.0
 
 
+class Always:
+    """The policy of these replays: the one drafter, K tokens, every round (no floors, no fallback)."""
+
+    def __init__(self, drafter: str, k: int):
+        self.choice = Choice(drafter, k)
+
+    def choose(self, lags: dict[str, int], situations: dict[str, str | None]) -> Choice:
+        return self.choice
+
+    def update(self, drafter: str, drafted: int, accepted: int) -> None:
+        pass
+
+
 def replay(head: EagleHead, ids: list[int], hidden: list[Tensor], start: int, k: int,
            tree: TreeShape | None = None) -> ReplayResult:
     """ids: prompt + the target's greedy continuation; hidden: the target's states [N, D] at the head's
     layers for ids[:N] (one teacher-forced forward); start: the prompt length. A round starts with
     ids[:i] verified and ids[i] its a0 (the target's own pick), from i = start while a draft fits; the
-    last a0 is left unverified, as the engine emits it without a round."""
+    last a0 is left unverified, as the engine emits it without a round. The rounds are the engine's
+    (decoding/round.py), verified against `ids`."""
     d = EagleDrafter(head, KVCache(head.kv_args(), len(ids) + k * (tree.depth * tree.branch if tree else 1) + 2),
                      tree=tree)
-    i = start                                       # ids[i] is a0: the target chose it, not yet verified
-    d.observe([h[:i] for h in hidden])
+    d.observe([h[:start] for h in hidden])
+    out = ids[start:]
+
+    def verify(g: Generation, plan: Plan) -> tuple[Verdict, int]:
+        i = len(g.out)                              # out[i] is a0: the target chose it, not yet verified
+        verdict, judged = verify_recorded(plan, out, i)
+        d.observe([h[start + i:start + i + 1 + verdict.accepted] for h in hidden])
+        return verdict, judged
+
+    g = Generation({d.name: d}, Always(d.name, k), ids[:start], len(out))
+    g.start(out[0])
     res = ReplayResult(0, 0, 0, 0)
-    while i + 1 < len(ids):
-        kk = min(k, len(ids) - 1 - i)
-        draft = d.propose(ids[:i + 1], kk)
-        truth = ids[i + 1:i + 1 + kk]
-        got = _accepted(draft.tokens, draft.parents, truth)
+    while g.remaining > 1:
+        r = run_round(g, verify)
         res.rounds += 1
-        res.drafted += draft.k
-        res.accepted += got
-        res.tokens += got + 1
-        n = min(got + 1, len(ids) - 1 - i)          # a0 and the accepted tokens are committed now
-        d.observe([h[i:i + n] for h in hidden])
-        i += n
+        res.drafted += r.drafted
+        res.accepted += r.accepted
+        res.tokens += len(r.ids)
     return res
-
-
-def _accepted(tokens: list[int], parents: list[int] | None, truth: list[int]) -> int:
-    """Greedy verification against a known continuation: the longest root path that spells truth."""
-    if parents is None:
-        n = 0
-        while n < min(len(tokens), len(truth)) and tokens[n] == truth[n]:
-            n += 1
-        return n
-    depth_of: dict[int, int] = {-1: 0}
-    best = 0
-    for i, (t, p) in enumerate(zip(tokens, parents)):
-        if p in depth_of and depth_of[p] < len(truth) and t == truth[depth_of[p]]:
-            depth_of[i] = depth_of[p] + 1
-            best = max(best, depth_of[i])
-    return best
 
 
 def greedy_with_features(model, prompt: list[int], n: int, layers: tuple[int, ...]) -> tuple[list[int], list[Tensor]]:

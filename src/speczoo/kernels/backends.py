@@ -1,0 +1,31 @@
+"""The linear backends by name: the one registry that model loading, pulling and the runtime ask.
+
+It lists the reference backends (kernels/linear.py) and the integer ones built on the same interface
+(kernels/quantized.py); tests register backends of their own through `register`. It must never pick a
+backend silently: an unknown name is an error that lists the known ones.
+"""
+
+from __future__ import annotations
+
+from speczoo.kernels.linear import Bf16Backend, Fp32Backend, LinearBackend
+from speczoo.kernels.quantized import Q4Backend, Q4MixBackend, Q4TorchBackend, Q8Backend, Q8TorchBackend
+
+DEFAULT_FAST_BACKEND = "q4"  # batch-invariant 4-bit x int8 compiled kernel, one path per ISA (kernels/quantized.py)
+# The batch-invariant backends, fastest first, where the compiled kernels have no SIMD path for the CPU
+# (native.chosen_path().simd is False): there the 4-bit unpacking costs more than the bytes it saves, and
+# torch's int8 matmul beats the scalar q4 kernel. Measured: docs/results.md, "Kernel paths".
+NO_SIMD_BACKENDS = ("q8", "q8_torch", "q4mix", "q4", "q4_torch")
+
+BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (
+    Fp32Backend(), Bf16Backend(), Q8Backend(), Q4Backend(), Q8TorchBackend(), Q4TorchBackend(), Q4MixBackend())}
+
+
+def register(backend: LinearBackend) -> None:
+    BACKENDS[backend.name] = backend
+
+
+def get_backend(name: str) -> LinearBackend:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown linear backend {name!r}; choose one of {sorted(BACKENDS)}") from None
