@@ -18,19 +18,20 @@ from tiny_gguf import write_tiny_gguf
 from benchmarks.auto_replay import Recording, replay as auto_replay
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
-from speczoo.decoding.controller import Costs
+from speczoo.decoding.cost import Costs
 from speczoo.decoding.cost import CvCurve
 from speczoo.decoding.drafters.base import FeatureTaps
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
-from speczoo.decoding.eagle.replay import Always, replay as eagle_replay
+from speczoo.decoding.eagle_replay import Always, replay as eagle_replay
 from speczoo.decoding.engine import MAX_K, Engine
 from speczoo.decoding.policy import make_policy
 from reference import OracleModel, TokenCache
 from speczoo.decoding.round import Finished, Generation, Round, run_round, verify_recorded
 from speczoo.textgen import generate_text
 from speczoo.tokenizer import Tokenizer
+from speczoo.zoo.gguf_tokenizer import read_tokenizer
 from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and a head trained on it)
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
@@ -132,7 +133,7 @@ class ScriptOracle:
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory) -> Tokenizer:
     path, _ = write_tiny_gguf(tmp_path_factory.mktemp("tok") / "q.gguf", "qwen2")
-    return Tokenizer.from_gguf(path)
+    return read_tokenizer(path)
 
 
 def text_engine(tok: Tokenizer, text: str) -> tuple[Engine, list[int]]:
