@@ -43,8 +43,8 @@ int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc,
               int nthreads);
 int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps, const float* cos_k,
                    const float* sin_k, const float* cos_q, const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh,
-                   int64_t C, int64_t l0, const int64_t* lo, const int64_t* hi, const int64_t* off,
-                   const int64_t* idx, int nthreads);
+                   int64_t C, int64_t l0, const int64_t* dst, const int64_t* lo, const int64_t* hi,
+                   const int64_t* off, const int64_t* idx, int nthreads);
 int sz_abi_version(void);
 // Names the compiled path; weak so that a library without it still links (then the header says "?").
 const char* sz_path(void) __attribute__((weak));
@@ -464,7 +464,7 @@ static int call_blocks(const BlockShape& b, std::vector<Layer>& layers, std::vec
         table[5 * i + 4] = (int64_t)(intptr_t)vcs[i].data();
     }
     return sz_qwen_blocks(run.x.data(), S, b.D, n, table.data(), 1e-6f, run.ck.data(), run.sk.data(), run.cq.data(),
-                          run.sq.data(), b.H, b.Hkv, b.Dh, C, l0, run.plan.lo.data(), run.plan.hi.data(),
+                          run.sq.data(), b.H, b.Hkv, b.Dh, C, l0, nullptr, run.plan.lo.data(), run.plan.hi.data(),
                           run.plan.off.data(), run.plan.idx.data(), threads);
 }
 

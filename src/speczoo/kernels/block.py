@@ -73,9 +73,9 @@ class NativeBlock:
                 and all(c.dtype == torch.float32 and c.is_contiguous() for c in (k_cache, v_cache) if c is not None))
 
     def __call__(self, x: Tensor, cos: Tensor, sin: Tensor, q_cos: Tensor, q_sin: Tensor, k_cache: Tensor,
-                 v_cache: Tensor, l0: int, keys) -> Tensor:
+                 v_cache: Tensor, at: int | Tensor, keys) -> Tensor:
         """This block alone: NativeStack.run over a stack of one (k_cache, v_cache: its layer's cache)."""
-        return NativeStack([self]).run(x, cos, sin, q_cos, q_sin, [k_cache], [v_cache], l0, keys)
+        return NativeStack([self]).run(x, cos, sin, q_cos, q_sin, [k_cache], [v_cache], at, keys)
 
 
 class NativeStack:
@@ -106,10 +106,11 @@ class NativeStack:
         return all(NativeBlock.supports(x, k, keys, v) for k, v in zip(k_caches, v_caches, strict=True))
 
     def run(self, x: Tensor, cos: Tensor, sin: Tensor, q_cos: Tensor, q_sin: Tensor, k_caches: list[Tensor],
-            v_caches: list[Tensor], l0: int, keys, start: int = 0, stop: int | None = None) -> Tensor:
+            v_caches: list[Tensor], at: int | Tensor, keys, start: int = 0, stop: int | None = None) -> Tensor:
         """x [S, D] -> the residual stream after blocks start .. stop - 1 [S, D] (x itself is not modified);
         cos/sin [S, 1, Dh] (keys), q_cos/q_sin the same with the query scale folded in; k_caches/v_caches:
-        every block's cache [Hkv, C, Dh]; keys: kernels.attention.Plan."""
+        every block's cache [Hkv, C, Dh]; at: the rows' cache slots, l0 for [l0, l0 + S) or an int64 [S]
+        tensor of slots (rows of several sequences); keys: kernels.attention.Plan."""
         stop = len(self.blocks) if stop is None else stop
         s, d = x.shape
         out = x.contiguous().clone()
@@ -118,15 +119,22 @@ class NativeStack:
         table = torch.tensor([(*self._static[i], k_caches[i].data_ptr(), v_caches[i].data_ptr())
                               for i in range(start, stop)], dtype=torch.int64)           # [n, 5]
         cos, sin, q_cos, q_sin = (t.contiguous() for t in (cos, sin, q_cos, q_sin))
+        if isinstance(at, Tensor):
+            slots = at.to(torch.int64).contiguous()                  # [S]
+            if slots.shape != (s,):
+                raise ValueError(f"the rows' cache slots must be [S={s}], got {tuple(slots.shape)}")
+            l0, dst = 0, slots.data_ptr()
+        else:
+            l0, dst = at, None
         rc = self._fn(out.data_ptr(), s, d, stop - start, table.data_ptr(), self.eps, cos.data_ptr(),
                       sin.data_ptr(), q_cos.data_ptr(), q_sin.data_ptr(), self.h, self.hkv, self.dh,
-                      k_caches[start].shape[1], l0, *keys.args, torch.get_num_threads())
+                      k_caches[start].shape[1], l0, dst, *keys.args, torch.get_num_threads())
         if rc == -1:
             raise MemoryError(f"the compiled blocks could not allocate scratch for S={s}")
         if rc == -2:
             raise ValueError("attention key plan is invalid for this cache: every row needs at least one key "
                              "inside the cache")
         if rc != 0:
-            raise ValueError(f"the compiled blocks got shapes that do not fit (S={s}, D={d}, l0={l0}, "
-                             f"cache {tuple(k_caches[start].shape)})")
+            raise ValueError(f"the compiled blocks got shapes that do not fit, or rows outside the cache (S={s}, D={d}, "
+                             f"at={at}, cache {tuple(k_caches[start].shape)})")
         return out

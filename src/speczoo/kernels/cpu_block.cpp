@@ -8,7 +8,8 @@
 // order of operations (the norm's sum uses 16 lanes and a fixed tree, whatever the build), so row i of
 // an S-row call is bit-identical to the 1-row call of row i. Compile with -ffp-contract=off.
 // This file must never keep state between calls beyond its grown scratch, nor touch cache slots other
-// than [l0, l0 + S) of the layer it is given.
+// than the S rows' own: [l0, l0 + S) of the layer it is given, or dst[0 .. S) when the caller names them
+// (several sequences in one forward, each row written into its own sequence's slot range).
 
 #include <stdlib.h>
 #include <string.h>
@@ -71,11 +72,18 @@ static Layer layer_at(const float* norm1, const float* norm2, const int64_t* lin
     return Layer{norm1, norm2, linear_at(lin), linear_at(lin + 8), linear_at(lin + 16), linear_at(lin + 24), kc, vc};
 }
 
-static bool shapes_fit(const Layer& L, int64_t S, int64_t D, int64_t H, int64_t Hkv, int64_t Dh, int64_t C,
-                       int64_t l0) {
+static bool shapes_fit(const Layer& L, int64_t S, int64_t D, int64_t H, int64_t Hkv, int64_t Dh) {
     const int64_t HD = H * Dh, KVD = Hkv * Dh, F = L.wgu.N / 2;
     return L.wqkv.K == D && L.wqkv.N == HD + 2 * KVD && L.wo.K == HD && L.wo.N == D && L.wgu.K == D &&
-           L.wgu.N == 2 * F && L.wd.K == F && L.wd.N == D && Dh % 2 == 0 && l0 >= 0 && l0 + S <= C;
+           L.wgu.N == 2 * F && L.wd.K == F && L.wd.N == D && Dh % 2 == 0;
+}
+
+// The rows' cache slots lie inside the cache: [l0, l0 + S), or each dst[s] when dst is given.
+static bool slots_fit(int64_t S, int64_t C, int64_t l0, const int64_t* dst) {
+    if (!dst) return l0 >= 0 && l0 + S <= C;
+    for (int64_t s = 0; s < S; ++s)
+        if (dst[s] < 0 || dst[s] >= C) return false;
+    return true;
 }
 
 // Under sz_lock(), outside a parallel region: grow the activation scratch and the block buffers for
@@ -102,8 +110,9 @@ static int reserve(const Layer* layers, int64_t n, int64_t S, int64_t D, int64_t
 // barrier (the down projection's work-shared loop), so the next block may read x at once.
 static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps, const float* cos_k,
                       const float* sin_k, const float* cos_q, const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh,
-                      int64_t C, int64_t l0, const int64_t* lo, const int64_t* hi, const int64_t* off,
-                      const int64_t* idx, int64_t nmax, int32_t* ws, int32_t* slots, float* scores) {
+                      int64_t C, int64_t l0, const int64_t* dst, const int64_t* lo, const int64_t* hi,
+                      const int64_t* off, const int64_t* idx, int64_t nmax, int32_t* ws, int32_t* slots,
+                      float* scores) {
     const int64_t HD = H * Dh, KVD = Hkv * Dh, F = L.wgu.N / 2;
     float* h = g_buf;                 // [S, D]
     float* qkv = h + S * D;           // [S, HD + 2 KVD]
@@ -118,10 +127,11 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
     for (int64_t s = 0; s < S; ++s) {
         const float* row = qkv + s * L.wqkv.N;
         rope_row(row, H, Dh, cos_q + s * Dh, sin_q + s * Dh, q + s * HD);
+        const int64_t at = dst ? dst[s] : l0 + s;
         for (int64_t g = 0; g < Hkv; ++g) {
-            float* kslot = L.kc + (g * C + l0 + s) * Dh;
+            float* kslot = L.kc + (g * C + at) * Dh;
             rope_row(row + HD + g * Dh, 1, Dh, cos_k + s * Dh, sin_k + s * Dh, kslot);
-            memcpy(L.vc + (g * C + l0 + s) * Dh, row + HD + KVD + g * Dh, sizeof(float) * Dh);
+            memcpy(L.vc + (g * C + at) * Dh, row + HD + KVD + g * Dh, sizeof(float) * Dh);
         }
     }
     sz_attend_omp(q, S, H, Dh, L.kc, L.vc, Hkv, C, lo, hi, off, idx, nmax, att, slots, scores);
@@ -138,11 +148,12 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
 // -3 (shapes).
 static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64_t D, float eps, const float* cos_k,
                       const float* sin_k, const float* cos_q, const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh,
-                      int64_t C, int64_t l0, const int64_t* lo, const int64_t* hi, const int64_t* off,
-                      const int64_t* idx, int nthreads) {
+                      int64_t C, int64_t l0, const int64_t* dst, const int64_t* lo, const int64_t* hi,
+                      const int64_t* off, const int64_t* idx, int nthreads) {
     if (S <= 0 || n <= 0) return 0;
+    if (!slots_fit(S, C, l0, dst)) return -3;
     for (int64_t i = 0; i < n; ++i)
-        if (!shapes_fit(layers[i], S, D, H, Hkv, Dh, C, l0)) return -3;
+        if (!shapes_fit(layers[i], S, D, H, Hkv, Dh)) return -3;
     const int64_t nmax = sz_attend_plan(S, H, Hkv, C, lo, hi, off, idx);
     if (nmax < 0) return (int)nmax;
 
@@ -161,8 +172,8 @@ static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64
 #pragma omp barrier
         if (!failed)
             for (int64_t i = 0; i < n; ++i)
-                block_omp(layers[i], x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, lo, hi, off, idx,
-                          nmax, ws, slots, scores);
+                block_omp(layers[i], x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, dst, lo, hi, off,
+                          idx, nmax, ws, slots, scores);
         free(ws);
         free(slots);
         free(scores);
@@ -173,13 +184,15 @@ static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64
 // Blocks n in a row over x [S, D] (the residual stream, in place), each with the same arithmetic as a
 // call of its own. layers: n x 5 int64 (pointers as int64): norm1, norm2 [D]; lin: 4 x 8 int64 (qkv, wo,
 // gate_up, down; see linear_at); kc, vc [Hkv, C, Dh] of that block's layer. cos_k/sin_k, cos_q/sin_q
-// [S, Dh] (the query pair has the query scale folded in); lo/hi/off/idx: the key plan of
-// kernels/attention.py. Returns 0; -1 when scratch could not be allocated; -2 on an invalid key plan;
+// [S, Dh] (the query pair has the query scale folded in); row s's key and value go to cache slot l0 + s, or
+// dst[s] when dst is not null; lo/hi/off/idx: the key plan of kernels/attention.py (read after every row
+// of the block is written). Returns 0; -1 when scratch could not be allocated; -2 on an invalid key plan;
 // -3 when a block's shapes do not fit together or the cache.
 SZ_API int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps,
                               const float* cos_k, const float* sin_k, const float* cos_q, const float* sin_q,
-                              int64_t H, int64_t Hkv, int64_t Dh, int64_t C, int64_t l0, const int64_t* lo,
-                              const int64_t* hi, const int64_t* off, const int64_t* idx, int nthreads) {
+                              int64_t H, int64_t Hkv, int64_t Dh, int64_t C, int64_t l0, const int64_t* dst,
+                              const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
+                              int nthreads) {
     if (n <= 0) return 0;
     Layer* ls = (Layer*)malloc(sizeof(Layer) * n);
     if (!ls) return -1;
@@ -187,8 +200,8 @@ SZ_API int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64
         const int64_t* p = layers + 5 * i;
         ls[i] = layer_at((const float*)p[0], (const float*)p[1], (const int64_t*)p[2], (float*)p[3], (float*)p[4]);
     }
-    const int rc = run_layers(ls, n, x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, lo, hi, off, idx,
-                              nthreads);
+    const int rc = run_layers(ls, n, x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, dst, lo, hi, off,
+                              idx, nthreads);
     free(ls);
     return rc;
 }

@@ -41,7 +41,7 @@
 #define SZ_KBLOCK 64  // q8: quads (4 inputs) per k-block; one k-block of a strip stays in L1 across row tiles
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 7; }
+SZ_API int sz_abi_version(void) { return 8; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;

@@ -34,7 +34,7 @@ from speczoo.errors import SpeczooError
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.cpp", "cpu_block.cpp"))
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.h", "cpu_simd.h", "cpu_tiles.h"))
 BASE_FLAGS = ("-O3", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden")
-ABI_VERSION = 7
+ABI_VERSION = 8
 PATH_ENV = "SPECZOO_KERNEL_PATH"
 
 _P = ctypes.c_void_p
@@ -300,7 +300,7 @@ class NativeKernels:
         self._attend.restype = ctypes.c_int
         self._blocks = lib.sz_qwen_blocks
         self._blocks.argtypes = [_P, _I, _I, _I, _P, ctypes.c_float, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P, _P, _P, _P,
-                                 ctypes.c_int]
+                                 _P, ctypes.c_int]
         self._blocks.restype = ctypes.c_int
 
     @property
@@ -316,8 +316,8 @@ class NativeKernels:
         return self._attend
 
     @property
-    def blocks_fn(self):  # (x, S, D, n, layers [n, 5], eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, lo, hi,
-        #                    off, idx, nthreads) -> 0, -1 (memory), -2 (bad plan), -3 (bad shapes);
+    def blocks_fn(self):  # (x, S, D, n, layers [n, 5], eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, dst, lo,
+        #                    hi, off, idx, nthreads); dst: [S] cache slots of the rows, or null for l0 + s -> 0, -1 (memory), -2 (bad plan), -3 (bad shapes);
         #                    layers: norm1, norm2, lin (4 x 8 linear descriptors), k, v per block
         return self._blocks
 

@@ -157,6 +157,17 @@ def plan_keys(keys: attention.KeyRows, invariant: bool) -> AttnPlan:
     return AttnPlan(n_keys=n, mask=mask)
 
 
+def write_kv(k_cache: Tensor, v_cache: Tensor, at: int | Tensor, k: Tensor, v: Tensor) -> None:
+    """Store this forward's rotated keys and values k, v [S, Hkv, Dh] in a layer's cache [Hkv, C, Dh]: at
+    slots [at, at + S) for an int, or at the slots at[i] (int64 [S]) for rows of several sequences."""
+    if isinstance(at, Tensor):
+        k_cache[:, at] = k.transpose(0, 1)
+        v_cache[:, at] = v.transpose(0, 1)
+    else:
+        k_cache[:, at:at + k.shape[0]] = k.transpose(0, 1)
+        v_cache[:, at:at + v.shape[0]] = v.transpose(0, 1)
+
+
 def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: AttnPlan) -> Tensor:
     """q: [S, H, Dh] (already scaled and rotated); k_cache/v_cache: [Hkv, C, Dh] with this forward's keys
     written. Returns [S, H * Dh] fp32."""
@@ -230,7 +241,7 @@ class DecoderBase(nn.Module):
         super().__init__()
 
     def _check(self, tokens: Tensor, positions: Tensor, cache, tree_mask: Tensor | None,
-               keys: attention.KeyRows | None = None) -> None:
+               keys: attention.KeyRows | None = None, dest: Tensor | None = None) -> None:
         if tokens.dim() != 1 or positions.shape != tokens.shape:
             raise ValueError(f"tokens and positions must both be [S]; got {tuple(tokens.shape)} and "
                              f"{tuple(positions.shape)}")
@@ -251,7 +262,15 @@ class DecoderBase(nn.Module):
         if cache.args.n_layers != self.args.n_layers or cache.args.head_dim != self.args.head_dim \
                 or cache.args.n_kv_heads != self.args.n_kv_heads:
             raise ValueError("this KV cache was built for a different model; make one with KVCache(model.args, ...)")
-        cache.check_room(s)
+        if dest is None:
+            cache.check_room(s)
+            return
+        if keys is None:
+            raise ValueError("rows written at explicit cache slots (dest) need explicit attention keys")
+        if dest.shape != (s,) or dest.dtype != torch.int64:
+            raise ValueError(f"dest must be an int64 [S={s}] tensor of cache slots; got {tuple(dest.shape)} {dest.dtype}")
+        if s and (int(dest.min()) < 0 or int(dest.max()) >= cache.capacity):
+            raise ValueError(f"dest slots must lie in [0, {cache.capacity}) of the cache")
 
     def _hidden_slots(self, hidden_layers: Sequence[int]) -> dict[int, list[int]]:
         slots: dict[int, list[int]] = {}
@@ -265,23 +284,29 @@ class DecoderBase(nn.Module):
 
     def forward(self, tokens: Tensor, positions: Tensor, cache, *, tree_mask: Tensor | None = None,
                 hidden_layers: Sequence[int] = (), logit_rows: Tensor | slice | None = None,
-                head: nn.Module | None = None, keys: attention.KeyRows | None = None) -> ForwardOut:
+                head: nn.Module | None = None, keys: attention.KeyRows | None = None,
+                dest: Tensor | None = None) -> ForwardOut:
         """tokens, positions: [S] int64. Writes K/V at slots [L0, L0+S), advances cache.length by S.
 
         keys (optional): the slots each row attends to, in order, instead of the prefix [0, L0) and the
         chain (or tree_mask) over the new rows: independent sequences packed in one cache (packed.py).
+        dest (optional, with keys): the cache slot each row's K/V goes to, int64 [S], instead of
+        [L0, L0+S); cache.length is then left alone (the caller keeps each sequence's length: rows of
+        several sequences, each in its own slot range, in one forward).
 
         logit_rows (optional): rows of the output whose logits are wanted (e.g. slice(-1, None) after a
         prefill); the default computes logits for every row.
         head (optional): a stand-in for the LM head over the final-normed rows [R, D] -> [R, V] (a
         drafter's reduced-vocabulary head); the default is the model's own.
         """
-        self._check(tokens, positions, cache, tree_mask, keys)
+        self._check(tokens, positions, cache, tree_mask, keys, dest)
         l0 = cache.length
         slots = self._hidden_slots(hidden_layers)
         hidden: list[Tensor | None] = [None] * len(hidden_layers)
-        x = self._run_layers(tokens, positions, cache, l0, tree_mask, slots, hidden, keys)   # [S, D]
-        cache.length = l0 + tokens.shape[0]
+        at = l0 if dest is None else dest
+        x = self._run_layers(tokens, positions, cache, at, tree_mask, slots, hidden, keys)   # [S, D]
+        if dest is None:
+            cache.length = l0 + tokens.shape[0]
         if logit_rows is not None:
             x = x[logit_rows]
         logits = (head if head is not None else self.lm_head)(self.norm(x))   # [S, V]
@@ -290,7 +315,8 @@ class DecoderBase(nn.Module):
             logits = torch.tanh(logits / cap) * cap
         return ForwardOut(logits=logits, hidden=hidden)  # type: ignore[arg-type]
 
-    def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden, keys) -> Tensor:
+    def _run_layers(self, tokens, positions, cache, at, tree_mask, slots, hidden, keys) -> Tensor:
+        """The blocks over the embedded tokens; at: l0, or the rows' cache slots [S] (see forward)."""
         raise NotImplementedError
 
 

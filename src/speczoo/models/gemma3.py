@@ -16,7 +16,7 @@ from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, Rotation, apply_rope, attend,
-                                 default_query_scale, make_linear, plan_attention)
+                                 default_query_scale, make_linear, plan_attention, write_kv)
 
 
 class Gemma3Block(nn.Module):
@@ -49,8 +49,7 @@ class Gemma3Block(nn.Module):
         k = self.k_norm(k.view(s, *self.shape_kv))                  # [S, Hkv, Dh]
         v = v.view(s, *self.shape_kv)
         q = apply_rope(q, rot.q_cos, rot.q_sin)                    # rotated and scaled
-        k_cache[:, l0:l0 + s] = apply_rope(k, rot.cos, rot.sin).transpose(0, 1)
-        v_cache[:, l0:l0 + s] = v.transpose(0, 1)
+        write_kv(k_cache, v_cache, l0, apply_rope(k, rot.cos, rot.sin), v)
         x = x + self.post_attn_norm(self.wo(attend(q, k_cache, v_cache, plan)))
         return x + self.post_ffn_norm(self.mlp(self.ffn_norm(x)))
 

