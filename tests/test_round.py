@@ -15,7 +15,7 @@ import torch
 from tiny import tiny_model
 from tiny_gguf import write_tiny_gguf
 
-from speczoo.bench.auto_replay import Recording, replay as auto_replay
+from benchmarks.auto_replay import Recording, replay as auto_replay
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.decoding.cost import Costs, CvCurve
@@ -26,7 +26,7 @@ from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.eagle_replay import Always, replay as eagle_replay
 from speczoo.decoding.engine import Engine
 from speczoo.decoding.policy import make_policy
-from speczoo.decoding.reference import OracleModel, TokenCache
+from reference import OracleModel, TokenCache
 from speczoo.decoding.round import Finished, Generation, Round, run_round, verify_recorded
 from speczoo.decoding.types import MAX_K
 from speczoo.textgen import generate_text
@@ -80,7 +80,7 @@ def unseen_last(rounds: list[Round]) -> list[Round]:
 
 
 def test_the_auto_replay_makes_the_engines_rounds():
-    """bench/auto_replay.py's prompt-lookup replay, priced as the engine's costs, on the engine's run."""
+    """benchmarks/auto_replay.py's prompt-lookup replay, priced as the engine's costs, on the engine's run."""
     model, args = tiny_model("qwen2", backend="fp32-rows", vocab=16)
     costs = Costs(cv=CvCurve.measured(CV), draft_cost={"ngram": 0.0}, round_overhead=0.02)
     eng = Engine(model, KVCache(args, 160, extra=MAX_K + 1), {"ngram": DRAFTERS["ngram"]}, eos_ids=[],
