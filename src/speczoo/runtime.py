@@ -27,6 +27,8 @@ from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.types import MAX_K
 from speczoo.decoding.costprofile import runtime_costs
 from speczoo.decoding.engine import Engine
+from speczoo.decoding.modes import SpecMode
+from speczoo.decoding.prompt_checks import check_ids
 from speczoo.textgen import generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
@@ -121,11 +123,8 @@ class Runtime:
 
     def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
         """Validate the request now (errors raise before any event), then stream its events."""
-        bad = next((i for i in request.prompt_ids if not 0 <= i < self.vocab_size), None)
-        if bad is not None:
-            raise ValueError(f"prompt token id {bad} is outside the vocabulary of {self.name} "
-                             f"(0..{self.vocab_size - 1})")
-        if request.spec.startswith(("eagle:", "eagle-tree:")):
+        check_ids(request.prompt_ids, self.vocab_size, self.name)
+        if SpecMode.parse(request.spec).eagle_head:
             self._use_eagle(request.spec)
         return generate_text(self.engine, self.tokenizer, request)
 

@@ -22,13 +22,14 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from speczoo.errors import CacheFullError
 from speczoo.events import GenerationRequest, SamplingParams, Stats
 from speczoo import sampling
 from speczoo.decoding.calibrate import CostMeter
 from speczoo.decoding.cost import Costs
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
+from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.policy import make_policy
+from speczoo.decoding.prompt_checks import check_fits
 from speczoo.decoding.round import Finished, Generation, Plan, Round, run_round
 from speczoo.decoding.tree import TreeLayout, verify_tree_greedy
 from speczoo.decoding.tree_sampling import verify_tree_sampling
@@ -99,12 +100,7 @@ class Engine:
         if req.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {req.max_new_tokens}")
         self._drafter_names(req.spec)
-        need = len(req.prompt_ids) + req.max_new_tokens
-        if need > self.max_seq:
-            raise CacheFullError(
-                f"prompt ({len(req.prompt_ids)} tokens) + max_new_tokens ({req.max_new_tokens}) = {need} "
-                f"exceeds the context of {self.max_seq} tokens: shorten the prompt, lower max_new_tokens, "
-                f"or raise --max-seq")
+        check_fits(len(req.prompt_ids), req.max_new_tokens, self.max_seq)
 
     # -- target calls -----------------------------------------------------------------------
     def _forward(self, ids: list[int]) -> torch.Tensor:
@@ -219,12 +215,9 @@ class Engine:
 
     def _drafter_names(self, spec: str) -> list[str]:
         """Which drafters a spec mode may use: "off" none; "auto" every one available but auto_excludes."""
-        if spec == "off":
+        mode = SpecMode.parse(spec, offered=self.drafters).mode
+        if mode == OFF:
             return []
-        if spec == "auto":
+        if mode == AUTO:
             return [name for name in self.drafters if name not in self.auto_excludes]
-        name = spec.split(":", 1)[0]
-        if name not in self.drafters:
-            raise ValueError(f"speculative mode {spec!r} is not available here; choose one of "
-                             f"{['off', 'auto', *self.drafters]}")
-        return [name]
+        return [mode]
