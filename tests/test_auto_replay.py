@@ -1,4 +1,5 @@
-"""The offline replay of the speculative modes (bench/auto_replay.py) on hand-made recordings."""
+"""The offline replay of the speculative modes (benchmarks/auto_replay.py, its profiles and report) on hand-made
+recordings."""
 
 from __future__ import annotations
 
@@ -9,24 +10,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from speczoo.bench.auto_replay import (
-    AUTO_FLOOR,
+from benchmarks.auto_replay import (
     MODES,
-    PROFILES,
     EagleReplay,
-    Profile,
     Recording,
     RecordedDraft,
-    category_of,
-    load_profile,
     load_recordings,
     main,
-    measured_profile,
     replay,
     replay_all,
-    tally,
-    verdict,
 )
+from benchmarks.replay_profiles import PROFILES, Profile, load_profile, measured_profile
+from benchmarks.replay_report import AUTO_FLOOR, category_of, tally, verdict
 from speczoo.cache import KVCache
 from speczoo.events import GenerationRequest
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter

@@ -20,7 +20,7 @@ from speczoo.decoding.cost import Costs, CvCurve
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.engine import MAX_K, Engine
-from speczoo.decoding.reference import HashOracle, MarkovOracle, OracleModel, OracleOut, TokenCache
+from reference import HashOracle, MarkovOracle, OracleModel, OracleOut, TokenCache
 from speczoo.decoding.round import Finished, Round
 from speczoo.textgen import TextBatch, generate_text
 from speczoo.tokenizer import Tokenizer

@@ -43,7 +43,7 @@ def test_sampled_runs_do_not_claim_a_token_match():
 
 
 def test_drafters_bench_rejects_an_unknown_prompt_before_loading_anything():
-    from speczoo.bench import drafters
+    from benchmarks import drafters
     with pytest.raises(ValueError, match="unknown built-in prompt 'nope'"):
         drafters.main(["qwen2.5-coder-1.5b", "--prompts", "verbatim,nope"])
 
@@ -51,7 +51,7 @@ def test_drafters_bench_rejects_an_unknown_prompt_before_loading_anything():
 def test_drafters_bench_interleaves_modes_and_checks_every_run():
     from fake_runtime import FakeRuntime
 
-    from speczoo.bench.drafters import OFF, interleaved, paired_ratio
+    from benchmarks.drafters import OFF, interleaved, paired_ratio
 
     rt = FakeRuntime()
     seen = []
@@ -75,7 +75,7 @@ def test_auto_without_the_head_is_auto_with_the_eagle_drafters_left_out_for_its_
 
     from fake_runtime import FakeRuntime
 
-    from speczoo.bench.drafters import NOEAGLE, interleaved
+    from benchmarks.drafters import NOEAGLE, interleaved
 
     rt = FakeRuntime()
     rt.engine = SimpleNamespace(auto_excludes=frozenset({"ngram-tree"}))
@@ -96,7 +96,7 @@ def test_auto_without_the_head_is_auto_with_the_eagle_drafters_left_out_for_its_
 
 
 def test_draft_replay_charges_fixed_k_and_floors_as_the_engine_would():
-    from speczoo.bench.draft_replay import Teacher, replay
+    from benchmarks.draft_replay import Teacher, replay
     from speczoo.decoding.cost import Costs
 
     out = list(range(20))

@@ -11,7 +11,7 @@ from speczoo.decoding.cost import CvCurve
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from speczoo.decoding.reference import HashOracle, OracleModel, TokenCache, reference_greedy
+from reference import HashOracle, OracleModel, TokenCache, reference_greedy
 
 PROFILE = Costs(cv=CvCurve.measured({1: 30.0, 2: 30.6, 3: 31.8, 5: 36.0, 9: 54.0}),
                 draft_cost={"ngram": 0.0, "draft": 0.25}, round_overhead=0.02, step_ms=30.0,

@@ -10,7 +10,7 @@ from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from speczoo.decoding.reference import (HashOracle, MarkovOracle, NoisyOracle, OracleModel,
+from reference import (HashOracle, MarkovOracle, NoisyOracle, OracleModel,
                                     TokenCache, reference_greedy)
 
 

@@ -11,8 +11,8 @@ from speczoo.cache import KVCache
 from speczoo.events import GenerationRequest, SamplingParams
 from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
-from speczoo.decoding.eagle.pipeline import EagleTrainOptions, Target, train_eagle
-from speczoo.decoding.eagle.train import TrainConfig
+from speczoo.training.eagle.pipeline import EagleTrainOptions, Target, train_eagle
+from speczoo.training.eagle.train import TrainConfig
 from speczoo.decoding.eagle.io import load_head
 from speczoo.decoding.engine import MAX_K, Engine
 from tiny import tiny_model, tiny_tensors
@@ -134,7 +134,7 @@ def test_tree_nodes_are_the_heads_top_children(trained):
         for j, t in enumerate(path):
             o = head.step(torch.tensor([t]), hidden, torch.tensor([len(ctx) + j]), c.cache)
             hidden, logits = o.hidden, o.logits
-        top = head.to_target(torch.topk(logits[0], shape.branch).indices).tolist()
+        top = head.draft_to_target[torch.topk(logits[0], shape.branch).indices].tolist()
         assert draft.tokens[i] in top, (i, path)
 
 

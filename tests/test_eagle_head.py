@@ -10,8 +10,8 @@ from speczoo.cache import KVCache
 from speczoo.decoding.eagle.config import HeadConfig, default_aux_layer_ids
 from speczoo.decoding.eagle.head import EagleHead
 from speczoo.decoding.eagle.io import load_head, save_head
-from speczoo.decoding.eagle.ttt import unroll
-from speczoo.decoding.eagle.vocab import draft_vocab, t2d_index
+from speczoo.training.eagle.ttt import unroll
+from speczoo.training.eagle.vocab import draft_vocab, t2d_index
 
 V, D = 96, 32
 
@@ -107,7 +107,7 @@ def test_vocab_maps():
     assert ids.tolist() == [0, 2, 3, 5]          # 9, 9, 5 most frequent; 5 forced in over 6 (3)
     head = make_head(draft=4)
     head.set_vocab(torch.tensor([1, 10, 40, 95]))
-    assert head.to_target(torch.arange(4)).tolist() == [1, 10, 40, 95]
+    assert head.draft_to_target[torch.arange(4)].tolist() == [1, 10, 40, 95]
     assert head.t2d.nonzero().flatten().tolist() == [1, 10, 40, 95]
     idx = t2d_index(torch.tensor([1, 10, 40, 95]), V)
     assert idx[torch.tensor([1, 40, 2])].tolist() == [0, 2, -100]

@@ -6,10 +6,10 @@ import hashlib
 import pytest
 import torch
 
-from speczoo.decoding.eagle.features import FeatureSet
+from speczoo.training.eagle.features import FeatureSet
 from speczoo.decoding.eagle.io import load_head
-from speczoo.decoding.eagle.pipeline import EagleTrainOptions, Target, train_eagle
-from speczoo.decoding.eagle.train import TrainConfig
+from speczoo.training.eagle.pipeline import EagleTrainOptions, Target, train_eagle
+from speczoo.training.eagle.train import TrainConfig
 from speczoo.zoo.heads import find_head, heads_for
 from tiny import tiny_args, tiny_model, tiny_tensors
 
@@ -107,9 +107,9 @@ def test_features_hold_the_targets_hidden_states(tmp_path, corpus):
 def test_prompts_are_answered_by_the_target_and_come_first(tmp_path, corpus):
     """--prompts: the target's answers (prompt + reply ids) are chunked before the corpus; with no
     corpus they are the only data; the cache's digest tells prompt sets apart; bad prompt files fail."""
-    from speczoo.decoding.eagle.answers import read_prompts
-    from speczoo.decoding.eagle.features import chunk_stream
-    from speczoo.decoding.eagle.pipeline import training_chunks
+    from speczoo.training.eagle.answers import read_prompts
+    from speczoo.training.eagle.features import chunk_stream
+    from speczoo.training.eagle.pipeline import training_chunks
 
     assert list(chunk_stream([[1, 2, 3], [4, 5]], 3, separator=0)) == [[1, 2, 3], [0, 4, 5]]
     asked: list[str] = []
@@ -177,7 +177,7 @@ def test_the_shipped_chat_prompts_are_many_distinct_and_not_the_benchmarks():
     question (a head trained on those would flatter every figure measured with them)."""
     from speczoo.bench.prompts import BUILTIN_PROMPTS
     from speczoo.bench.questions import builtin_questions
-    from speczoo.decoding.eagle.answers import builtin_prompts, read_prompts
+    from speczoo.training.eagle.answers import builtin_prompts, read_prompts
 
     prompts = read_prompts(builtin_prompts())
     assert len(prompts) >= 300 and len(set(prompts)) == len(prompts)
@@ -214,7 +214,7 @@ def test_a_resumed_run_reads_the_answers_back_instead_of_generating_them(tmp_pat
 
 
 def test_the_answer_log_cuts_a_torn_line_and_keys_on_the_answer_length(tmp_path):
-    from speczoo.decoding.eagle.answers import AnswerLog
+    from speczoo.training.eagle.answers import AnswerLog
 
     calls: list[list[str]] = []
 
@@ -242,8 +242,8 @@ def test_the_answer_log_cuts_a_torn_line_and_keys_on_the_answer_length(tmp_path)
 def test_follow_ups_make_multi_turn_conversations(tmp_path):
     """--follow-ups N: each prompt gets N distinct generic requests after it, the same ones every time
     (so the answer log and the feature cache stay valid), and the cache's digest names N."""
-    from speczoo.decoding.eagle.answers import FOLLOW_UPS, conversations
-    from speczoo.decoding.eagle.pipeline import training_chunks
+    from speczoo.training.eagle.answers import FOLLOW_UPS, conversations
+    from speczoo.training.eagle.pipeline import training_chunks
 
     convs = conversations(["a", "b", "c"], 3)
     assert [c[0] for c in convs] == ["a", "b", "c"] and all(len(set(c)) == 4 for c in convs)
@@ -263,7 +263,7 @@ def test_follow_ups_make_multi_turn_conversations(tmp_path):
 
 
 def test_held_out_chunks_are_spread_over_the_cache_and_optional():
-    from speczoo.decoding.eagle.holdout import split
+    from speczoo.training.eagle.holdout import split
     train_idx, held = split(45, 20)
     assert held == [19, 39] and sorted(train_idx + held) == list(range(45))
     assert split(45, 0) == (list(range(45)), []) and split(19, 20) == (list(range(19)), [])
@@ -274,8 +274,8 @@ def test_held_out_chunks_are_spread_over_the_cache_and_optional():
 def test_the_head_is_judged_and_calibrated_on_chunks_it_never_trained_on(tmp_path, corpus, monkeypatch):
     from safetensors import safe_open
 
-    from speczoo.decoding.eagle.holdout import TEMPERATURES, calibrate, judge
-    from speczoo.decoding.eagle.train import CHECKPOINT
+    from speczoo.training.eagle.holdout import TEMPERATURES, calibrate, judge
+    from speczoo.training.eagle.train import CHECKPOINT
 
     seen: list[int] = []
     real_get = FeatureSet.get

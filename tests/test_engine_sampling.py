@@ -18,7 +18,7 @@ from speczoo.decoding.cost import Costs
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from speczoo.decoding.reference import HashOracle, NoisyOracle, OracleModel, TokenCache
+from reference import HashOracle, NoisyOracle, OracleModel, TokenCache
 from test_verify_sampling import chi_square_p
 
 V = 5

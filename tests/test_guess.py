@@ -12,7 +12,7 @@ from speczoo.decoding.cost import CvCurve
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.guess import Guesser
 from speczoo.decoding.drafters.ngram import NgramIndex
-from speczoo.decoding.reference import MarkovOracle, NoisyOracle, OracleModel, TokenCache, reference_greedy
+from reference import MarkovOracle, NoisyOracle, OracleModel, TokenCache, reference_greedy
 
 from test_draft_model import engine_with_draft, generate
 

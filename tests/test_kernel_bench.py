@@ -1,9 +1,9 @@
-"""The kernel bench's floor (python -m speczoo.bench.kernel_bench --floor): its arithmetic, and a cached
+"""The kernel bench's floor (python -m benchmarks.kernel_bench --floor): its arithmetic, and a cached
 timing that runs on a small shape. Speeds themselves are measured by the bench, never asserted here."""
 
 import torch
 
-from speczoo.bench import kernel_bench as kb
+from benchmarks import kernel_bench as kb
 
 
 def _timings(ms_by_s: dict[int, float]) -> dict[str, kb.ShapeTiming]:

@@ -1,7 +1,7 @@
 """Integer linear backends: bitwise batch invariance, bit-identical torch twins, parity with fp32, packing.
 
 Fast (tiny shapes); the first run compiles the kernels (a few seconds, cached under speczoo's home).
-Speed is not tested here: `python -m speczoo.bench.kernel_bench` measures it.
+Speed is not tested here: `python -m benchmarks.kernel_bench` measures it.
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def test_every_situation_has_a_prior():
 
 
 def test_situation_replay_on_a_hand_made_answer():
-    from speczoo.bench.ngram_situations import replay
+    from benchmarks.ngram_situations import replay
     prompt = list(range(10, 30))
     answer = list(range(10, 20)) + [5]           # copies the prompt's first ten tokens, then leaves it
     got = replay(prompt, answer, k=4)

@@ -14,7 +14,8 @@ from fake_runtime import FakeRuntime
 from speczoo.bench import peers
 from speczoo.bench.peers import (
     Generation, PeerError, PeerPrompt, PeerSettings, SpeczooFamily, cut_at_eos, judge, make_row,
-    parse_systems, render_markdown, run_peers, summarize, timed_tokens)
+    parse_systems, run_peers, timed_tokens)
+from speczoo.bench.peers_summary import render_markdown, summarize
 from speczoo.bench.peers_llama import BUILD_HINT, LlamaCliFamily, LlamaCppFamily, parse_tool_output
 
 EOS = 256

@@ -15,22 +15,23 @@ import torch
 from tiny import tiny_model
 from tiny_gguf import write_tiny_gguf
 
-from speczoo.bench.auto_replay import Recording, replay as auto_replay
+from benchmarks.auto_replay import Recording, replay as auto_replay
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
-from speczoo.decoding.controller import Costs
-from speczoo.decoding.cost import CvCurve
+from speczoo.decoding.cost import Costs, CvCurve
 from speczoo.decoding.drafters.base import FeatureTaps
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
-from speczoo.decoding.eagle.replay import Always, replay as eagle_replay
-from speczoo.decoding.engine import MAX_K, Engine
+from speczoo.decoding.eagle_replay import Always, replay as eagle_replay
+from speczoo.decoding.engine import Engine
 from speczoo.decoding.policy import make_policy
-from speczoo.decoding.reference import OracleModel, TokenCache
+from reference import OracleModel, TokenCache
 from speczoo.decoding.round import Finished, Generation, Round, run_round, verify_recorded
+from speczoo.decoding.types import MAX_K
 from speczoo.textgen import generate_text
 from speczoo.tokenizer import Tokenizer
+from speczoo.zoo.gguf_tokenizer import read_tokenizer
 from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and a head trained on it)
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
@@ -79,7 +80,7 @@ def unseen_last(rounds: list[Round]) -> list[Round]:
 
 
 def test_the_auto_replay_makes_the_engines_rounds():
-    """bench/auto_replay.py's prompt-lookup replay, priced as the engine's costs, on the engine's run."""
+    """benchmarks/auto_replay.py's prompt-lookup replay, priced as the engine's costs, on the engine's run."""
     model, args = tiny_model("qwen2", backend="fp32-rows", vocab=16)
     costs = Costs(cv=CvCurve.measured(CV), draft_cost={"ngram": 0.0}, round_overhead=0.02)
     eng = Engine(model, KVCache(args, 160, extra=MAX_K + 1), {"ngram": DRAFTERS["ngram"]}, eos_ids=[],
@@ -132,7 +133,7 @@ class ScriptOracle:
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory) -> Tokenizer:
     path, _ = write_tiny_gguf(tmp_path_factory.mktemp("tok") / "q.gguf", "qwen2")
-    return Tokenizer.from_gguf(path)
+    return read_tokenizer(path)
 
 
 def text_engine(tok: Tokenizer, text: str) -> tuple[Engine, list[int]]:

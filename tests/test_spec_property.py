@@ -8,7 +8,7 @@ from speczoo.events import GenerationRequest
 from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
-from speczoo.decoding.reference import (HashOracle, MarkovOracle, OracleModel, TokenCache,
+from reference import (HashOracle, MarkovOracle, OracleModel, TokenCache,
                                     reference_greedy)
 
 

@@ -8,7 +8,8 @@ import types
 import pytest
 
 from speczoo.bench import report
-from speczoo.bench.questions import Question, write_questions
+from question_files import write_questions
+from speczoo.bench.questions import Question
 from speczoo.bench.suite import (
     RESULTS, SUMMARY, SuiteSettings, first_mismatch, load_results, parse_methods, run_suite)
 from speczoo.cli import main

@@ -22,7 +22,7 @@ from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.engine import MAX_K, Engine
-from speczoo.decoding.reference import (HashOracle, NoisyOracle, OracleModel, TokenCache,
+from reference import (HashOracle, NoisyOracle, OracleModel, TokenCache,
                                     reference_greedy)
 from speczoo.decoding.tree import TreeLayout
 from speczoo.decoding.types import Draft

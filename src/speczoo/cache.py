@@ -40,6 +40,7 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of keys and values held (the memory bound of a sequence slot, slots.py)."""
         return self._k.numel() * self._k.element_size() * 2
 
     def check_room(self, n_new: int) -> None:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, TextIO
 
+from speczoo.decoding.prompt_checks import fits
 from speczoo.errors import SpeczooError
 from speczoo.events import DoneEvent, GenerationRequest, SamplingParams, Stats, TokenEvent
 
@@ -102,8 +103,8 @@ class ChatSession:
         self.messages.append({"role": "user", "content": text})
         tok = self.runtime.tokenizer
         prompt_ids = tok.encode(render_chat_prompt(tok, self.messages, self.no_think))
-        room = self.runtime.max_seq - len(prompt_ids)
-        if room < 1:
+        room = self.runtime.max_seq - len(prompt_ids)          # the most the answer may take
+        if not fits(len(prompt_ids), 1, self.runtime.max_seq):
             self.messages.pop()
             self.say(f"[the conversation ({len(prompt_ids)} tokens) no longer fits the context of "
                      f"{self.runtime.max_seq} tokens: /reset, or restart with a larger --max-seq]")

@@ -26,6 +26,7 @@ from speczoo.events import GenerationRequest
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
 from speczoo.decoding.eagle.head import EagleHead
 from speczoo.decoding.eagle.io import load_head
+from speczoo.decoding.modes import SpecMode
 from speczoo.zoo.heads import HeadEntry, find_head, heads_for
 
 
@@ -52,8 +53,9 @@ class EagleHeads:
 
     def resolve(self, spec: str) -> HeadEntry:
         """The head a spec mode means: "eagle:NAME" / "eagle-tree:NAME" that one, else the default."""
-        if spec.startswith(("eagle:", "eagle-tree:")):
-            return find_head(spec.split(":", 1)[1])
+        named = SpecMode.parse(spec).eagle_head
+        if named:
+            return find_head(named)
         if self.default is None:
             raise ValueError(f"no EAGLE head is installed for {self.target_name!r}: train one with "
                              f"`speczoo train-eagle {self.target_name} --out DIR`, or name one with --spec eagle:NAME")

@@ -3,7 +3,7 @@
 On a CPU a decode step is bound by reading the weights, so a forward over S rows costs far less than S
 steps (c_v(9) ≈ 1.8 for the 1.5B here): decoding 8 prompts side by side writes ~4x the tokens per
 second of one. That is what makes the target's own answers (the EAGLE head's chat data,
-decoding/eagle/answers.py) affordable on this machine.
+training/eagle/answers.py) affordable on this machine.
 
 The prompts share one KV cache, each row seeing its own sequence only (explicit attention keys,
 models/base.py `plan_keys`): prompt b's prefill fills slots [start_b, start_b + P_b), then each step

@@ -28,6 +28,8 @@ from speczoo.decoding.types import MAX_K
 from speczoo.decoding.costprofile import runtime_costs
 from speczoo.decoding.engine import Engine
 from speczoo.decoding.batch import CHUNK, BatchEngine
+from speczoo.decoding.modes import SpecMode
+from speczoo.decoding.prompt_checks import check_ids
 from speczoo.slots import SlotCache
 from speczoo.textgen import TextBatch, generate_text
 from speczoo.tokenizer import Tokenizer
@@ -124,15 +126,12 @@ class Runtime:
     def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
         """Validate the request now (errors raise before any event), then stream its events."""
         self._check_ids(request)
-        if request.spec.startswith(("eagle:", "eagle-tree:")):
+        if SpecMode.parse(request.spec).eagle_head:
             self._use_eagle(request.spec)
         return generate_text(self.engine, self.tokenizer, request)
 
     def _check_ids(self, request: GenerationRequest) -> None:
-        bad = next((i for i in request.prompt_ids if not 0 <= i < self.vocab_size), None)
-        if bad is not None:
-            raise ValueError(f"prompt token id {bad} is outside the vocabulary of {self.name} "
-                             f"(0..{self.vocab_size - 1})")
+        check_ids(request.prompt_ids, self.vocab_size, self.name)
 
     def batch(self, n_slots: int, chunk: int = CHUNK) -> TextBatch:
         """Up to `n_slots` requests at once in one target forward per step (continuous batching,

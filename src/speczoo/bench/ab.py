@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from speczoo.decoding.prompt_checks import check_ids
 from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
 
 NEAR_TIE_GAP = 0.05     # top-2 logit gap below which a flip can come from rounding alone
@@ -129,8 +130,9 @@ def run_ab(runtime, prompt_ids: list[int], spec: str, k: int = 8, ngram: int = 3
     return result
 
 
-def read_prompt_ids(path: str, vocab_size: int) -> list[int]:
-    """Read whitespace-separated token ids (as `speczoo tokenize` writes them); validate them."""
+def read_prompt_ids(path: str, vocab_size: int, model: str = "the target") -> list[int]:
+    """Read whitespace-separated token ids (as `speczoo tokenize` writes them); validate them against
+    `model`'s vocabulary of `vocab_size` tokens."""
     with open(path, encoding="utf-8") as f:
         words = f.read().split()
     ids = []
@@ -142,7 +144,8 @@ def read_prompt_ids(path: str, vocab_size: int) -> list[int]:
                              f"whitespace-separated integers (see `speczoo tokenize`)") from None
     if not ids:
         raise ValueError(f"{path}: no token ids in the file")
-    bad = [t for t in ids if not 0 <= t < vocab_size]
-    if bad:
-        raise ValueError(f"{path}: ids outside the vocabulary 0..{vocab_size - 1}: {bad[:5]}")
+    try:
+        check_ids(ids, vocab_size, model)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     return ids

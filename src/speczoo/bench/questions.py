@@ -1,11 +1,12 @@
 """Benchmark questions in Spec-Bench's JSON-lines format, and the built-in question set.
 
 One line per question: ``{"question_id": int, "category": str, "turns": [str, ...]}``. Extra keys on a
-line are kept as they are (written back on a round trip); category names are free text (an unknown
+line are kept as they are (in `Question.extra`); category names are free text (an unknown
 category is kept, never renamed or dropped). The built-in set lives in ``bench/data/questions.jsonl``.
 
-This module only reads, writes and selects questions. It must never run a model, and never silently
-skip a line it cannot read: a malformed line is an error that names the file and the line number.
+This module only reads and selects questions (tests write them: tests/question_files.py). It must
+never run a model, and never silently skip a line it cannot read: a malformed line is an error that
+names the file and the line number.
 """
 
 from __future__ import annotations
@@ -30,11 +31,6 @@ class Question:
     category: str
     turns: list[str]
     extra: dict = field(default_factory=dict)   # any other keys of the Spec-Bench row
-
-    def to_row(self) -> dict:
-        row = {"question_id": self.question_id, "category": self.category, "turns": list(self.turns)}
-        row.update(self.extra)
-        return row
 
 
 class QuestionFileError(ValueError):
@@ -91,13 +87,6 @@ def read_questions(path: str | Path) -> list[Question]:
         raise FileNotFoundError(f"question file {path} does not exist")
     text = path.read_text(encoding="utf-8")
     return parse_lines(text.splitlines(), str(path))
-
-
-def write_questions(path: str | Path, questions: list[Question]) -> None:
-    """Write Spec-Bench JSON lines (UTF-8, one object per line, non-ASCII kept readable)."""
-    with open(path, "w", encoding="utf-8") as f:
-        for q in questions:
-            f.write(json.dumps(q.to_row(), ensure_ascii=False) + "\n")
 
 
 def builtin_path() -> Path:

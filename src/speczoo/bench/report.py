@@ -114,20 +114,29 @@ def ordered_methods(rows: list[dict]) -> list[str]:
     return ([OFF] if OFF in methods else []) + [m for m in methods if m != OFF]
 
 
-def summarize(rows: list[dict], categories: list[str] | None = None) -> Summary:
-    """Per category (in the given order, else first seen) and overall, for every method in rows."""
-    methods = ordered_methods(rows)
+def paired_groups(rows: list[dict], categories: list[str] | None, key: str, names: list[str], base: str
+                  ) -> list[tuple[str, list[tuple[str, list[dict], list[dict]]]]]:
+    """Rows per category (in the given order, else first seen; a category without rows is left out),
+    and in each, per value of `key` in `names`' order (those with rows there): (name, its rows, the
+    category's rows of `base`, which its speed is paired against)."""
     if categories is None:
         categories = list(dict.fromkeys(r["category"] for r in rows))
-    cats = []
+    out = []
     for cat in categories:
         in_cat = [r for r in rows if r["category"] == cat]
         if not in_cat:
             continue
-        off_rows = [r for r in in_cat if r["method"] == OFF]
-        cats.append(CategorySummary(cat, [
-            summarize_method(m, [r for r in in_cat if r["method"] == m], off_rows)
-            for m in methods if any(r["method"] == m for r in in_cat)]))
+        base_rows = [r for r in in_cat if r[key] == base]
+        out.append((cat, [(n, [r for r in in_cat if r[key] == n], base_rows)
+                          for n in names if any(r[key] == n for r in in_cat)]))
+    return out
+
+
+def summarize(rows: list[dict], categories: list[str] | None = None) -> Summary:
+    """Per category (in the given order, else first seen) and overall, for every method in rows."""
+    methods = ordered_methods(rows)
+    cats = [CategorySummary(cat, [summarize_method(m, rs, off_rows) for m, rs, off_rows in group])
+            for cat, group in paired_groups(rows, categories, "method", methods, OFF)]
     overall = []
     all_off = [r for r in rows if r["method"] == OFF]
     for m in methods:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 
+from speczoo.decoding.modes import AUTO, SpecMode
+
+# The chat's word for "the best speculative mode there is" (speczoo/chat.py resolves it).
+CHAT_ON = "on"
 # Modes that may use a draft model, so the zoo's default draft is loaded for them when none is named.
-# ("on" is the chat's word for "the best speculative mode there is".)
-DRAFT_USING_MODES = ("draft", "auto", "on")
+DRAFT_USING_MODES = ("draft", "auto")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -35,16 +38,16 @@ def draft_for(target: str, spec: str, draft: str | None) -> str | None:
     an error for --spec draft, which cannot run without one)."""
     from speczoo.zoo.registry import default_draft
 
-    if spec.startswith("draft:"):
-        name = spec.split(":", 1)[1]
-        if draft and draft != name:
+    mode = _parse(spec)
+    if mode.draft_model:
+        if draft and draft != mode.draft_model:
             raise ValueError(f"--spec {spec} and --draft {draft} name different drafts; give one")
-        return name
+        return mode.draft_model
     if draft:
         return draft
-    if spec in DRAFT_USING_MODES:
+    if mode.mode in DRAFT_USING_MODES:
         name = default_draft(target)
-        if name is None and spec == "draft":
+        if name is None and mode.mode == "draft":
             raise ValueError(f"--spec draft needs a draft model and the zoo has none for {target!r}: "
                              f"give --draft NAME or --spec draft:NAME")
         return name
@@ -53,10 +56,14 @@ def draft_for(target: str, spec: str, draft: str | None) -> str | None:
 
 def spec_mode(spec: str) -> str:
     """The speculative mode of a --spec value, without the draft's name (`draft:NAME` -> `draft`)."""
-    return spec.split(":", 1)[0]
+    return CHAT_ON if spec == CHAT_ON else _parse(spec).mode
 
 
 def eagle_for(spec: str) -> str | None:
     """The EAGLE head a --spec value names (`eagle:NAME` or `eagle-tree:NAME` -> NAME), else None."""
-    mode, _, name = spec.partition(":")
-    return name if mode in ("eagle", "eagle-tree") and name else None
+    return _parse(spec).eagle_head
+
+
+def _parse(spec: str) -> SpecMode:
+    """A --spec value as a mode; the chat's "on" loads what "auto" loads."""
+    return SpecMode(AUTO) if spec == CHAT_ON else SpecMode.parse(spec)

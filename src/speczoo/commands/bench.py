@@ -32,7 +32,7 @@ def register(sub) -> None:
 
 def prompt_ids_from_args(args, runtime) -> list[int]:
     if args.prompt_ids:
-        return read_prompt_ids(args.prompt_ids, runtime.target.args.vocab_size)
+        return read_prompt_ids(args.prompt_ids, runtime.vocab_size, runtime.name)
     if args.prompt_file:
         with open(args.prompt_file, encoding="utf-8") as f:
             text = f.read()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    from speczoo.decoding.eagle.holdout import HOLDOUT_EVERY
+    from speczoo.training.eagle.holdout import HOLDOUT_EVERY
 
     p = sub.add_parser(
         "train-eagle", help="train an EAGLE-3 draft head for a target (self-distillation on a local corpus)",
@@ -58,9 +58,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from speczoo.runtime import load
-    from speczoo.decoding.eagle.answers import FOLLOW_UPS, builtin_prompts, read_prompts
-    from speczoo.decoding.eagle.pipeline import EagleTrainOptions, Target, train_eagle
-    from speczoo.decoding.eagle.train import TrainConfig
+    from speczoo.training.eagle.answers import FOLLOW_UPS, builtin_prompts, read_prompts
+    from speczoo.training.eagle.pipeline import EagleTrainOptions, Target, train_eagle
+    from speczoo.training.eagle.train import TrainConfig
     from speczoo.zoo.weights import lm_head_tensors
 
     if args.device not in ("cpu", "cuda"):

@@ -22,13 +22,14 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from speczoo.errors import CacheFullError
 from speczoo.events import GenerationRequest, Stats
 from speczoo import sampling
 from speczoo.decoding.calibrate import CostMeter
 from speczoo.decoding.cost import Costs
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
+from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.policy import make_policy
+from speczoo.decoding.prompt_checks import check_fits
 from speczoo.decoding.round import Finished, Generation, Plan, Round, run_round
 from speczoo.decoding.judge import conclude, first_token
 from speczoo.decoding.tree import TreeLayout
@@ -97,12 +98,7 @@ class Engine:
         if req.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {req.max_new_tokens}")
         self._drafter_names(req.spec)
-        need = len(req.prompt_ids) + req.max_new_tokens
-        if need > self.max_seq:
-            raise CacheFullError(
-                f"prompt ({len(req.prompt_ids)} tokens) + max_new_tokens ({req.max_new_tokens}) = {need} "
-                f"exceeds the context of {self.max_seq} tokens: shorten the prompt, lower max_new_tokens, "
-                f"or raise --max-seq")
+        check_fits(len(req.prompt_ids), req.max_new_tokens, self.max_seq)
 
     # -- target calls -----------------------------------------------------------------------
     def _forward(self, ids: list[int]) -> torch.Tensor:
@@ -144,9 +140,9 @@ class Engine:
         greedy = req.sampling.greedy
         names = self._drafter_names(req.spec)
         if only is not None:
-            if req.spec not in ("off", "auto") and names[0] not in only:
+            if SpecMode.parse(req.spec, offered=self.drafters).mode not in (OFF, AUTO) and names[0] not in only:
                 raise ValueError(f"speculative mode {req.spec!r} cannot run in a batch (its drafter shares one "
-                                 f"cache across requests); a batch offers {['off', 'auto', *sorted(only)]}")
+                                 f"cache across requests); a batch offers {[OFF, AUTO, *sorted(only)]}")
             names = [n for n in names if n in only]
         drafters = {name: self.drafters[name](req) for name in names}
         # Calibrated costs make the controller's choices depend on timing. Greedy output cannot change
@@ -194,12 +190,9 @@ class Engine:
 
     def _drafter_names(self, spec: str) -> list[str]:
         """Which drafters a spec mode may use: "off" none; "auto" every one available but auto_excludes."""
-        if spec == "off":
+        mode = SpecMode.parse(spec, offered=self.drafters).mode
+        if mode == OFF:
             return []
-        if spec == "auto":
+        if mode == AUTO:
             return [name for name in self.drafters if name not in self.auto_excludes]
-        name = spec.split(":", 1)[0]
-        if name not in self.drafters:
-            raise ValueError(f"speculative mode {spec!r} is not available here; choose one of "
-                             f"{['off', 'auto', *self.drafters]}")
-        return [name]
+        return [mode]

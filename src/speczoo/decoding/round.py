@@ -9,7 +9,7 @@ survived. `run_round` is that round, in three phases that a batch of requests ca
     settle(g, plan, verdict, ...)   commit to drafters and policy, extend the output: the `Round`
 
 The engine verifies with a real target forward (decoding/engine.py); the offline replays
-(bench/auto_replay.py, decoding/eagle_replay.py) verify against a recorded greedy continuation
+(benchmarks/auto_replay.py, decoding/eagle_replay.py) verify against a recorded greedy continuation
 (`verify_recorded`). Both drive this same `run_round`, so a replay judges exactly the engine's logic.
 
 Ids only: nothing here sees text, a model or a cache; `Generation` holds one request's state (its

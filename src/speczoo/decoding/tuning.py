@@ -1,7 +1,7 @@
 """The controller's tuning: every constant that shapes its choices, in one frozen value passed whole.
 
 Each field says what it sets and why; how its value was measured, and what it bought on the offline
-replay (`python -m speczoo.bench.auto_replay --replay F --profile cheap-verify,dear-verify,dear-draft`),
+replay (`python -m benchmarks.auto_replay --replay F --profile cheap-verify,dear-verify,dear-draft`),
 is docs/tuning.md, one row per field. Costs are not tuning: they are measured per machine (Costs,
 decoding/controller.py). A plain value: never reads a model, a cache or a clock.
 """

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
 from torch import Tensor
 
 MAX_K = 64      # the most draft tokens one round may propose: caches are preallocated for it (Engine)
@@ -56,7 +55,3 @@ class Verdict:
     def emitted(self, draft: Draft) -> list[int]:
         """Tokens this round adds to the output, in order."""
         return [draft.tokens[i] for i in self.path] + [self.next_token]
-
-
-def empty_probs(vocab: int) -> Tensor:
-    return torch.zeros(0, vocab)

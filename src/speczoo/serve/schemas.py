@@ -14,7 +14,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
-SpecMode = Literal["off", "ngram", "ngram-tree", "draft", "eagle", "eagle-tree", "auto"]
+from speczoo.decoding.modes import MODES
+
+SpecModeName = Literal[MODES]      # the bare modes; a request names no draft model or head
 MAX_STOP = 4
 
 
@@ -84,7 +86,7 @@ class _SamplingFields(_Request):
     n: Int = Field(1, ge=1, le=1, description="Only 1 choice is supported.")
     presence_penalty: Float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
     frequency_penalty: Float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
-    speculative: SpecMode | None = Field(
+    speculative: SpecModeName | None = Field(
         None, description="speczoo extension: speculative decoding mode; default: the server's --spec. "
         "Greedy output is identical in every mode (lossless); only the speed changes.")
 

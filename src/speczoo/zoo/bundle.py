@@ -174,11 +174,6 @@ def find_bundle(name_or_path: str | os.PathLike) -> Path:
     return d
 
 
-def source_path(bundle_dir: Path) -> Path:
-    """Where the bundle's source lives (GGUF file or HF directory)."""
-    return Path(Manifest.read(bundle_dir).source.path)
-
-
 def source_gguf(bundle_dir: Path) -> Path:
     """The GGUF file a bundle was converted from (the parity gate reloads it in transformers, peers run it).
 

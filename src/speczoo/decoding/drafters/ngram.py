@@ -23,7 +23,7 @@ MATCH_CAP = 16       # match lengths are measured up to this many tokens (only t
 AGREE_WINDOW = 8     # the occurrences whose continuations must agree: the most recent ones
 
 # P(first draft token accepted) per situation, measured offline on the greedy outputs of the built-in
-# suite with the 1.5B (docs/suite, 72 questions: `python -m speczoo.bench.ngram_situations`); the
+# suite with the 1.5B (docs/suite, 72 questions: `python -m benchmarks.ngram_situations`); the
 # controller starts each situation's estimate here and learns from the drafts it judges.
 SITUATION_PRIORS = {"1/agree": 0.41, "1/mixed": 0.13, "2-3/agree": 0.64, "2-3/mixed": 0.12,
                     "4-7/agree": 0.84, "4-7/mixed": 0.16, "8+/agree": 0.95, "8+/mixed": 0.7}

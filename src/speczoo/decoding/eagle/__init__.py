@@ -1,3 +1,4 @@
-"""speczoo.decoding.eagle: the EAGLE-3 head (head.py), its speculators format (config.py, io.py), its
-training data (features.py, vocab.py), training (ttt.py, train.py, pipeline.py) and where trained
-heads live (registry.py). The drafter that uses a head is decoding/drafters/eagle.py."""
+"""speczoo.decoding.eagle: the EAGLE-3 head (head.py) and its speculators format (config.py, io.py).
+The drafter that uses a head is decoding/drafters/eagle.py, a head's replayed acceptance
+decoding/eagle_replay.py; a loaded target's installed heads are found through eagle_heads.py and
+zoo/heads.py. Training a head lives in training/eagle/ and is never imported from here."""

@@ -12,7 +12,7 @@ for the target feature of the next position, so the head can run several steps a
 
 Row convention: the row for target position t holds (feature of t, token at t + 1) at position t + 1
 and predicts the token at t + 2. `step` runs rows against the head's own one-layer KV cache (a
-speczoo KVCache); `decoding/eagle/ttt.py` runs the same layer batched for training. This module never
+speczoo KVCache); `training/eagle/ttt.py` runs the same layer batched for training. This module never
 touches the target's cache and never decides acceptance.
 """
 
@@ -142,9 +142,6 @@ class EagleHead(nn.Module):
     @property
     def draft_to_target(self) -> Tensor:  # [Vd]
         return torch.arange(self.cfg.draft_vocab, device=self.d2t.device) + self.d2t
-
-    def to_target(self, draft_ids: Tensor) -> Tensor:
-        return draft_ids + self.d2t[draft_ids]
 
     def init_from_target(self, lm_head: Tensor, norm: Tensor) -> None:
         """Warm start from the target: fc passes the high feature through, the layer's attention and MLP

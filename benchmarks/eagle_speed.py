@@ -1,6 +1,6 @@
 """Speed of the EAGLE pipeline's parts for a target: feature extraction, head training, head draft step.
 
-    python -m speczoo.bench.eagle_speed qwen2.5-coder-1.5b [--ffn-dim N] [--draft-vocab N] [--device cuda]
+    python -m benchmarks.eagle_speed qwen2.5-coder-1.5b [--ffn-dim N] [--draft-vocab N] [--device cuda]
 
 Prints target features tok/s (one forward over --seq-len tokens returning the head's three layers;
 skipped with --no-features or on cuda), head training tok/s (the training-time test + AdamW on random
@@ -18,7 +18,7 @@ import torch
 
 
 def train_tok_s(head, batch: int, seq: int, dtype: str, device: str, steps: int = 3, warmup: int = 1) -> float:
-    from speczoo.decoding.eagle.ttt import unroll
+    from speczoo.training.eagle.ttt import unroll
 
     vd, d = head.cfg.draft_vocab, head.cfg.hidden_size
     g = torch.Generator().manual_seed(0)
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from speczoo.decoding.eagle.head import EagleHead
     from speczoo.eagle_heads import head_step_ms
 
-    p = argparse.ArgumentParser(prog="python -m speczoo.bench.eagle_speed", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.eagle_speed", description=__doc__.split("\n")[0])
     p.add_argument("target")
     p.add_argument("--ffn-dim", type=int, default=None)
     p.add_argument("--draft-vocab", type=int, default=32_000)

@@ -1,11 +1,11 @@
 """`train-eagle` end to end: features -> draft vocabulary -> head -> training -> speculators head.
 
 Work directory layout (--out DIR):
-  DIR/features/     the feature cache (decoding/eagle/features.py), reused by later runs on the same data
-  DIR/answers.jsonl the target's answers to --prompts (decoding/eagle/answers.py), read back on --resume
-  DIR/checkpoint/   the latest checkpoint (decoding/eagle/train.py); --resume continues from it
+  DIR/features/     the feature cache (training/eagle/features.py), reused by later runs on the same data
+  DIR/answers.jsonl the target's answers to --prompts (training/eagle/answers.py), read back on --resume
+  DIR/checkpoint/   the latest checkpoint (training/eagle/train.py); --resume continues from it
   DIR/head/         the final head in the speculators format, calibrated on the held-out chunks
-                    (decoding/eagle/holdout.py)
+                    (training/eagle/holdout.py)
 and, when a name is given, a copy installed as a zoo entry ($SPECZOO_HOME/eagle/NAME).
 A run without --resume refuses a directory that already holds a checkpoint rather than overwrite it.
 This module wires the stages together; each stage lives in its own module.
@@ -21,14 +21,14 @@ from pathlib import Path
 from torch import Tensor
 
 from speczoo.decoding.eagle.config import head_config_for
-from speczoo.decoding.eagle.answers import AnswerLog, answer_chunks, conversations, prompts_digest
-from speczoo.decoding.eagle.features import (ExtractStats, FeatureManifest, FeatureSet, corpus_chunks, corpus_digest,
+from speczoo.training.eagle.answers import AnswerLog, answer_chunks, conversations, prompts_digest
+from speczoo.training.eagle.features import (ExtractStats, FeatureManifest, FeatureSet, corpus_chunks, corpus_digest,
                                          corpus_files, default_corpus, extract)
 from speczoo.decoding.eagle.head import EagleHead
-from speczoo.decoding.eagle.holdout import HeldOut, calibrate, judge, split
+from speczoo.training.eagle.holdout import HeldOut, calibrate, judge, split
 from speczoo.decoding.eagle.io import save_head
-from speczoo.decoding.eagle.train import CHECKPOINT, TrainConfig, TrainResult, load_checkpoint, train
-from speczoo.decoding.eagle.vocab import draft_vocab
+from speczoo.training.eagle.train import CHECKPOINT, TrainConfig, TrainResult, load_checkpoint, train
+from speczoo.training.eagle.vocab import draft_vocab
 from speczoo.zoo.heads import HeadEntry, check_name, install_head
 
 

@@ -20,12 +20,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from speczoo.decoding.eagle.features import FeatureSet
+from speczoo.training.eagle.features import FeatureSet
 from speczoo.decoding.eagle.head import EagleHead
-from speczoo.decoding.eagle.holdout import HOLDOUT_EVERY
+from speczoo.training.eagle.holdout import HOLDOUT_EVERY
 from speczoo.decoding.eagle.io import load_head, save_head
-from speczoo.decoding.eagle.ttt import unroll
-from speczoo.decoding.eagle.vocab import t2d_index
+from speczoo.training.eagle.ttt import unroll
+from speczoo.training.eagle.vocab import t2d_index
 from speczoo.paths import replace_dir
 
 CHECKPOINT = "checkpoint"
@@ -44,7 +44,7 @@ class TrainConfig:
     device: str = "cpu"
     dtype: str = "bf16"          # matmul precision (autocast; weights and AdamW stay fp32): bf16 or fp32
     checkpoint_every: int = 100
-    holdout_every: int = HOLDOUT_EVERY   # one chunk in this many is held out of training (decoding/eagle/holdout.py)
+    holdout_every: int = HOLDOUT_EVERY   # one chunk in this many is held out of training (training/eagle/holdout.py)
     progress: bool = True
 
     def __post_init__(self):

@@ -1,6 +1,6 @@
 """How often prompt lookup's first draft token is accepted, per n-gram situation, on real greedy outputs.
 
-    python -m speczoo.bench.ngram_situations [docs/suite/results.jsonl] [--k 8]
+    python -m benchmarks.ngram_situations [docs/suite/results.jsonl] [--k 8]
 
 Reads a suite's results (the `off` rows: the target's own greedy answers, turn by turn) and replays
 every answer through the n-gram index as the engine would see it: at each position the context is the

@@ -5,7 +5,7 @@ logits. `OracleModel` wraps one behind the same forward contract as speczoo.mode
 positions, cache -> logits), with `TokenCache` standing in for the KV cache (it stores token ids in
 slots and obeys the same length / truncate / compact rules), so the real engine can be run against
 it and compared with `reference_greedy`, the obviously-correct one-token-at-a-time loop.
-Nothing here is used on the production path.
+Test code only: it lives in tests/, and the product never imports it.
 """
 
 from __future__ import annotations

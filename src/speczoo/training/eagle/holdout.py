@@ -11,7 +11,7 @@ mean top-1 probability was 0.57 where 35% of its tokens were right), and its con
 chain drafts (the controller's floors, Tuning.stop_rate) and which nodes a tree keeps. `calibrate` divides the
 LM head by the temperature that minimizes the held-out cross-entropy of all steps (temperature scaling):
 the argmax, so every greedy proposal, is unchanged; the probabilities become honest; the head stays in
-the speculators format. Replayed on the 1.5B chat head (`python -m speczoo.bench.auto_replay --head`,
+the speculators format. Replayed on the 1.5B chat head (`python -m benchmarks.auto_replay --head`,
 its checkpoint against its saved head, temperature 1.35), its chain went from 1.10x to 1.17x on
 free-form writing and from 1.26x to 1.36x on code edit (docs/eagle.md). This module never runs the target.
 """
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import torch
 
-from speczoo.decoding.eagle.features import FeatureSet
+from speczoo.training.eagle.features import FeatureSet
 from speczoo.decoding.eagle.head import EagleHead
-from speczoo.decoding.eagle.ttt import step_labels, unroll
-from speczoo.decoding.eagle.vocab import t2d_index
+from speczoo.training.eagle.ttt import step_labels, unroll
+from speczoo.training.eagle.vocab import t2d_index
 
 HOLDOUT_EVERY = 20              # one chunk in this many is held out (0: none)
 # Temperatures tried: 0.5 .. 4, evenly spaced in log (ratio ~1.05); 1.0 is among them.

@@ -1,8 +1,8 @@
 """What each speculative mode's controller would do, round by round, replayed offline from one greedy run.
 
-    python -m speczoo.bench.auto_replay [TARGET] [--prompts free_form,...] [--suite N] [--gen 256]
-                                        [--record FILE | --replay FILE] [--draft-ratio R] [--head NAME]
-                                        [--profile NAME|FILE.json ...] [--draft-profile FILE.json] [--each]
+    python -m benchmarks.auto_replay [TARGET] [--prompts free_form,...] [--suite N] [--gen 256]
+                                     [--record FILE | --replay FILE] [--draft-ratio R] [--head NAME]
+                                     [--profile NAME|FILE.json ...] [--draft-profile FILE.json] [--each]
 
 With greedy verification a speculative run is fixed by the target's greedy output, by what prompt lookup
 finds in the committed text, and by what the draft model predicts, with what confidence, after each
@@ -22,19 +22,19 @@ features the engine would hand it, and the real EagleDrafter (chain and tree) dr
 by round, as in the engine; a round costs its head steps (a batched catch-up counts as one) and the
 target's c_v over the chain or the flattened tree.
 So `auto` can be compared with each single drafter on the same text, and a change to the controller
-judged in seconds, without the timing noise of a live benchmark (`python -m speczoo.bench.drafters`
+judged in seconds, without the timing noise of a live benchmark (`python -m benchmarks.drafters`
 measures the real thing). The draft's confidences after its first wrong token are not observable
 offline; the replay stops its chain there in every mode alike.
 
 Cost profiles: the recordings carry the costs measured when they were made, but `auto` must hold on
 every kernel path, whatever its costs. `--profile NAME` replays them under a built-in profile of one
-path's shape (PROFILES: cheap-verify, dear-verify, dear-draft), `--profile FILE.json` under a measured
-one (a target's profile as decoding/costprofile.py saves it, `speczoo cv MODEL --json` or a bundle's
-cost-<backend>.json; the draft's with `--draft-profile`). The controller is then handed exactly those
+path's shape (replay_profiles.py: cheap-verify, dear-verify, dear-draft), `--profile FILE.json` under a
+measured one (a target's profile as decoding/costprofile.py saves it, `speczoo cv MODEL --json` or a
+bundle's cost-<backend>.json; the draft's with `--draft-profile`). The controller is then handed exactly those
 costs, as if the engine's meter had already learnt them. The report is per category of the suite (the
 recordings' `{category}-{question_id}` names; a built-in prompt is a category of its own): each mode's
 output tokens per modeled target step, against plain greedy's 1.0, and whether `auto` holds
-AUTO_FLOOR × greedy in every category. A measurement script, never imported by the runtime: it must
+AUTO_FLOOR × greedy in every category (replay_report.py). A measurement script, never imported by the runtime: it must
 never run a model when replaying, and never change a recording's tokens, only the prices.
 """
 
@@ -54,9 +54,11 @@ from speczoo.decoding.drafters.guess import Guesser
 from speczoo.decoding.round import Generation, Plan, run_round, verify_recorded
 from speczoo.decoding.types import Draft
 
+from benchmarks.replay_profiles import PROFILES, load_profile
+from benchmarks.replay_report import AUTO_FLOOR, print_report
+
 MODES = ("ngram", "draft", "auto")
 EAGLE_MODES = ("eagle", "eagle-tree")
-AUTO_FLOOR = 0.97       # `auto` must keep at least this share of plain greedy's speed, in every category
 
 
 @dataclass
@@ -226,7 +228,7 @@ def record(rt, prompt_ids: list[int], gen: int) -> Recording:
     """Run the target greedily on the prompt and the draft teacher-forced over the output; take the
     costs from the runtime's profiles (the draft's own c_v curve included)."""
     from speczoo.decoding.costprofile import load_or_measure
-    from speczoo.bench.draft_replay import teacher
+    from benchmarks.draft_replay import teacher
 
     t = teacher(rt, prompt_ids, gen)
     tp, dp = load_or_measure(rt.target), load_or_measure(rt.draft)
@@ -278,163 +280,6 @@ def load_recordings(path: Path) -> dict[str, Recording]:
     return out
 
 
-# -- cost profiles ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Profile:
-    """A machine's costs to replay recordings under, in target decode steps (one plain step = 1.0).
-
-    target_cv:      the target's c_v(S) (S = 1 is 1.0).
-    draft_step:     the draft model's step; None keeps each recording's.
-    draft_cv:       the draft's own forward cost over S rows, in draft steps; None keeps the recording's.
-    round_overhead: the fixed extra cost of a speculative round.
-    """
-    name: str
-    target_cv: dict[int, float]
-    draft_step: float | None = None
-    draft_cv: dict[int, float] | None = None
-    round_overhead: float = 0.02
-
-    def __post_init__(self) -> None:
-        CvCurve.measured(self.target_cv, source=self.name)          # raises on a malformed curve
-        if self.draft_cv is not None:
-            CvCurve.measured(self.draft_cv, source=self.name)
-        if self.draft_step is not None and not 0.0 <= self.draft_step < 10.0:
-            raise ValueError(f"profile {self.name}: a draft step of {self.draft_step} target steps is not a "
-                             "cost; give it relative to one target decode step (0.3 = 30%)")
-
-    def apply(self, rec: Recording) -> Recording:
-        """The recording with this profile's prices (its tokens and confidences unchanged)."""
-        return replace(rec, target_cv=dict(self.target_cv),
-                       draft_cv=dict(rec.draft_cv if self.draft_cv is None else self.draft_cv),
-                       draft_step=rec.draft_step if self.draft_step is None else self.draft_step,
-                       round_overhead=self.round_overhead)
-
-    def describe(self) -> str:
-        cv = " ".join(f"{s}:{c:.2f}" for s, c in sorted(self.target_cv.items()))
-        step = "the recordings'" if self.draft_step is None else f"{self.draft_step:.2f}"
-        return f"profile {self.name}: c_v {{{cv}}}, draft step {step}, round overhead {self.round_overhead:g}"
-
-
-# The three shapes a kernel path gives the costs. The draft's own rows follow the target's curve (both
-# run on the same kernels; the controller's catch-up assumes as much). How each was chosen: docs/tuning.md.
-ZEN4_CV = {1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02}   # AVX-512 VNNI, `speczoo cv`, 2026-11-30
-DEAR_CV = {1: 1.0, 2: 1.6, 3: 2.1, 5: 3.05, 9: 5.0, 17: 7.5}      # between llama.cpp's 0.5B and 1.5B curves
-PROFILES = {
-    # a verify of up to 5 rows costs about one step; the draft 0.28 of a step (the product's figures)
-    "cheap-verify": Profile("cheap-verify", ZEN4_CV, 0.28, ZEN4_CV),
-    # every verify row costs about half a step more (a slow path, or llama.cpp's own forward)
-    "dear-verify": Profile("dear-verify", DEAR_CV, 0.35, DEAR_CV),
-    # a cheap verify, but a draft step costs 0.8 of the target's (llama.cpp measured 0.71 for this pair)
-    "dear-draft": Profile("dear-draft", ZEN4_CV, 0.8, ZEN4_CV),
-}
-
-
-def measured_profile(target: dict, draft: dict | None = None, name: str = "measured") -> Profile:
-    """A profile from decoding/costprofile.py's saved form: the target's {"ms", "cv"}; the draft's step from the
-    draft model's profile ("draft_ms", its reduced-head step, else its "ms" at S = 1), over the target's
-    step, and its rows from its "draft_cv" (else "cv"), as runtime_costs prices them."""
-    cv = _curve(target, "cv", name)
-    if draft is None:
-        return Profile(name, cv)
-    t_ms, d_ms = _ms1(target, name), draft.get("draft_ms", _ms1(draft, name + " (draft)"))
-    rows = _curve(draft, "draft_cv" if "draft_cv" in draft else "cv", name + " (draft)")
-    return Profile(name, cv, float(d_ms) / t_ms, rows)
-
-
-def _curve(data: dict, key: str, name: str) -> dict[int, float]:
-    if not isinstance(data, dict) or not isinstance(data.get(key), dict):
-        raise ValueError(f"{name}: no {key!r} table; expected a cost profile as decoding/costprofile.py saves it "
-                         '({"ms": {"1": ...}, "cv": {"1": 1.0, "2": ...}}: `speczoo cv MODEL --json`)')
-    try:
-        return {int(s): float(c) for s, c in data[key].items()}
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: its {key!r} table must map S to a number, got {data[key]!r}") from exc
-
-
-def _ms1(data: dict, name: str) -> float:
-    ms = data.get("ms", {}).get("1") if isinstance(data.get("ms"), dict) else None
-    if ms is None or not float(ms) > 0:
-        raise ValueError(f"{name}: no positive \"ms\" at S = 1; the draft's step is priced against the "
-                         "target's decode step, so both profiles need their times")
-    return float(ms)
-
-
-def load_profile(spec: str, draft_file: Path | None = None) -> Profile:
-    """A built-in profile by name, or a measured one from a target's profile file (and a draft's)."""
-    if spec in PROFILES:
-        if draft_file is not None:
-            raise ValueError(f"--draft-profile goes with a measured --profile FILE.json, not with {spec}")
-        return PROFILES[spec]
-    path = Path(spec)
-    if not path.is_file():
-        raise ValueError(f"unknown profile {spec!r}: name one of {', '.join(PROFILES)}, or give a cost "
-                         "profile file (`speczoo cv MODEL --json > F.json`, or a bundle's cost-<backend>.json)")
-    draft = json.loads(Path(draft_file).read_text()) if draft_file is not None else None
-    return measured_profile(json.loads(path.read_text()), draft, name=path.name)
-
-
-# -- per-category report ------------------------------------------------------------------------------
-
-def category_of(name: str) -> str:
-    """A suite recording's category (`{category}-{question_id}`); a built-in prompt is its own."""
-    head_, _, tail = name.rpartition("-")
-    return head_ if head_ and tail.isdigit() else name
-
-
-@dataclass
-class Tally:
-    """One category's recordings replayed: output tokens, and target steps spent per mode."""
-    recordings: int = 0
-    tokens: int = 0
-    cost: dict[str, float] = field(default_factory=dict)
-    lossless: bool = True
-
-    def add(self, tokens: int, results: dict[str, Replay]) -> None:
-        self.recordings += 1
-        self.tokens += tokens
-        for mode, r in results.items():
-            self.cost[mode] = self.cost.get(mode, 0.0) + r.cost
-            self.lossless &= r.lossless
-
-    def speedup(self, mode: str) -> float:
-        """Tokens per modeled target step against plain greedy's 1.0 (greedy spends a step per token)."""
-        return self.tokens / self.cost[mode]
-
-    def gap(self) -> float:
-        """`auto` against the best single mode here: auto / best − 1."""
-        return self.speedup("auto") / max(self.speedup(m) for m in self.cost if m != "auto") - 1.0
-
-
-@dataclass
-class Verdict:
-    holds: bool             # `auto` ≥ AUTO_FLOOR × greedy in every category, and every replay lossless
-    worst: str              # the category where `auto` is slowest against greedy
-    worst_speedup: float
-    mean_gap: float         # `auto` against the best single mode, mean over categories
-    worst_gap: float
-    worst_gap_category: str
-
-
-def tally(recs: dict[str, Recording], results: dict[str, dict[str, Replay]]) -> dict[str, Tally]:
-    """Per category, in the recordings' order."""
-    out: dict[str, Tally] = {}
-    for name, rec in recs.items():
-        out.setdefault(category_of(name), Tally()).add(len(rec.out), results[name])
-    return out
-
-
-def verdict(cats: dict[str, Tally], floor: float = AUTO_FLOOR) -> Verdict:
-    if not cats:
-        raise ValueError("no recordings to judge")
-    worst = min(cats, key=lambda c: cats[c].speedup("auto"))
-    gaps = {c: t.gap() for c, t in cats.items()}
-    worst_gap = min(gaps, key=gaps.__getitem__)
-    ok = cats[worst].speedup("auto") >= floor and all(t.lossless for t in cats.values())
-    return Verdict(ok, worst, cats[worst].speedup("auto"), sum(gaps.values()) / len(gaps), gaps[worst_gap],
-                   worst_gap)
-
-
 def replay_all(recs: dict[str, Recording], modes: Sequence[str], k_max: int = 8,
                heads: dict[str, EagleReplay] | None = None, auto_excludes: frozenset[str] = frozenset(),
                controller: Callable[..., Controller] = Controller) -> dict[str, dict[str, Replay]]:
@@ -443,34 +288,6 @@ def replay_all(recs: dict[str, Recording], modes: Sequence[str], k_max: int = 8,
     return {name: {m: replay(rec, m, controller, k_max=k_max, eagle=heads.get(name), auto_excludes=auto_excludes)
                    for m in modes}
             for name, rec in recs.items()}
-
-
-def print_report(recs: dict[str, Recording], results: dict[str, dict[str, Replay]], modes: Sequence[str],
-                 each: bool = False) -> Verdict:
-    """The per-category table (and, with `each`, one row per recording) and the verdict line."""
-    cats = tally(recs, results)
-    width = max(14, *(len(c) for c in cats), *(len(n) + 2 for n in recs if each))
-    print(f"{'category':{width}s} {'tokens':>6s} " + " ".join(f"{m:>10s}" for m in modes)
-          + "  auto vs best  lossless")
-    for cat, t in cats.items():
-        print(f"{cat:{width}s} {t.tokens:6d} " + " ".join(f"{t.speedup(m):9.2f}x" for m in modes)
-              + f"  {t.gap():+6.1%}       {'yes' if t.lossless else 'NO'}")
-        if each:
-            for name, rec in recs.items():
-                if category_of(name) == cat and name != cat:
-                    _print_recording(name, rec, results[name], modes, width)
-    v = verdict(cats)
-    print(f"auto >= {AUTO_FLOOR:.2f}x greedy in every category: {'HOLDS' if v.holds else 'FAILS'} "
-          f"(slowest: {v.worst} {v.worst_speedup:.2f}x); auto against the best single mode: mean "
-          f"{v.mean_gap:+.1%}, worst {v.worst_gap:+.1%} ({v.worst_gap_category})", flush=True)
-    return v
-
-
-def _print_recording(name: str, rec: Recording, res: dict[str, Replay], modes: Sequence[str], width: int) -> None:
-    gap = res["auto"].speedup / max(res[m].speedup for m in modes if m != "auto") - 1
-    mix = " ".join(f"{d} {c}" for d, c in sorted(res["auto"].by_drafter.items()))
-    print(f"  {name:{width - 2}s} {len(rec.out):6d} " + " ".join(f"{res[m].speedup:9.2f}x" for m in modes)
-          + f"  {gap:+6.1%}       auto's rounds: {mix}")
 
 
 def main(argv: list[str] | None = None) -> int:

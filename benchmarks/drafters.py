@@ -1,7 +1,7 @@
 """Drafters side by side: every built-in prompt × every speculative mode against greedy, interleaved.
 
-    python -m speczoo.bench.drafters [TARGET] [--prompts verbatim,code_edit,extractive_qa,free_form]
-                                     [--modes ngram,draft,auto] [--gen 128] [--runs 3] [--head NAME]
+    python -m benchmarks.drafters [TARGET] [--prompts verbatim,code_edit,extractive_qa,free_form]
+                                  [--modes ngram,draft,auto] [--gen 128] [--runs 3] [--head NAME]
 
 The mode `draft-noguess` is the draft model without its prompt-lookup guesses (decoding/drafters/guess.py):
 beside `draft` it measures what the guesses save. The mode `auto-noeagle` is `auto` without the EAGLE

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
-from speczoo.decoding.eagle.features import chunk_stream
+from speczoo.training.eagle.features import chunk_stream
 
 
 # Second and later user turns, asked after the target's answer (`train-eagle --follow-ups N`): requests
@@ -141,7 +141,7 @@ def builtin_prompts() -> Path:
     """The shipped prompt set for `train-eagle --prompts builtin`: ~300 chat requests of the kinds a
     local assistant gets (stories, explanations, essays, emails, advice, poems, code to write, explain or
     review), written for this project and kept apart from the benchmark prompts and questions."""
-    return Path(str(resources.files("speczoo.decoding.eagle") / "data" / "chat_prompts.jsonl"))
+    return Path(str(resources.files("speczoo.training.eagle") / "data" / "chat_prompts.jsonl"))
 
 
 def prompts_digest(prompts: list[str]) -> str:

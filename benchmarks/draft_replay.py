@@ -1,7 +1,7 @@
 """What the draft model would give under each drafting rule, replayed offline from one greedy run.
 
-    python -m speczoo.bench.draft_replay [TARGET] [--prompts verbatim,code_edit,extractive_qa,free_form]
-                                         [--gen 128] [--k 8] [--rates 1.0,1.5,2.0]
+    python -m benchmarks.draft_replay [TARGET] [--prompts verbatim,code_edit,extractive_qa,free_form]
+                                      [--gen 128] [--k 8] [--rates 1.0,1.5,2.0]
 
 With greedy verification the whole speculative run is fixed by two things: the target's greedy output and
 what the draft model predicts, with what confidence, after each prefix of it (inside an accepted chain

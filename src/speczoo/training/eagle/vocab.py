@@ -29,12 +29,6 @@ def draft_vocab(counts: Tensor, size: int, always: list[int] | tuple[int, ...] =
     return order.sort().values
 
 
-def to_draft_ids(target_ids: Tensor, t2d_index: Tensor) -> Tensor:
-    """Map target ids (any shape) to draft ids through t2d_index [V] (draft id, or -100 where the
-    target id is outside the draft vocabulary: the loss ignores it)."""
-    return t2d_index[target_ids]
-
-
 def t2d_index(draft_to_target: Tensor, target_vocab: int) -> Tensor:
     """[V] int64: the draft id of each target id, -100 for ids outside the draft vocabulary."""
     idx = torch.full((target_vocab,), -100, dtype=torch.long)

@@ -1,6 +1,6 @@
 """Time the linear backends on Qwen2.5-Coder-1.5B's layer shapes: ms per layer, GB/s, c_v(S), tok/s.
 
-    python -m speczoo.bench.kernel_bench [--backend q4,q8,q8_torch,bf16,fp32] [--reps 5]
+    python -m benchmarks.kernel_bench [--backend q4,q8,q8_torch,bf16,fp32] [--reps 5]
 
 Each shape is timed over enough distinct weight copies that every call streams its weights from DRAM,
 not from the 32 MiB L3 (as a real forward does). Packed weights are random bytes of the right layout:
