@@ -213,6 +213,10 @@ class FakeBatch:
         return bool(self._waiting or self._running)
 
     @property
+    def spec_modes(self) -> list[str]:
+        return self.runtime.spec_modes
+
+    @property
     def running(self) -> int:
         return len(self._running)
 

@@ -78,6 +78,10 @@ class TextBatch:
         return self.batch.busy
 
     @property
+    def spec_modes(self) -> list[str]:
+        return self.batch.spec_modes
+
+    @property
     def running(self) -> int:
         return len(self.batch.running)
 

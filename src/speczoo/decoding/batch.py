@@ -44,6 +44,7 @@ from speczoo.slots import Feed, SlotCache, forward_batch
 from speczoo.decoding.batch_costs import batch_view
 from speczoo.decoding.engine import Engine
 from speczoo.decoding.judge import conclude, first_token
+from speczoo.decoding.modes import AUTO, OFF
 from speczoo.decoding.round import Finished, Generation, Plan, Round, plan, settle
 from speczoo.decoding.tree import TreeLayout
 from speczoo.decoding.types import MAX_K
@@ -137,7 +138,7 @@ class BatchEngine:
 
     @property
     def spec_modes(self) -> list[str]:
-        return ["off", *[d for d in self.engine.drafters if d in self.batchable], "auto"]
+        return [OFF, *[d for d in self.engine.drafters if d in self.batchable], AUTO]
 
     def submit(self, req: GenerationRequest) -> Sequence:
         """Validate now (errors raise here) and queue; it joins at a step with a free slot."""

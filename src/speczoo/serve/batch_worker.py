@@ -61,6 +61,10 @@ class BatchWorker(Worker):
         return self._jobs.qsize() + self.batch.waiting
 
     @property
+    def spec_modes(self) -> list[str]:
+        return self.batch.spec_modes
+
+    @property
     def running(self) -> int:
         return self.batch.running
 

@@ -109,6 +109,11 @@ class Worker:
         self._thread = None
 
     @property
+    def spec_modes(self) -> list[str]:
+        """The speculative modes a request may name here."""
+        return self.runtime.spec_modes
+
+    @property
     def running(self) -> int:
         return 1 if self.busy else 0
 
