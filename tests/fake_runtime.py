@@ -207,6 +207,7 @@ class FakeBatch:
         self._waiting: list[GenerationLog] = []
         self._running: dict[GenerationLog, Iterator] = {}
         self.steps = 0
+        self.size = 0
 
     @property
     def busy(self) -> bool:
@@ -243,6 +244,7 @@ class FakeBatch:
             entry = self._waiting.pop(0)
             self._running[entry] = self.runtime._events(entry.request, entry)
         self.steps += 1
+        self.size = len(self._running)
         out = []
         for entry, gen in list(self._running.items()):
             if entry.closed_early:

@@ -82,6 +82,11 @@ class TextBatch:
         return self.batch.spec_modes
 
     @property
+    def size(self) -> int:
+        """Sequences in the last step's forward."""
+        return self.batch.size
+
+    @property
     def running(self) -> int:
         return len(self.batch.running)
 

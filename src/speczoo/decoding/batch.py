@@ -135,6 +135,7 @@ class BatchEngine:
         self._numbers = itertools.count()
         self.steps = 0
         self.rows = 0                   # rows of the last forward
+        self.size = 0                   # sequences in the last forward
 
     @property
     def spec_modes(self) -> list[str]:
@@ -164,6 +165,7 @@ class BatchEngine:
         if not self.running:
             return []
         touched: list[Sequence] = []
+        self.rows = self.size = 0
         work = self._prompt_chunks()
         self._rounds(work, touched)
         if work:
@@ -235,7 +237,7 @@ class BatchEngine:
         meter = self.engine.meter
         if meter is not None and not prefill:        # a decode step's time: c_v of the step's rows
             meter.forward(at, time.perf_counter() - t)
-        self.rows = at
+        self.rows, self.size = at, len(work)
         for w in work:
             if w.logits_at >= 0:
                 n = 1 if w.plan is None else len(w.feed.tokens)

@@ -68,6 +68,10 @@ class BatchWorker(Worker):
     def running(self) -> int:
         return self.batch.running
 
+    @property
+    def batch_size(self) -> int:
+        return self.batch.size if self.batch.busy else 0
+
     def stop(self, timeout: float = 10.0) -> None:
         for job in list(self._live.values()):
             job.cancel()

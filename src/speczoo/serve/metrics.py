@@ -29,8 +29,8 @@ class Metrics:
             lambda: worker.running)
         Gauge("speczoo_requests_waiting", "Requests waiting for a slot", registry=r).set_function(
             lambda: worker.queued)
-        Gauge("speczoo_batch_size", "Sequences sharing each target forward now (1 at most without --parallel)",
-              registry=r).set_function(lambda: worker.running)
+        Gauge("speczoo_batch_size", "Sequences in the last target forward (1 at most without --parallel)",
+              registry=r).set_function(lambda: worker.batch_size)
         self.tokens = Counter("speczoo_generated_tokens", "Tokens generated (rate: tokens per second)", registry=r)
         self.accepted = Histogram("speczoo_accepted_per_round", "Draft tokens accepted per speculative round",
                                   buckets=ACCEPTED_BUCKETS, registry=r)

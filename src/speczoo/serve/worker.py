@@ -118,6 +118,11 @@ class Worker:
         return 1 if self.busy else 0
 
     @property
+    def batch_size(self) -> int:
+        """Sequences in each target forward now."""
+        return self.running
+
+    @property
     def queued(self) -> int:
         return self._jobs.qsize()
 
