@@ -16,7 +16,8 @@ from speczoo.models.args import ModelArgs
 from speczoo.slots import SlotCache
 from speczoo.decoding.batch import BatchEngine
 from speczoo.decoding.batch_costs import batch_view
-from speczoo.decoding.cost import Costs, CvCurve
+from speczoo.decoding.controller import Controller
+from speczoo.decoding.cost import Costs, CvCurve, best_k
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.engine import MAX_K, Engine
@@ -196,6 +197,20 @@ def test_the_batch_view_is_the_solo_price_alone_and_grows_with_the_batch():
     assert all(v.cv(1) == 1.0 for v in wide)
     flat = Costs(cv=1.0, draft_cost={"ngram": 0.0})
     assert batch_view(flat, 5, 5, 9).cv(9) == 1.0          # rows that cost nothing are free in a batch too
+
+
+def test_speculation_shrinks_and_turns_off_as_the_batch_grows():
+    """On a weight-bound curve (extra rows nearly free alone), the batch's other rows raise what this
+    sequence's rows must earn: the best K falls with the batch, and a drafter that pays alone at α = 0.3
+    does not beside 7 other sequences."""
+    zen = Costs(cv=CvCurve.measured({1: 1.0, 2: 1.05, 3: 1.1, 5: 1.23, 9: 1.6, 17: 2.5, 33: 4.5}),
+                draft_cost={"ngram": 0.0}, round_overhead=0.02)
+    views = [batch_view(zen, r, r, 9) for r in (0, 1, 3, 7)]
+    for alpha in (0.5, 0.7, 0.9):
+        ks = [best_k(alpha, v.cv, 0.0, 8, v.round_overhead).k for v in views]
+        assert ks == sorted(ks, reverse=True) and ks[0] > ks[-1], (alpha, ks)
+    alone, crowded = (Controller(c, ["ngram"]).rate("ngram", 1, alpha=0.3) for c in (views[0], views[-1]))
+    assert alone > 1.0 > crowded
 
 
 @pytest.mark.parametrize("backend", ["fp32-rows", "q8"])
