@@ -66,7 +66,7 @@ class Sequence:
     events: deque = field(default_factory=deque)
     cancelled: bool = False
     done: bool = False
-    submitted: float = field(default_factory=time.perf_counter)
+    admitted: float = 0.0              # when it got its slot
     first_at: float | None = None      # when its first token (a0) was known
 
     @property
@@ -160,7 +160,7 @@ class BatchEngine:
             seq.done = True
         while self.waiting and self.slots.free:
             seq = self.waiting.popleft()
-            seq.slot = self.slots.acquire()
+            seq.slot, seq.admitted = self.slots.acquire(), time.perf_counter()
             self.running.append(seq)
         if not self.running:
             return []
@@ -252,7 +252,7 @@ class BatchEngine:
                 for d in g.drafters.values():
                     d.prefill(g.context)
                 seq.first_at = time.perf_counter()
-                g.stats.prefill_seconds = seq.first_at - seq.submitted
+                g.stats.prefill_seconds = seq.first_at - seq.admitted     # its chunks, interleaved with others' steps
             return
         verdict, judged = conclude(g, w.plan, w.logits, [], _Slot(self.slots, seq.slot), w.base, w.layout)
         seq.events.append(settle(g, w.plan, verdict, judged))
