@@ -120,10 +120,12 @@ def test_stop_button_cancels_the_generation(page, server, runtime, tmp_path):
         expect(answer.locator(".text")).not_to_have_text("", timeout=20_000)
         stop = page.get_by_role("button", name="Stop")
         expect(stop).to_be_enabled()
+        expect(page.locator("#sharing")).to_have_text("1", timeout=5_000)   # this request shares the model
         stop.click()
         expect(answer).to_have_attribute("data-done", "1", timeout=10_000)
         expect(answer.locator(".meta")).to_contain_text("stopped")
         expect(page.get_by_role("button", name="Send")).to_be_enabled()
+        expect(page.locator("#sharing")).to_have_text("0", timeout=5_000)
         deadline = time.monotonic() + 10
         while httpx.get(server.url + "/health").json()["cancelled"] == before:
             assert time.monotonic() < deadline, "the server did not cancel the stopped generation"

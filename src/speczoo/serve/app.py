@@ -103,8 +103,8 @@ def _page_routes(app: FastAPI, gens: Generations) -> None:
 
     @app.get("/health", response_model=Health, summary="Liveness and queue depth")
     async def health() -> Health:
-        return Health(model=gens.runtime.name, busy=worker.busy, queued=worker.queued, served=worker.served,
-                      cancelled=worker.cancelled)
+        return Health(model=gens.runtime.name, busy=worker.busy, running=worker.running, queued=worker.queued,
+                      served=worker.served, cancelled=worker.cancelled)
 
 
 def _model_routes(app: FastAPI, gens: Generations, auth: list) -> None:

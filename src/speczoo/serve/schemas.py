@@ -230,6 +230,7 @@ class Health(BaseModel):
     status: Literal["ok"] = "ok"
     model: str
     busy: bool
+    running: int = Field(description="requests generating right now: they share the model (batched with --parallel)")
     queued: int
     served: int
     cancelled: int

@@ -88,6 +88,18 @@ async function loadModel() {
   }
 }
 
+// How many requests share the model right now (the server batches them with --parallel): /health's
+// `running`, polled while the page is visible.
+async function pollSharing() {
+  if (document.hidden) return;
+  try {
+    const r = await fetch("/health");
+    if (r.ok) $("sharing").value = String((await r.json()).running);
+  } catch (e) {
+    $("sharing").value = "–";
+  }
+}
+
 function setBusy(busy) {
   $("send").disabled = busy;
   $("stop").disabled = !busy;
@@ -213,6 +225,8 @@ function submit() {
 
 document.addEventListener("DOMContentLoaded", () => {
   loadModel();
+  pollSharing();
+  setInterval(pollSharing, 1000);
   $("ask").addEventListener("submit", (e) => { e.preventDefault(); submit(); });
   $("prompt").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); submit(); }
