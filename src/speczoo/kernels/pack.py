@@ -31,15 +31,24 @@ SUPER = 256       # q4 super-block length along K
 GROUP = 32        # q4 group length along K
 Q8_KALIGN = 32    # q8 pads K to a multiple of this (one register block of 8 x 4 inputs)
 _ROW_CHUNK = 2048  # rows quantized at a time (bounds the temporary memory of the q4 search)
+_Q8_ROW_CHUNK = 512  # rows pack_q8 quantizes at a time (its temporaries stay in cache)
+
+
+def _check_shape(weight: Tensor) -> Tensor:
+    if weight.dim() != 2 or weight.shape[0] == 0 or weight.shape[1] == 0:
+        raise ValueError(f"a linear weight must be 2-D [N, K] with N, K > 0, got shape {tuple(weight.shape)}")
+    return weight.detach().float().contiguous()
+
+
+def _check_finite(ok: bool) -> None:
+    if not ok:
+        raise ValueError("the weight has NaN or inf values; quantizing it would hide that, fix the source")
 
 
 def _check_weight(weight: Tensor) -> Tensor:
-    if weight.dim() != 2 or weight.shape[0] == 0 or weight.shape[1] == 0:
-        raise ValueError(f"a linear weight must be 2-D [N, K] with N, K > 0, got shape {tuple(weight.shape)}")
-    w = weight.detach().float()
-    if not torch.isfinite(w).all():
-        raise ValueError("the weight has NaN or inf values; quantizing it would hide that, fix the source")
-    return w.contiguous()
+    w = _check_shape(weight)
+    _check_finite(bool(torch.isfinite(w).all()))
+    return w
 
 
 def _round_up(n: int, m: int) -> int:
@@ -62,16 +71,26 @@ def quantize_q8(weight: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def pack_q8(weight: Tensor) -> dict[str, Tensor]:
-    """{"w8": u8 [NB, KP/4, 16, 4] (q + 128), "sw": f32 [NB*16], "meta": i64 [N, K]}."""
-    q, scale = quantize_q8(weight)
-    n, k = q.shape
+    """{"w8": u8 [NB, KP/4, 16, 4] (q + 128), "sw": f32 [NB*16], "meta": i64 [N, K]}: quantize_q8's codes.
+
+    Cheap enough to run at load (a tied LM head is packed then, kernels/linear.py `cheap_pack`): rows go
+    through in cache-sized chunks and the codes are written straight as q + 128 in uint8. The padding is
+    code 0 (128), as is every code of an all-zero row (its scale is 0 and w / 1 rounds to 0).
+    """
+    w = _check_shape(weight)                                    # [N, K]
+    n, k = w.shape
     np_, kp = _round_up(n, STRIP), _round_up(k, Q8_KALIGN)
-    qp = torch.zeros(np_, kp, dtype=torch.int16)
-    qp[:n, :k] = q.to(torch.int16)
-    w8 = (qp + 128).to(torch.uint8)                             # [NP, KP]
+    w8 = torch.full((np_, kp), 128, dtype=torch.uint8)          # [NP, KP]
+    sw = torch.zeros(np_, dtype=torch.float32)                  # [NP]
+    for r0 in range(0, n, _Q8_ROW_CHUNK):
+        r1 = min(n, r0 + _Q8_ROW_CHUNK)
+        amax = w[r0:r1].abs().amax(dim=1)                       # [R]; NaN or inf when a value is (max propagates NaN)
+        _check_finite(bool(torch.isfinite(amax).all()))
+        scale = amax / 127.0
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        w8[r0:r1, :k] = (w[r0:r1] / safe[:, None]).round_().clamp_(-127, 127).add_(128)
+        sw[r0:r1] = scale
     w8 = w8.view(np_ // STRIP, STRIP, kp // 4, 4).permute(0, 2, 1, 3).contiguous()
-    sw = torch.zeros(np_, dtype=torch.float32)
-    sw[:n] = scale
     return {"w8": w8, "sw": sw, "meta": _meta(n, k)}
 
 

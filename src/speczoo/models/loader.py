@@ -7,8 +7,9 @@ exact fp32 values the source dequantizes to (a loaded model keeps its embedding 
 and decodes the rows it looks up: models/embedding.py). An older bundle holds weights.safetensors instead
 (every tensor in fp32, GGUF names, torch [out, in] orientation), which is read as it is. The fp32 reference a
 backend without a stored packing needs is not in a lean bundle: the caller passes `reference`, a callable
-that builds it (speczoo.zoo.weights does, from the bundle's source). Files are memory-mapped where they
-can be. This module never picks a backend or an architecture silently, and never reads a source model
+that builds it (speczoo.zoo.weights does, from the bundle's source). A tied LM head whose packing is
+cheap to make (q8) is not stored either: it is packed at load from the embedding (`with_tied_head`).
+Files are memory-mapped where they can be. This module never picks a backend or an architecture silently, and never reads a source model
 itself: an unknown name, a missing file or a missing reference is an error that says what to do.
 """
 
@@ -27,6 +28,7 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from speczoo.kernels.backends import get_backend
+from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import PACK_LAYOUT
 from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding, RowDecoder
@@ -65,6 +67,27 @@ def linear_weight_sources(tensor_names: Iterable[str]) -> dict[str, str]:
             raise KeyError("the model has neither output.weight nor token_embd.weight; the bundle is broken")
         out["output.weight"] = "token_embd.weight"
     return out
+
+
+def stored_linear_sources(tensor_names: Iterable[str], backend: LinearBackend) -> dict[str, str]:
+    """The part of `linear_weight_sources` a bundle stores for `backend`: all of it, except a tied LM head
+    when the backend's packing is cheap (`cheap_pack`); that one is packed at load from the embedding the
+    bundle keeps anyway (`with_tied_head`), the same bytes."""
+    sources = linear_weight_sources(tensor_names)
+    if backend.cheap_pack and sources["output.weight"] == "token_embd.weight":
+        del sources["output.weight"]
+    return sources
+
+
+def with_tied_head(packed: dict[str, Tensor], tensors: Mapping[str, Tensor | EncodedEmbedding],
+                   backend: LinearBackend) -> dict[str, Tensor]:
+    """A stored packing with the LM head added when the bundle left it to the load (see
+    `stored_linear_sources`): the backend packs the embedding now, as the pull would have. A bundle that
+    stored its head (pulled before, or by a backend that packs slowly) is returned as it is."""
+    if "output.weight" in tensors or any(k.startswith("output.weight.") for k in packed) or not backend.cheap_pack:
+        return packed
+    head = backend.pack(tensors["token_embd.weight"].to_dense())       # [V, D] fp32 in, packed parts out
+    return {**packed, **{f"output.weight.{part}": v for part, v in head.items()}}
 
 
 def unpacked_names(tensor_names: Iterable[str]) -> list[str]:
@@ -174,7 +197,7 @@ def load_model(bundle_dir: Path, backend: str = "fp32",
             f"bundle was pulled without it; re-pull with that backend or choose another")
     _check_layout(packed_file)
     tensors = load_file(legacy) if legacy.is_file() else read_unpacked(unpacked, encoded=ROW_LOOKUP)
-    return build_model(args, tensors, backend, load_file(packed_file))
+    return build_model(args, tensors, backend, with_tied_head(load_file(packed_file), tensors, impl))
 
 
 def _check_layout(packed_file: Path) -> None:
