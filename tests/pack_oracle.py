@@ -8,10 +8,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from speczoo.kernels.pack import (GROUP, Q8_KALIGN, STRIP, SUPER, Q4Codes, _check_weight, _meta, _round_up,
-                                  pack_q4_codes)
+from speczoo.kernels.pack import GROUP, Q8_KALIGN, STRIP, SUPER, Q4Codes, _meta, _round_up, pack_q4_codes
 
 _ROW_CHUNK = 2048
+
+
+def _check_weight(weight: Tensor) -> Tensor:
+    if weight.dim() != 2 or weight.shape[0] == 0 or weight.shape[1] == 0:
+        raise ValueError(f"a linear weight must be 2-D [N, K] with N, K > 0, got shape {tuple(weight.shape)}")
+    w = weight.detach().float()
+    if not torch.isfinite(w).all():
+        raise ValueError("the weight has NaN or inf values; quantizing it would hide that, fix the source")
+    return w.contiguous()
 
 
 def old_quantize_q8(weight: Tensor) -> tuple[Tensor, Tensor]:

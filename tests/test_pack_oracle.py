@@ -68,3 +68,13 @@ def test_a_nan_or_inf_anywhere_is_refused(pack, value):
     w[1090, 7] = value                                          # in the last row chunk of pack_q8
     with pytest.raises(ValueError, match="NaN or inf"):
         pack(w)
+
+
+@pytest.mark.parametrize("name", ["randn 300x520", "zero and constant groups", "ties", "randn 37x896"])
+def test_chunk_boundaries_change_no_byte(name, monkeypatch):
+    """Rows are packed in chunks; any chunk size (here: a few rows, not dividing N) gives the same bytes."""
+    from speczoo.kernels import pack
+    monkeypatch.setattr(pack, "_Q8_ROW_CHUNK", 7)                  # not a multiple of the 16-row strip
+    monkeypatch.setattr(pack, "_Q4_CHUNK", 3 * 1024)             # 1 to 4 rows a chunk, by K
+    assert _same(pack_q8(WEIGHTS[name]), old_pack_q8(WEIGHTS[name]))
+    assert _same(pack_q4(WEIGHTS[name]), old_pack_q4(WEIGHTS[name]))
