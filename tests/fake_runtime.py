@@ -50,7 +50,7 @@ class FakeTokenizer:
         return out
 
 
-@dataclass
+@dataclass(eq=False)
 class GenerationLog:
     """What happened to one `generate` call (tests read these)."""
 
@@ -106,6 +106,25 @@ class FakeRuntime:
 
     # -- the Runtime contract --------------------------------------------------------------
     def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
+        self._validate(request)
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("FakeRuntime.generate called while another generation is still open "
+                               "(the runtime is single-threaded and owns one KV cache)")
+        entry = GenerationLog(request)
+        self.log.append(entry)
+        return self._run(request, entry)
+
+    def batch(self, n_slots: int, chunk: int = 0) -> "FakeBatch":
+        """The Runtime.batch contract (textgen.TextBatch's): up to n_slots generations at once."""
+        return FakeBatch(self, n_slots)
+
+    def slot_bytes(self) -> int:
+        return 1 << 20
+
+    def cannot_batch(self) -> str | None:
+        return None
+
+    def _validate(self, request: GenerationRequest) -> None:
         request.sampling.validate()
         if not request.prompt_ids:
             raise ValueError("the prompt is empty: give at least one token")
@@ -118,12 +137,6 @@ class FakeRuntime:
         need = len(request.prompt_ids) + request.max_new_tokens
         if need > self.max_seq:
             raise CacheFullError(f"prompt + max_new_tokens = {need} exceeds the context of {self.max_seq}")
-        if not self._busy.acquire(blocking=False):
-            raise RuntimeError("FakeRuntime.generate called while another generation is still open "
-                               "(the runtime is single-threaded and owns one KV cache)")
-        entry = GenerationLog(request)
-        self.log.append(entry)
-        return self._run(request, entry)
 
     def _run(self, request: GenerationRequest, entry: GenerationLog) -> Iterator[TokenEvent | DoneEvent]:
         try:
@@ -182,6 +195,65 @@ class FakeRuntime:
         entry.events += 1
         entry.finished = True
         yield DoneEvent(finish_reason=finish, text=final, ids=ids, stats=stats)
+
+
+class FakeBatch:
+    """FakeRuntime's answers, up to n_slots at once: each step moves every running generation by one
+    round (one event), as a batched forward would; first come first served into free slots; a cancelled
+    one leaves at the next step. The same events per request as FakeRuntime.generate."""
+
+    def __init__(self, runtime: FakeRuntime, n_slots: int):
+        self.runtime, self.n_slots = runtime, n_slots
+        self._waiting: list[GenerationLog] = []
+        self._running: dict[GenerationLog, Iterator] = {}
+        self.steps = 0
+        self.size = 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._waiting or self._running)
+
+    @property
+    def spec_modes(self) -> list[str]:
+        return self.runtime.spec_modes
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def submit(self, request: GenerationRequest) -> GenerationLog:
+        self.runtime._validate(request)
+        entry = GenerationLog(request)
+        self.runtime.log.append(entry)
+        self._waiting.append(entry)
+        return entry
+
+    def cancel(self, entry: GenerationLog) -> None:
+        entry.closed_early = not entry.finished
+        if entry in self._waiting:
+            self._waiting.remove(entry)
+
+    def step(self) -> list[tuple[GenerationLog, list]]:
+        for entry in [e for e in self._running if e.closed_early]:
+            self._running.pop(entry).close()
+        while self._waiting and len(self._running) < self.n_slots:
+            entry = self._waiting.pop(0)
+            self._running[entry] = self.runtime._events(entry.request, entry)
+        self.steps += 1
+        self.size = len(self._running)
+        out = []
+        for entry, gen in list(self._running.items()):
+            if entry.closed_early:
+                continue
+            event = next(gen)
+            out.append((entry, [event]))
+            if isinstance(event, DoneEvent):
+                del self._running[entry]
+        return out
 
 
 def _hold_back(text: str, stop: list[str]) -> int:

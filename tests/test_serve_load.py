@@ -57,3 +57,12 @@ def test_eight_concurrent_clients_on_the_real_05b():
     assert all(t.finish_reason in ("length", "stop") for t in res.together), "a client did not complete"
     assert res.identical == 8, "an answer under load differs from the same request served alone"
     assert res.tokens >= 8 * 32 and res.aggregate_tok_s > 0
+
+
+def test_load_on_a_batching_server_is_identical_and_reuses_the_lone_answers():
+    rt = FakeRuntime(delay=0.001, answer_words=60)
+    first = run_serve_load(rt, clients=2, max_tokens=30, spec="ngram", parallel=4)
+    res = run_serve_load(rt, clients=4, max_tokens=30, spec="ngram", parallel=4, alone=first.alone)
+    assert first.ok and res.ok and res.identical == 4 and res.parallel == 4
+    assert len(rt.log) == 2 + 2 + 2 + 4                    # the first two lone answers were not asked again
+    assert "up to 4 batched" in "\n".join(res.lines()) and res.ttft[0] <= res.ttft[1]

@@ -16,7 +16,7 @@ import torch
 
 from speczoo.cache import KVCache
 from speczoo.events import GenerationRequest, SamplingParams
-from speczoo.decoding.round import Finished
+from speczoo.decoding.round import Finished, Plan
 from speczoo.sampling import probs as sampling_probs
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
@@ -140,10 +140,9 @@ def test_cache_after_tree_rounds_equals_a_fresh_prefill(arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_tree_path_equals_chain_path_when_the_tree_is_a_chain(arch):
-    """_verify_tree on a chain gives the chain verify's verdict and cache, bit for bit."""
+    """A tree verify of a chain gives the chain verify's verdict and cache, bit for bit."""
     eng, model, args = model_engine(arch, INVARIANT, {})
     prompt = torch.tensor([5, 6, 7, 8, 9, 10, 11])
-    req = GenerationRequest(prompt_ids=prompt.tolist())
     for seed in range(4):
         g = torch.Generator().manual_seed(seed)
         eng.cache.reset()
@@ -153,7 +152,9 @@ def test_tree_path_equals_chain_path_when_the_tree_is_a_chain(arch):
         truth = [int(logits.argmax())]
         tokens = truth + torch.randint(0, 32, (5,), generator=g).tolist()
         draft = Draft(tokens=tokens, parents=[-1, 0, 1, 2, 3, 4])
-        verdict, judged = eng._verify_tree(3, draft, req.sampling, None)
+        g = eng.open(GenerationRequest(prompt_ids=prompt.tolist(), max_new_tokens=1))
+        g.pending = 3
+        verdict, judged = eng._verify(g, Plan("none", draft, chain=False))
         tree_cache = [t[:, :eng.cache.length].clone() for t in eng.cache.k]
         eng.cache.truncate(7)
         chain_logits = eng._forward([3] + tokens)

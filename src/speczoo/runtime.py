@@ -2,7 +2,7 @@
 
 `load_runtime` finds the pulled bundles, loads models (memory-mapped) with the chosen linear backend,
 builds the KV caches and the engine. The runtime is not thread-safe: one generation at a time (the
-server serializes requests through its worker). It never downloads anything: a model that is not
+server serializes requests through its worker), or one batch of them (`batch`). It never downloads anything: a model that is not
 pulled is an error that names the pull command.
 """
 
@@ -27,9 +27,11 @@ from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.types import MAX_K
 from speczoo.decoding.costprofile import runtime_costs
 from speczoo.decoding.engine import Engine
+from speczoo.decoding.batch import CHUNK, BatchEngine
 from speczoo.decoding.modes import SpecMode
 from speczoo.decoding.prompt_checks import check_ids
-from speczoo.textgen import generate_text
+from speczoo.slots import SlotCache
+from speczoo.textgen import TextBatch, generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
@@ -123,10 +125,33 @@ class Runtime:
 
     def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
         """Validate the request now (errors raise before any event), then stream its events."""
-        check_ids(request.prompt_ids, self.vocab_size, self.name)
+        self._check_ids(request)
         if SpecMode.parse(request.spec).eagle_head:
             self._use_eagle(request.spec)
         return generate_text(self.engine, self.tokenizer, request)
+
+    def _check_ids(self, request: GenerationRequest) -> None:
+        check_ids(request.prompt_ids, self.vocab_size, self.name)
+
+    def batch(self, n_slots: int, chunk: int = CHUNK) -> TextBatch:
+        """Up to `n_slots` requests at once in one target forward per step (continuous batching,
+        decoding/batch.py), each in a KV slot of `slot_bytes()`, `chunk` prompt rows per step; the same
+        TokenEvent / DoneEvent stream per request as `generate`. Shares this runtime's model: use one
+        or the other at a time. Modes whose drafter shares one cache across requests (draft, EAGLE) are
+        refused in a batch."""
+        slots = SlotCache(self.target.args, n_slots, self.max_seq + MAX_K + 1)
+        return TextBatch(BatchEngine(self.engine, slots, chunk), self.tokenizer, self._check_ids)
+
+    def cannot_batch(self) -> str | None:
+        """Why this runtime cannot `batch` (None: it can)."""
+        if self.target.args.sliding_window > 0:
+            return f"{self.name} has sliding-window layers (Gemma 3), which a batch's slot cache cannot hold"
+        return None
+
+    def slot_bytes(self) -> int:
+        """The KV bytes of one batch slot (fp32 keys and values of every layer for max_seq + a verify)."""
+        a = self.target.args
+        return 2 * a.n_layers * a.n_kv_heads * a.head_dim * 4 * (self.max_seq + MAX_K + 1)
 
     def _use_eagle(self, spec: str) -> None:
         """Load the EAGLE head `spec` names (errors now, before any event), offer the "eagle" and

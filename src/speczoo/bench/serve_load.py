@@ -2,8 +2,9 @@
 against the same request served alone, and the aggregate tok/s (`speczoo serve-load`).
 
 `run_serve_load(runtime, clients=8, max_tokens=64)` serves `runtime` through the real HTTP app on a
-free loopback port, sends every client's request alone (one after another: the reference answers),
-then all of them at once from `clients` threads. A client is a plain HTTP/1.1 streaming chat request
+free loopback port (`parallel` > 1: its batch worker, `speczoo serve --parallel`), sends every
+client's request alone (one after another: the reference answers; `alone` hands in those of an
+earlier run to reuse), then all of them at once from `clients` threads. A client is a plain HTTP/1.1 streaming chat request
 (`stream: true`, usage included) read line by line with the standard library, as any OpenAI client
 would. The aggregate figure is the completion tokens of all concurrent clients over the wall time
 from the first request sent to the last `[DONE]` (prefills and queueing included).
@@ -113,6 +114,7 @@ class LoadResult:
     alone: list[StreamResult]       # each request served with the server otherwise idle
     together: list[StreamResult]    # the same requests, all clients at once
     wall_seconds: float             # the concurrent phase: first request sent -> last [DONE]
+    parallel: int = 1               # generations the server batched at once
 
     @property
     def clients(self) -> int:
@@ -128,6 +130,16 @@ class LoadResult:
     @property
     def ok(self) -> bool:
         return self.identical == self.clients and all(t.completion_tokens > 0 for t in self.together)
+
+    @property
+    def ttft(self) -> tuple[float, float]:
+        """p50 and p95 of the concurrent clients' time to first token, in seconds."""
+        return _p50_p95([t.first_token_s for t in self.together])
+
+    @property
+    def tpot(self) -> tuple[float, float]:
+        """p50 and p95 of the concurrent clients' time per output token after the first, in seconds."""
+        return _p50_p95([(t.seconds - t.first_token_s) / max(1, t.completion_tokens - 1) for t in self.together])
 
     @property
     def tokens(self) -> int:
@@ -153,26 +165,38 @@ class LoadResult:
             f"aggregate: {self.tokens} tokens in {self.wall_seconds:.2f} s = {self.aggregate_tok_s:.1f} tok/s "
             f"(the same requests one at a time: {self.alone_tok_s:.1f} tok/s)",
             f"time to first token: median {statistics.median(ttft):.2f} s, max {max(ttft):.2f} s "
-            f"(one generation at a time, FIFO)",
+            f"({'one generation at a time, FIFO' if self.parallel == 1 else f'up to {self.parallel} batched'})",
+            f"p50/p95: time to first token {self.ttft[0]:.2f}/{self.ttft[1]:.2f} s, time per output token "
+            f"{self.tpot[0] * 1e3:.1f}/{self.tpot[1] * 1e3:.1f} ms",
         ]
 
 
+def _p50_p95(xs: list[float]) -> tuple[float, float]:
+    xs = sorted(xs)
+    return statistics.median(xs), xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
+
+
 def run_serve_load(runtime, clients: int = 8, max_tokens: int = 64, spec: str = "auto",
-                   api_key: str | None = None) -> LoadResult:
+                   api_key: str | None = None, parallel: int = 1,
+                   alone: list[StreamResult] | None = None) -> LoadResult:
     """Serve `runtime` on loopback and measure `clients` concurrent streams (see the module doc)."""
     from speczoo.serve.app import create_app
     from speczoo.serve.background import BackgroundServer
+    from speczoo.serve.batch_worker import BatchWorker
 
     if clients < 1 or max_tokens < 1:
         raise ValueError(f"--clients and --max-tokens must be >= 1, got {clients} and {max_tokens}")
     bodies = [{"model": runtime.name, "max_tokens": max_tokens, "temperature": 0, "speculative": spec,
                "messages": [{"role": "user", "content": load_prompt(i)}]} for i in range(clients)]
-    app = create_app(runtime, api_key=api_key, default_spec=spec, max_queue=max(64, clients))
+    queue = max(64, clients)
+    worker = BatchWorker(runtime, parallel, max_queue=queue) if parallel > 1 else None
+    app = create_app(runtime, api_key=api_key, default_spec=spec, max_queue=queue, worker=worker)
     with BackgroundServer(app) as server:
         def send(body: dict) -> StreamResult:
             return stream_chat(server.host, server.port, body, api_key)
 
-        alone = [send(b) for b in bodies]
+        alone = (alone or [])[:clients]
+        alone += [send(b) for b in bodies[len(alone):]]
         start = threading.Barrier(clients)
 
         def client(body: dict) -> tuple[StreamResult, float]:
@@ -184,4 +208,4 @@ def run_serve_load(runtime, clients: int = 8, max_tokens: int = 64, spec: str = 
             out = list(pool.map(client, bodies))
         wall = max(t0 + r.seconds for r, t0 in out) - min(t0 for _, t0 in out)
     return LoadResult(model=runtime.name, spec=spec, max_tokens=max_tokens, alone=alone,
-                      together=[r for r, _ in out], wall_seconds=wall)
+                      together=[r for r, _ in out], wall_seconds=wall, parallel=parallel)

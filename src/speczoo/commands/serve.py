@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "draft and auto load the zoo's draft for MODEL unless --draft names one; eagle uses the "
                    "newest EAGLE head for MODEL unless NAME names one")
     p.add_argument("--max-queue", type=int, default=64, help="requests allowed to wait (then 503)")
+    p.add_argument("--parallel", type=int, default=None, help="generations at once, in one batched forward "
+                   "per step (default: as many KV slots of --max-seq as half the available memory holds, at "
+                   "most 8; 1 when the default --spec needs a draft model or an EAGLE head, which do not batch)")
     p.set_defaults(func=run)
 
 
@@ -40,6 +43,27 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _worker(runtime, args: argparse.Namespace):
+    """The batch worker for --parallel N > 1 (N from memory by default, said on stderr), else None (the
+    app's one-at-a-time worker)."""
+    from speczoo.serve.batch_worker import BatchWorker, default_parallel
+
+    n, refusal = args.parallel, runtime.cannot_batch()
+    if n is None:
+        if refusal is not None:
+            n, bound = 1, refusal
+        elif spec_mode(args.spec) in ("draft", "eagle", "eagle-tree"):
+            n, bound = 1, "the default --spec does not batch"
+        else:
+            n, bound = default_parallel(runtime.slot_bytes())
+        print(f"speczoo: --parallel {n}: {bound}", file=sys.stderr)
+    if n < 1:
+        raise ValueError(f"--parallel must be >= 1, got {n}")
+    if n > 1 and refusal is not None:
+        raise ValueError(f"--parallel {n}: {refusal}; serve it with --parallel 1")
+    return BatchWorker(runtime, n, max_queue=args.max_queue) if n > 1 else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,8 +82,9 @@ def run(args: argparse.Namespace) -> int:
               f"an API key; add --api-key KEY", file=sys.stderr)
     runtime = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
                            backend=args.backend, max_seq=args.max_seq, eagle_head=eagle_for(args.spec))
+    worker = _worker(runtime, args)
     app = create_app(runtime, api_key=args.api_key, default_spec=spec_mode(args.spec),
-                     max_queue=args.max_queue)
+                     max_queue=args.max_queue, worker=worker)
     print(f"speczoo: serving {runtime.name} (spec modes {', '.join(runtime.spec_modes)}) on "
           f"http://{args.host}:{args.port}/  (chat page at /, API at /v1, schema at /openapi.json)",
           file=sys.stderr)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from speczoo.events import GenerationRequest, SamplingParams, Stats
+from speczoo.events import GenerationRequest, Stats
 from speczoo import sampling
 from speczoo.decoding.calibrate import CostMeter
 from speczoo.decoding.cost import Costs
@@ -31,11 +31,9 @@ from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.policy import make_policy
 from speczoo.decoding.prompt_checks import check_fits
 from speczoo.decoding.round import Finished, Generation, Plan, Round, run_round
-from speczoo.decoding.tree import TreeLayout, verify_tree_greedy
-from speczoo.decoding.tree_sampling import verify_tree_sampling
-from speczoo.decoding.types import MAX_K, Draft, Verdict
-from speczoo.decoding.verify import verify_greedy
-from speczoo.decoding.verify_sampling import verify_sampling
+from speczoo.decoding.judge import conclude, first_token
+from speczoo.decoding.tree import TreeLayout
+from speczoo.decoding.types import MAX_K, Verdict
 
 
 
@@ -133,12 +131,20 @@ class Engine:
         yield from self.rounds(g)
         yield g.result()
 
-    def open(self, req: GenerationRequest) -> Generation:
+    def open(self, req: GenerationRequest, only: frozenset[str] | None = None) -> Generation:
         """Validate the request and build its state: its drafters (from their factories), the policy
-        over them, the feature taps and the random generator of a sampled request. No model runs yet."""
+        over them, the feature taps and the random generator of a sampled request. No model runs yet.
+        only: the drafters this request may have (None: all; a batch offers those that keep their state
+        per request), "auto" then offering the ones among them."""
         self._check(req)
         greedy = req.sampling.greedy
-        drafters = {name: self.drafters[name](req) for name in self._drafter_names(req.spec)}
+        names = self._drafter_names(req.spec)
+        if only is not None:
+            if SpecMode.parse(req.spec, offered=self.drafters).mode not in (OFF, AUTO) and names[0] not in only:
+                raise ValueError(f"speculative mode {req.spec!r} cannot run in a batch (its drafter shares one "
+                                 f"cache across requests); a batch offers {[OFF, AUTO, *sorted(only)]}")
+            names = [n for n in names if n in only]
+        drafters = {name: self.drafters[name](req) for name in names}
         # Calibrated costs make the controller's choices depend on timing. Greedy output cannot change
         # with them; a sampled text would (which draft tokens meet which random numbers), so a request
         # that sampled with a seed decides on the loaded profile alone and reproduces its text run after run.
@@ -155,7 +161,7 @@ class Engine:
         self.cache.reset()
         t0 = time.perf_counter()
         fwd = self._forward_out(g.context, g.taps.layers, logit_rows=slice(-1, None))  # the last row's logits
-        g.start(self._pick(fwd.logits[-1:], g.sampling, g.rng)[0])
+        first_token(g, fwd.logits[-1:])
         g.taps.send(fwd.hidden)                # the prompt's features first: a head ingests them in prefill
         for d in g.drafters.values():
             d.prefill(g.context)
@@ -170,48 +176,17 @@ class Engine:
             g.stats.new_tokens = len(g.out)
 
     def _verify(self, g: Generation, plan: Plan) -> tuple[Verdict, int]:
-        """The target's verdict on [a0] + the plan's draft: one forward, the verify, the rollback."""
+        """The target's verdict on [a0] + the plan's draft: one forward (a chain, S = K + 1; or the tree's
+        N + 1 nodes with the tree mask and tree positions), then the shared verify and rollback."""
+        base = self.cache.length
+        tokens = [g.pending] + plan.draft.tokens
         if plan.chain:
-            return self._verify_chain(g.pending, plan.draft, g.sampling, g.rng, g.taps)
-        return self._verify_tree(g.pending, plan.draft, g.sampling, g.rng, g.taps)
-
-    def _verify_chain(self, pending: int, draft: Draft, params: SamplingParams, gen,
-                      taps: FeatureTaps) -> tuple[Verdict, int]:
-        """One target forward over [a0] + the chain (S = K + 1), the chain verify, then the cache
-        truncated to the accepted length. Returns the verdict and K (every draft token was judged)."""
-        base = self.cache.length
-        fwd = self._forward_out([pending] + draft.tokens, taps.layers)
-        logits = fwd.logits                                                        # [K+1, V]
-        if params.greedy:
-            verdict = verify_greedy(draft, logits.argmax(-1).tolist())
-        else:
-            verdict = verify_sampling(draft, sampling.probs(logits, params), gen)
-        self.cache.truncate(base + 1 + verdict.accepted)
-        taps.send(fwd.hidden, slice(0, 1 + verdict.accepted))
-        return verdict, draft.k
-
-    def _verify_tree(self, pending: int, draft: Draft, params: SamplingParams, gen,
-                     taps: FeatureTaps = FeatureTaps(())) -> tuple[Verdict, int]:
-        """One target forward over [a0] + the tree's N nodes (tree mask, tree positions), the tree verify,
-        then the accepted path's K/V moved next to the prefix. Returns the verdict and how many draft
-        tokens the target judged along its path (for the controller's acceptance estimate)."""
-        layout = TreeLayout.from_parents(draft.parents)
-        base = self.cache.length
-        tokens = torch.tensor([pending] + draft.tokens, dtype=torch.long)          # [N+1]
-        fwd = self.target(tokens, layout.positions(base), self.cache, tree_mask=layout.mask,
-                          hidden_layers=taps.layers)
-        logits = fwd.logits                                                         # [N+1, V]
-        if params.greedy:
-            verdict = verify_tree_greedy(draft, layout, logits.argmax(-1).tolist())
-        else:
-            verdict = verify_tree_sampling(draft, layout, sampling.probs(logits, params), gen)
-        self.cache.compact([base + 1 + i for i in verdict.path], base + 1)
-        self.cache.truncate(base + 1 + verdict.accepted)
-        taps.send(fwd.hidden, torch.tensor([0] + [1 + i for i in verdict.path]))
-        return verdict, layout.judged(verdict.path)
-
-    def _pick(self, logits: torch.Tensor, params: SamplingParams, gen) -> list[int]:
-        return sampling.pick(logits, params, gen).tolist()
+            fwd = self._forward_out(tokens, g.taps.layers)
+            return conclude(g, plan, fwd.logits, fwd.hidden, self.cache, base)
+        layout = TreeLayout.from_parents(plan.draft.parents)
+        fwd = self.target(torch.tensor(tokens, dtype=torch.long), layout.positions(base), self.cache,
+                          tree_mask=layout.mask, hidden_layers=g.taps.layers)          # logits [N+1, V]
+        return conclude(g, plan, fwd.logits, fwd.hidden, self.cache, base, layout)
 
     def _drafter_names(self, spec: str) -> list[str]:
         """Which drafters a spec mode may use: "off" none; "auto" every one available but auto_excludes."""

@@ -23,6 +23,7 @@ from speczoo.decoding.prompt_checks import check_ids
 from speczoo.errors import SpeczooError
 from speczoo.serve.api_errors import APIError, install_error_handlers
 from speczoo.serve.generation import CHAT, TEXT, Generations
+from speczoo.serve.metrics import Metrics
 from speczoo.serve.openapi import ERROR_RESPONSES, publish_accurate_schema, stream_doc
 from speczoo.serve.schemas import (
     ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionChunk,
@@ -58,10 +59,10 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
     keepalive: seconds without an event after which a stream gets a `: keep-alive` comment."""
     if keepalive <= 0:
         raise ValueError(f"keepalive must be > 0 seconds, got {keepalive}")
-    if default_spec not in runtime.spec_modes:
-        raise ValueError(f"default spec mode {default_spec!r} is not offered by this runtime; "
-                         f"use one of {runtime.spec_modes}")
     worker = worker or Worker(runtime, max_queue=max_queue)
+    if default_spec not in worker.spec_modes:
+        raise ValueError(f"default spec mode {default_spec!r} is not offered by this runtime; "
+                         f"use one of {worker.spec_modes}")
     gens = Generations(runtime, worker, default_spec, keepalive)
     bearer = HTTPBearer(auto_error=False, description="The key given to `speczoo serve --api-key`")
 
@@ -76,6 +77,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
     app = FastAPI(title="speczoo", version="0.1.0", lifespan=lifespan,
                   description="OpenAI-compatible server for lossless speculative decoding on the CPU.")
     app.state.worker = worker
+    Metrics(worker).add_route(app)                 # GET /metrics (Prometheus)
     app.state.runtime = runtime
     if api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
@@ -85,7 +87,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
     _page_routes(app, gens)
     _model_routes(app, gens, auth)
     _generation_routes(app, gens, auth)
-    publish_accurate_schema(app, list(runtime.spec_modes), runtime.vocab_size)
+    publish_accurate_schema(app, list(worker.spec_modes), runtime.vocab_size)
     return app
 
 

@@ -81,7 +81,7 @@ class Generations:
 
     def card(self) -> ModelCard:
         rt = self.runtime
-        return ModelCard(id=rt.name, created=self.started, max_seq=rt.max_seq, spec_modes=list(rt.spec_modes))
+        return ModelCard(id=rt.name, created=self.started, max_seq=rt.max_seq, spec_modes=list(self.worker.spec_modes))
 
     def check_model(self, model: str) -> None:
         if model != self.runtime.name:
@@ -105,9 +105,9 @@ class Generations:
         if len(stop) > MAX_STOP or any(not s for s in stop):
             raise APIError(400, f"stop takes at most {MAX_STOP} non-empty strings", param="stop")
         spec = body.speculative or self.default_spec
-        if spec not in rt.spec_modes:
+        if spec not in self.worker.spec_modes:
             raise APIError(400, f"speculative={spec!r} is not available on this server; it offers "
-                           f"{rt.spec_modes} (start it with --draft NAME for 'draft')",
+                           f"{self.worker.spec_modes} (start it with --draft NAME for 'draft')",
                            param="speculative")
         sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
                                   seed=body.seed)
@@ -135,7 +135,7 @@ class Generations:
         try:
             return self.worker.submit(req)
         except QueueFullError as exc:
-            raise APIError(503, str(exc), "server_error", code="queue_full") from exc
+            raise APIError(503, str(exc), "server_error", code="queue_full", headers={"Retry-After": "1"}) from exc
 
     async def _collect(self, request: Request, job: Job) -> DoneEvent:
         """Wait for a non-streamed job to finish; cancel it if the client leaves meanwhile."""

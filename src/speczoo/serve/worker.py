@@ -14,6 +14,8 @@ import itertools
 import logging
 import queue
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
@@ -51,6 +53,8 @@ class Job:
     number: int
     items: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    created: float = field(default_factory=time.monotonic)
+    first_token: float | None = None        # when its first token reached the consumer
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -75,6 +79,7 @@ class Worker:
         self.busy = False
         self._current: Job | None = None
         self.served = 0         # jobs whose generation reached its DoneEvent
+        self.on_event: Callable[[Job, object], None] | None = None   # sees each event as it is consumed (/metrics)
         self.cancelled = 0      # jobs cancelled while queued or running
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -104,6 +109,20 @@ class Worker:
         self._thread = None
 
     @property
+    def spec_modes(self) -> list[str]:
+        """The speculative modes a request may name here."""
+        return self.runtime.spec_modes
+
+    @property
+    def running(self) -> int:
+        return 1 if self.busy else 0
+
+    @property
+    def batch_size(self) -> int:
+        """Sequences in each target forward now."""
+        return self.running
+
+    @property
     def queued(self) -> int:
         return self._jobs.qsize()
 
@@ -111,8 +130,8 @@ class Worker:
     def submit(self, request: GenerationRequest) -> Job:
         if self._thread is None:
             raise RuntimeError("the worker is not running: call start() first")
-        if self._jobs.qsize() >= self.max_queue:
-            raise QueueFullError(f"{self._jobs.qsize()} requests are already waiting (--max-queue "
+        if self.queued >= self.max_queue:
+            raise QueueFullError(f"{self.queued} requests are already waiting (--max-queue "
                                  f"{self.max_queue}); retry later")
         job = Job(request, asyncio.get_running_loop(), next(self._numbers))
         self._jobs.put(job)
@@ -138,6 +157,8 @@ class Worker:
                     return
                 if isinstance(item, JobFailed):
                     raise item.error
+                if self.on_event is not None:
+                    self.on_event(job, item)
                 yield item
         finally:
             job.cancel()   # no-op when it already ended; otherwise frees the runtime after this round
