@@ -156,6 +156,21 @@ def test_dequantize_is_ggufs_bit_for_bit(qtype):
     assert _bits_equal(loader.dequantize(raw, qtype.name), want)
 
 
+def test_q8_0_rows_decode_to_ggufs_values_bit_for_bit():
+    """The torch Q8_0 row decoder (a tied head packed at load decodes every row with it) gives gguf's values,
+    on real blocks and on any fp16 scale: subnormal, zero, huge, inf, NaN."""
+    rng = np.random.default_rng(2)
+    raw = gguf.quants.quantize(rng.standard_normal((70, 256)).astype(np.float32), T.Q8_0).view(np.uint8)
+    raw = np.ascontiguousarray(raw).copy()
+    blocks = raw.reshape(70, -1, 34)
+    special = np.array([6e-8, 0.0, -0.0, 65504.0, np.inf, np.nan, -3.5e-5], dtype=np.float16).view(np.uint8)
+    blocks[: len(special) // 2, 0, :2] = special.reshape(-1, 2)
+    blocks[10:20, :, 2:] = rng.integers(0, 256, size=(10, blocks.shape[1], 32), dtype=np.uint8)  # -128 too
+    want = torch.from_numpy(np.array(gguf.quants.dequantize(raw, T.Q8_0), dtype=np.float32))
+    got = loader.row_decoder("Q8_0")(torch.from_numpy(raw))
+    assert _bits_equal(got, want)
+
+
 # ---------------------------------------------------------------- what a lean bundle keeps
 
 @pytest.mark.parametrize("tied,backend", [(False, "q4_torch"), (True, BACKEND), (True, "q4_torch")])
@@ -425,6 +440,7 @@ def _head_keys(b: Path) -> set[str]:
 
 
 def test_a_stored_tied_head_is_used_and_a_pull_drops_it(tmp_path, home, monkeypatch):
+    monkeypatch.setattr(loader, "_HEAD_ROWS", 48)             # the head packed at load in several row blocks
     path, args = write_mixed_gguf(tmp_path / "t.gguf", tied=True)
     want = _logits(loader.build_model(args, old_weights(path), BACKEND))
     b = pull(str(path), backend=BACKEND, progress=False, log=_quiet).bundle

@@ -78,3 +78,12 @@ def test_chunk_boundaries_change_no_byte(name, monkeypatch):
     monkeypatch.setattr(pack, "_Q4_CHUNK", 3 * 1024)             # 1 to 4 rows a chunk, by K
     assert _same(pack_q8(WEIGHTS[name]), old_pack_q8(WEIGHTS[name]))
     assert _same(pack_q4(WEIGHTS[name]), old_pack_q4(WEIGHTS[name]))
+
+
+def test_packings_of_row_blocks_join_into_the_packing_of_all_rows():
+    from speczoo.kernels.pack import concat_rows
+    w = WEIGHTS["randn 300x520"]
+    for pack in (pack_q8, pack_q4):
+        assert _same(concat_rows([pack(w[:64]), pack(w[64:288]), pack(w[288:])]), pack(w))
+    with pytest.raises(ValueError, match="do not join"):
+        concat_rows([pack_q8(w[:40]), pack_q8(w[40:])])

@@ -325,6 +325,19 @@ def unpack_q4(packed: dict[str, Tensor]) -> Q4Codes:
                    d=dd[:n, 0].contiguous(), dm=dd[:n, 1].contiguous())
 
 
+def concat_rows(parts: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """One packing of the rows of several, in order: every part but the last must hold whole 16-row strips
+    (its N a multiple of STRIP) and all the same K. Packing rows in blocks and joining them gives the bytes
+    of packing them at once, since every layout here is strips along its first dimension."""
+    ns, ks = zip(*((int(v) for v in p["meta"]) for p in parts))
+    if any(n % STRIP for n in ns[:-1]) or len(set(ks)) != 1:
+        raise ValueError(f"packings of N = {list(ns)}, K = {list(ks)} do not join: all but the last need "
+                         f"whole {STRIP}-row strips, and all one K")
+    out = {key: torch.cat([p[key] for p in parts]) for key in parts[0] if key != "meta"}
+    out["meta"] = _meta(sum(ns), ks[0])
+    return out
+
+
 def check_packed(packed: dict[str, Tensor], parts: tuple[str, ...], fmt: str) -> tuple[int, int]:
     """Validate that `packed` has the parts of `fmt` and return (N, K)."""
     missing = [p for p in parts if p not in packed]

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from speczoo.kernels.backends import get_backend
 from speczoo.kernels.linear import LinearBackend
-from speczoo.kernels.pack import PACK_LAYOUT
+from speczoo.kernels.pack import PACK_LAYOUT, concat_rows
 from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding, RowDecoder
 from speczoo.models.gemma3 import Gemma3
@@ -41,6 +41,7 @@ LEGACY_WEIGHTS_FILE = "weights.safetensors"     # bundles before the lean format
 UNPACKED_FILE = "unpacked.safetensors"          # lean bundles: the tensors no backend packs
 ENCODINGS_KEY = "encodings"                     # unpacked.safetensors metadata: name -> GGUF block type
 _DEQUANT_ROWS = 1024                            # rows of GGUF blocks dequantized per task
+_HEAD_ROWS = 1024                               # rows of a tied head decoded and packed at a time at load
 ROW_LOOKUP = ("token_embd.weight",)             # read by the model only row by row: kept encoded at load
 
 # Tensor names that are linear-layer weights (packed by a backend). token_embd.weight is one only when
@@ -86,8 +87,14 @@ def with_tied_head(packed: dict[str, Tensor], tensors: Mapping[str, Tensor | Enc
     stored its head (pulled before, or by a backend that packs slowly) is returned as it is."""
     if "output.weight" in tensors or any(k.startswith("output.weight.") for k in packed) or not backend.cheap_pack:
         return packed
-    head = backend.pack(tensors["token_embd.weight"].to_dense())       # [V, D] fp32 in, packed parts out
-    return {**packed, **{f"output.weight.{part}": v for part, v in head.items()}}
+    embed = tensors["token_embd.weight"]                               # [V, D] fp32, or stored rows
+    if isinstance(embed, Tensor):
+        head = backend.pack(embed)
+    else:                                                              # decoded and packed a block of rows at a time
+        v = embed.shape[0]
+        head = concat_rows([backend.pack(embed[torch.arange(r0, min(v, r0 + _HEAD_ROWS))])
+                            for r0 in range(0, v, _HEAD_ROWS)])
+    return {**packed, **{f"output.weight.{part}": t for part, t in head.items()}}
 
 
 def unpacked_names(tensor_names: Iterable[str]) -> list[str]:
@@ -142,7 +149,20 @@ def row_decoder(encoding: str | None) -> RowDecoder:
     for a float tensor (encoding None). The whole-tensor decode of `read_unpacked` is this on every row."""
     if encoding is None:
         return lambda rows: rows.float()
+    if encoding == "Q8_0":
+        return _q8_0_rows
     return lambda rows: dequantize(rows.numpy(), encoding)
+
+
+def _q8_0_rows(rows: Tensor) -> Tensor:
+    """Q8_0 rows [N, R] (blocks of an fp16 scale d and 32 int8 codes x) -> x * d fp32 [N, R / 34 * 32], in
+    torch: the product of an 11-bit and an 8-bit significand is exact in fp32, so these are gguf's values
+    bit for bit, without its per-block Python loop (a tied head packed at load decodes every row)."""
+    n = rows.shape[0]
+    blocks = rows.reshape(n, -1, 34)                                   # [N, B, 34] uint8
+    d = blocks[..., :2].contiguous().view(torch.float16).float()      # [N, B, 1]
+    x = blocks[..., 2:].contiguous().view(torch.int8).float()         # [N, B, 32]
+    return (x * d).reshape(n, -1)
 
 
 def read_unpacked(path: Path, names: Iterable[str] | None = None,
