@@ -32,7 +32,7 @@ from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding
 from speczoo.zoo import registry
 from speczoo.zoo import weights as W
-from speczoo.zoo.bundle import check_bundle, read_manifest, source_gguf
+from speczoo.zoo.bundle import FORMAT_VERSION, check_bundle, read_manifest, source_gguf
 from speczoo.zoo.pull import pull
 
 T = gguf.GGMLQuantizationType
@@ -156,9 +156,24 @@ def test_dequantize_is_ggufs_bit_for_bit(qtype):
     assert _bits_equal(loader.dequantize(raw, qtype.name), want)
 
 
+def test_q8_0_rows_decode_to_ggufs_values_bit_for_bit():
+    """The torch Q8_0 row decoder (a tied head packed at load decodes every row with it) gives gguf's values,
+    on real blocks and on any fp16 scale: subnormal, zero, huge, inf, NaN."""
+    rng = np.random.default_rng(2)
+    raw = gguf.quants.quantize(rng.standard_normal((70, 256)).astype(np.float32), T.Q8_0).view(np.uint8)
+    raw = np.ascontiguousarray(raw).copy()
+    blocks = raw.reshape(70, -1, 34)
+    special = np.array([6e-8, 0.0, -0.0, 65504.0, np.inf, np.nan, -3.5e-5], dtype=np.float16).view(np.uint8)
+    blocks[: len(special) // 2, 0, :2] = special.reshape(-1, 2)
+    blocks[10:20, :, 2:] = rng.integers(0, 256, size=(10, blocks.shape[1], 32), dtype=np.uint8)  # -128 too
+    want = torch.from_numpy(np.array(gguf.quants.dequantize(raw, T.Q8_0), dtype=np.float32))
+    got = loader.row_decoder("Q8_0")(torch.from_numpy(raw))
+    assert _bits_equal(got, want)
+
+
 # ---------------------------------------------------------------- what a lean bundle keeps
 
-@pytest.mark.parametrize("tied,backend", [(False, "q4_torch"), (True, BACKEND)])
+@pytest.mark.parametrize("tied,backend", [(False, "q4_torch"), (True, BACKEND), (True, "q4_torch")])
 def test_lean_bundle_keeps_packing_and_unpacked_tensors_only(tmp_path, home, small_chunks, tied, backend):
     path, args = write_mixed_gguf(tmp_path / "mixed.gguf", tied=tied)
     old = old_weights(path)
@@ -167,7 +182,7 @@ def test_lean_bundle_keeps_packing_and_unpacked_tensors_only(tmp_path, home, sma
         ["manifest.json", "config.json", "unpacked.safetensors", f"weights-{backend}.safetensors", "tokenizer.json",
          "tokenizer_config.json", "chat_template.jinja"])
     m = read_manifest(b)
-    assert m.format_version == 2 and m.packed_backends == [backend] and set(m.files) == {
+    assert m.format_version == FORMAT_VERSION and m.packed_backends == [backend] and set(m.files) == {
         f.name for f in b.iterdir() if f.name != "manifest.json"}
     # the unpacked tensors: everything but the linear weights, GGUF blocks as the file holds them
     with safe_open(str(b / "unpacked.safetensors"), framework="pt") as f:
@@ -184,7 +199,13 @@ def test_lean_bundle_keeps_packing_and_unpacked_tensors_only(tmp_path, home, sma
         packed = {k: f.get_tensor(k) for k in f.keys()}
     want = {f"{key}.{part}": v for key, src in loader.linear_weight_sources(old).items()
             for part, v in impl.pack(old[src]).items()}
-    assert set(packed) == set(want) and all(torch.equal(packed[k], want[k]) for k in want)
+    # ... less a tied LM head whose packing q8 makes at load, from the embedding: the same bytes
+    stored = {k: v for k, v in want.items() if not (tied and impl.cheap_pack and k.startswith("output.weight."))}
+    assert set(packed) == set(stored) and all(torch.equal(packed[k], want[k]) for k in stored)
+    assert (tied and impl.cheap_pack) == (set(stored) != set(want))       # q4 stores its tied head
+    at_load = loader.with_tied_head(packed, loader.read_unpacked(b / "unpacked.safetensors", encoded=loader.ROW_LOOKUP),
+                                    impl)
+    assert set(at_load) == set(want) and all(torch.equal(at_load[k], want[k]) for k in want)
     # what runs: the same logits, bit for bit, as the model built from the old weights, on the embedding
     # kept in its Q4_K blocks (rows decoded when looked up)
     model = loader.load_model(b, backend)
@@ -352,7 +373,7 @@ def test_old_bundle_loads_and_a_pull_slims_it(tmp_path, home, capsys):
     assert r.action == "slimmed" and "slimmed" in r.message
     assert not (b / "weights.safetensors").exists() and (b / "unpacked.safetensors").is_file()
     m = read_manifest(b)
-    assert m.format_version == 2 and "weights.safetensors" not in m.files and check_bundle(b).ok
+    assert m.format_version == FORMAT_VERSION and "weights.safetensors" not in m.files and check_bundle(b).ok
     assert sum(f.stat().st_size for f in b.iterdir()) < before - 0.7 * big
     assert torch.equal(_logits(loader.load_model(b, BACKEND)), want)
     assert all(_bits_equal(W.reference_tensors(b)[k], old[k]) for k in old)
@@ -391,6 +412,65 @@ def test_slimming_refuses_a_source_that_disagrees_with_the_old_weights(tmp_path)
     with pytest.raises(SpeczooError, match="differs from the bundle's fp32 copy"):
         pull(str(path), backend=BACKEND, progress=False, log=_quiet)
     assert read_manifest(b).legacy and (b / "weights.safetensors").is_file()
+
+
+# ---------------------------------------------------------------- format-2 bundles: a stored tied head
+
+def store_tied_head(b: Path, backend: str, change: bool = False) -> dict[str, torch.Tensor]:
+    """Turn a lean tied bundle into what a format-2 pull left: the q8 LM head stored in the packing
+    (`change`: with one byte altered). Returns the stored head's parts."""
+    f = b / f"weights-{backend}.safetensors"
+    with safe_open(str(f), framework="pt") as r:
+        packed, meta = {k: r.get_tensor(k) for k in r.keys()}, r.metadata()
+    tensors = loader.read_unpacked(b / "unpacked.safetensors", ["token_embd.weight"])
+    head = {k: v for k, v in loader.with_tied_head(packed, tensors, get_backend(backend)).items() if k not in packed}
+    if change:
+        head["output.weight.w8"].view(-1)[0] ^= 1
+    save_file({**packed, **head}, str(f), metadata=meta)
+    m = read_manifest(b)
+    m.format_version = 2
+    m.files[f.name] = f.stat().st_size
+    m.write(b)
+    return head
+
+
+def _head_keys(b: Path) -> set[str]:
+    with safe_open(str(b / f"weights-{BACKEND}.safetensors"), framework="pt") as f:
+        return {k for k in f.keys() if k.startswith("output.weight.")}
+
+
+def test_a_stored_tied_head_is_used_and_a_pull_drops_it(tmp_path, home, monkeypatch):
+    monkeypatch.setattr(loader, "_HEAD_ROWS", 48)             # the head packed at load in several row blocks
+    path, args = write_mixed_gguf(tmp_path / "t.gguf", tied=True)
+    want = _logits(loader.build_model(args, old_weights(path), BACKEND))
+    b = pull(str(path), backend=BACKEND, progress=False, log=_quiet).bundle
+    lean = (b / f"weights-{BACKEND}.safetensors").stat().st_size
+    assert not _head_keys(b)
+    assert torch.equal(_logits(loader.load_model(b, BACKEND)), want)          # the head packed at load
+    store_tied_head(b, BACKEND)
+    assert check_bundle(b).ok and _head_keys(b) == {"output.weight.w8", "output.weight.sw", "output.weight.meta"}
+    with monkeypatch.context() as mp:                                      # a stored head is read, not packed
+        mp.setattr(get_backend(BACKEND), "pack", lambda w: pytest.fail("packed the stored head again"))
+        assert torch.equal(_logits(loader.load_model(b, BACKEND)), want)
+    r = pull(str(path), backend=BACKEND, progress=False, log=_quiet)
+    assert r.action == "slimmed" and "LM head" in r.message
+    m = read_manifest(b)
+    assert m.format_version == FORMAT_VERSION and check_bundle(b).ok
+    assert not _head_keys(b) and (b / f"weights-{BACKEND}.safetensors").stat().st_size == lean
+    assert torch.equal(_logits(loader.load_model(b, BACKEND)), want)
+    assert pull(str(path), backend=BACKEND, progress=False, log=_quiet).action == "already"
+    assert not _leftovers(home)
+
+
+def test_a_stored_head_that_differs_from_the_rebuilt_one_is_not_dropped(tmp_path, home):
+    path, _ = write_mixed_gguf(tmp_path / "t.gguf", tied=True)
+    b = pull(str(path), backend=BACKEND, progress=False, log=_quiet).bundle
+    store_tied_head(b, BACKEND, change=True)
+    before = (b / f"weights-{BACKEND}.safetensors").read_bytes()
+    with pytest.raises(SpeczooError, match="differs from the stored one"):
+        pull(str(path), backend=BACKEND, progress=False, log=_quiet)
+    assert (b / f"weights-{BACKEND}.safetensors").read_bytes() == before and read_manifest(b).format_version == 2
+    assert not _leftovers(home)
 
 
 # ---------------------------------------------------------------- the real 0.5B

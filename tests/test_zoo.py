@@ -24,7 +24,7 @@ from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo import registry
-from speczoo.zoo.bundle import SafetensorsWriter, check_bundle, find_bundle, read_manifest, source_gguf
+from speczoo.zoo.bundle import FORMAT_VERSION, SafetensorsWriter, check_bundle, find_bundle, read_manifest, source_gguf
 from speczoo.zoo.gguf_tokenizer import read_tokenizer
 from speczoo.zoo.pull import pull
 from speczoo.zoo.weights import load_model as load_bundle_model
@@ -89,7 +89,7 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     m = read_manifest(b)
     assert m.source.kind == "gguf" and Path(m.source.path) == path
     assert m.source.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert m.architecture == arch and m.format_version == 2 and m.created and not m.legacy
+    assert m.architecture == arch and m.format_version == FORMAT_VERSION and m.created and not m.legacy
     assert m.quantization == {"F32": len(tensors) - 3 * (arch == "qwen2"), **({"Q8_0": 3} if arch == "qwen2" else {})}
     assert m.chat_template_source == ("gguf" if arch == "qwen2" else "builtin:gemma")
     assert source_gguf(b) == path and find_bundle(str(path)) == b and find_bundle(b) == b

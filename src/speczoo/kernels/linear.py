@@ -45,6 +45,10 @@ class LinearBackend:
 
     name: str = ""
     stored: bool = False          # True: pack() runs at pull time and its tensors live in the bundle
+    # True: pack() is a few vectorized passes, cheap enough to run at every load, so a bundle does not
+    # store a packing it can rebuild from a tensor it keeps anyway (a tied LM head, from the embedding).
+    # False for a packing that searches (q4), which is made once, at pull time.
+    cheap_pack: bool = False
     batch_invariant: bool = False  # True: row i of a forward of S rows is bit-identical to S = 1
 
     def pack(self, weight: Tensor) -> dict[str, Tensor]:  # weight: [N, K] fp32

@@ -3,8 +3,10 @@
 `pack_q8` / `pack_q4` turn an fp32 weight [N, K] into the tensors the kernels stream (see the layout
 comment at the top of cpu_kernels.cpp); `unpack_q8` / `unpack_q4` give back the integer codes and
 scales in plain [N, K] order for the PyTorch reference path and for error reports. Everything here is
-deterministic (same weight in, same bytes out, whatever the thread count) because packed tensors are
-stored in bundles at pull time. This module must never run a matmul or choose a backend.
+deterministic (same weight in, same bytes out, whatever the thread count or the row chunking) because
+packed tensors are stored in bundles at pull time: a faster packer must give the same bytes as the one it
+replaces (tests/pack_oracle.py keeps the replaced ones). Rows are packed independently, in chunks whose
+temporaries stay in cache. This module must never run a matmul or choose a backend.
 
 q4 format: super-blocks of 256 inputs, 8 groups of 32; w = D * sc_g * q - Dm * m_g with q in [0, 15],
 sc_g and m_g uint8, D and Dm fp32 per (column, super-block): 4.75 bits per weight. It holds llama.cpp's
@@ -30,16 +32,25 @@ STRIP = 16        # output columns per kernel strip (one zmm of int32 accumulato
 SUPER = 256       # q4 super-block length along K
 GROUP = 32        # q4 group length along K
 Q8_KALIGN = 32    # q8 pads K to a multiple of this (one register block of 8 x 4 inputs)
-_ROW_CHUNK = 2048  # rows quantized at a time (bounds the temporary memory of the q4 search)
+_Q4_CHUNK = 1 << 17  # weights the q4 search takes at a time, in whole rows (its temporaries stay in cache)
+_Q8_ROW_CHUNK = 512  # rows pack_q8 quantizes at a time (its temporaries stay in cache)
+
+
+def _check_shape(weight: Tensor) -> Tensor:
+    if weight.dim() != 2 or weight.shape[0] == 0 or weight.shape[1] == 0:
+        raise ValueError(f"a linear weight must be 2-D [N, K] with N, K > 0, got shape {tuple(weight.shape)}")
+    return weight.detach().float().contiguous()
+
+
+def _check_finite(ok: bool) -> None:
+    if not ok:
+        raise ValueError("the weight has NaN or inf values; quantizing it would hide that, fix the source")
 
 
 def _check_weight(weight: Tensor) -> Tensor:
-    if weight.dim() != 2 or weight.shape[0] == 0 or weight.shape[1] == 0:
-        raise ValueError(f"a linear weight must be 2-D [N, K] with N, K > 0, got shape {tuple(weight.shape)}")
-    w = weight.detach().float()
-    if not torch.isfinite(w).all():
-        raise ValueError("the weight has NaN or inf values; quantizing it would hide that, fix the source")
-    return w.contiguous()
+    w = _check_shape(weight)
+    _check_finite(bool(torch.isfinite(w).all()))
+    return w
 
 
 def _round_up(n: int, m: int) -> int:
@@ -62,16 +73,26 @@ def quantize_q8(weight: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def pack_q8(weight: Tensor) -> dict[str, Tensor]:
-    """{"w8": u8 [NB, KP/4, 16, 4] (q + 128), "sw": f32 [NB*16], "meta": i64 [N, K]}."""
-    q, scale = quantize_q8(weight)
-    n, k = q.shape
+    """{"w8": u8 [NB, KP/4, 16, 4] (q + 128), "sw": f32 [NB*16], "meta": i64 [N, K]}: quantize_q8's codes.
+
+    Cheap enough to run at load (a tied LM head is packed then, kernels/linear.py `cheap_pack`): rows go
+    through in cache-sized chunks and the codes are written straight as q + 128 in uint8. The padding is
+    code 0 (128), as is every code of an all-zero row (its scale is 0 and w / 1 rounds to 0).
+    """
+    w = _check_shape(weight)                                    # [N, K]
+    n, k = w.shape
     np_, kp = _round_up(n, STRIP), _round_up(k, Q8_KALIGN)
-    qp = torch.zeros(np_, kp, dtype=torch.int16)
-    qp[:n, :k] = q.to(torch.int16)
-    w8 = (qp + 128).to(torch.uint8)                             # [NP, KP]
+    w8 = torch.full((np_, kp), 128, dtype=torch.uint8)          # [NP, KP]
+    sw = torch.zeros(np_, dtype=torch.float32)                  # [NP]
+    for r0 in range(0, n, _Q8_ROW_CHUNK):
+        r1 = min(n, r0 + _Q8_ROW_CHUNK)
+        amax = w[r0:r1].abs().amax(dim=1)                       # [R]; NaN or inf when a value is (max propagates NaN)
+        _check_finite(bool(torch.isfinite(amax).all()))
+        scale = amax / 127.0
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        w8[r0:r1, :k] = (w[r0:r1] / safe[:, None]).round_().clamp_(-127, 127).add_(128)
+        sw[r0:r1] = scale
     w8 = w8.view(np_ // STRIP, STRIP, kp // 4, 4).permute(0, 2, 1, 3).contiguous()
-    sw = torch.zeros(np_, dtype=torch.float32)
-    sw[:n] = scale
     return {"w8": w8, "sw": sw, "meta": _meta(n, k)}
 
 
@@ -103,15 +124,21 @@ class Q4Codes:
         return (a[:, :, None] * q - b[:, :, None]).reshape(n, kp)
 
 
-def _group_err(w: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    """Best codes and squared error of each group for w ~ a*q - b. w: [R, G, 32]; a, b: [R, G]."""
-    a3, b3 = a[..., None], b[..., None]
+def _codes(wb: Tensor, a: Tensor) -> Tensor:
+    """The codes of groups for w ~ a*q - b: q = round((w + b) / a) in [0, 15], 0 where a is 0.
+    wb = w + b: [R, G, 32]; a: [R, G] -> q [R, G, 32] fp32."""
+    a3 = a[..., None]
+    if bool((a > 0).all()):                                  # the usual case: no zero step to guard
+        return (wb / a3).round_().clamp_(0, 15)
     safe = torch.where(a3 > 0, a3, torch.ones_like(a3))
-    q = torch.round((w + b3) / safe).clamp_(0, 15)
-    q = torch.where(a3 > 0, q, torch.zeros_like(q))
-    diff = (a3 * q - b3 - w).double()
-    err = (diff * diff).sum(-1)                                                      # [R, G] fp64
-    return q, err
+    return torch.where(a3 > 0, (wb / safe).round_().clamp_(0, 15), torch.zeros_like(wb))
+
+
+def _group_err(w: Tensor, wb: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """Squared error of each group's best codes for w ~ a*q - b: the fp32 residual's squares summed in
+    fp64. w, wb = w + b (shared by the candidates of one b): [R, G, 32]; a, b: [R, G] -> [R, G] fp64."""
+    diff = (a[..., None] * _codes(wb, a)).sub_(b[..., None]).sub_(w).double()     # (a*q - b) - w, in fp32
+    return diff.mul_(diff).sum(-1)
 
 
 def _group_steps(wg: Tensor) -> tuple[Tensor, Tensor]:
@@ -120,13 +147,16 @@ def _group_steps(wg: Tensor) -> tuple[Tensor, Tensor]:
     wg: [R, G, 32] -> a, b: [R, G]. Searching the top code finds the exact grid of Q4_K data, whose
     groups do not always use code 15, and clips outliers of other data.
     """
-    gmin = wg.amin(-1).clamp(max=0.0)
-    span = wg.amax(-1) - gmin                                                        # [R, G]
+    gmin, gmax = wg.amin(-1), wg.amax(-1)                    # [R, G]; NaN or inf when a value is
+    _check_finite(bool(torch.isfinite(gmin).all() and torch.isfinite(gmax).all()))
+    gmin = gmin.clamp(max=0.0)
+    span = gmax - gmin                                                               # [R, G]
     bmin = -gmin
+    wb = wg + bmin[..., None]
     best_a, best_e = span / 15.0, None
     for top in (15.0, 14.0, 13.0, 12.0):
         a = span / top
-        _, e = _group_err(wg, a, bmin)
+        e = _group_err(wg, wb, a, bmin)
         if best_e is None:
             best_e = e
         else:
@@ -135,9 +165,32 @@ def _group_steps(wg: Tensor) -> tuple[Tensor, Tensor]:
     return best_a, bmin
 
 
-def _q4_rows(wg: Tensor, best_a: Tensor, bmin: Tensor, levels: int) -> tuple[Q4Codes, Tensor]:
-    """Integer sub-scales in [0, levels] for groups wg [R, G, 32]; codes and per-super-block error [R, KB]."""
-    r, ng, _ = wg.shape
+@dataclass
+class _Scales:
+    """The integer sub-scales of one grid (levels 63 or 255) for R rows: sc, m float [R, KB, 8] (integer
+    values), d, dm fp32 [R, KB], and the squared error of each super-block, err fp64 [R, KB]."""
+
+    sc: Tensor
+    m: Tensor
+    d: Tensor
+    dm: Tensor
+    err: Tensor
+
+    def pick(self, other: _Scales, take: Tensor) -> _Scales:
+        """Per super-block (take [R, KB]): other's scales where take, else these (err: left out)."""
+        t3 = take[..., None]
+        return _Scales(torch.where(t3, other.sc, self.sc), torch.where(t3, other.m, self.m),
+                       torch.where(take, other.d, self.d), torch.where(take, other.dm, self.dm), torch.empty(0))
+
+    def steps(self) -> tuple[Tensor, Tensor]:       # a = d*sc, b = dm*m: [R, G] each
+        r = self.sc.shape[0]
+        return (self.d[:, :, None] * self.sc).view(r, -1), (self.dm[:, :, None] * self.m).view(r, -1)
+
+
+def _q4_scales(wg: Tensor, best_a: Tensor, bmin: Tensor, levels: int) -> _Scales:
+    """Integer sub-scales in [0, levels] for groups wg [R, G, 32] (each group's sc: the rounded one or
+    one either side, whichever fits best)."""
+    r = wg.shape[0]
     g8 = best_a.view(r, -1, 8)                                                       # [R, KB, 8]
     d = g8.amax(-1) / levels                                                         # [R, KB]
     dm = bmin.view(r, -1, 8).amax(-1) / levels
@@ -145,51 +198,52 @@ def _q4_rows(wg: Tensor, best_a: Tensor, bmin: Tensor, levels: int) -> tuple[Q4C
     dmsafe = torch.where(dm > 0, dm, torch.ones_like(dm))[:, :, None]
     m = torch.round(bmin.view(r, -1, 8) / dmsafe).clamp_(0, levels)
     b_q = (dm[:, :, None] * m).view(r, -1)                                           # [R, G]
+    wb = wg + b_q[..., None]
     sc0 = torch.round(g8 / dsafe)
-    best_sc, best_e, best_q = None, None, None
+    best_sc, best_e = None, None
     for delta in (0.0, -1.0, 1.0):
         sc = (sc0 + delta).clamp_(0, levels)
-        a_q = (d[:, :, None] * sc).view(r, -1)
-        q, e = _group_err(wg, a_q, b_q)
+        e = _group_err(wg, wb, (d[:, :, None] * sc).view(r, -1), b_q)
         if best_e is None:
-            best_sc, best_e, best_q = sc, e, q
+            best_sc, best_e = sc, e
         else:
             better = e < best_e
             best_sc = torch.where(better.view(r, -1, 8), sc, best_sc)
-            best_q = torch.where(better[..., None], q, best_q)
             best_e = torch.where(better, e, best_e)
-    codes = Q4Codes(
-        q=best_q.reshape(r, ng * GROUP).to(torch.uint8),
-        sc=best_sc.reshape(r, -1).to(torch.uint8),
-        m=m.reshape(r, -1).to(torch.uint8),
-        d=d.contiguous(),
-        dm=dm.contiguous(),
-    )
-    return codes, best_e.view(r, -1, 8).sum(-1)
+    return _Scales(best_sc, m, d, dm, best_e.view(r, -1, 8).sum(-1))
+
+
+def _q4_chunk(wg: Tensor) -> Q4Codes:
+    """q4 codes of R rows of groups wg [R, G, 32]: each super-block on Q4_K's grid of 6-bit sub-scales
+    (exact on weights that came from Q4_K) or on 8-bit ones (better on anything else), whichever fits
+    best; the codes are made once, for the steps chosen."""
+    r = wg.shape[0]
+    best_a, bmin = _group_steps(wg)
+    s63, s255 = _q4_scales(wg, best_a, bmin, 63), _q4_scales(wg, best_a, bmin, 255)
+    s = s63.pick(s255, s255.err < s63.err)
+    a, b = s.steps()
+    q = _codes(wg + b[..., None], a)                                                 # [R, G, 32]
+    return Q4Codes(q=q.view(r, -1).to(torch.uint8), sc=s.sc.reshape(r, -1).to(torch.uint8),
+                   m=s.m.reshape(r, -1).to(torch.uint8), d=s.d.contiguous(), dm=s.dm.contiguous())
 
 
 def quantize_q4(weight: Tensor) -> Q4Codes:
-    """4-bit super-block quantization of w [N, K] (K zero-padded to a multiple of 256)."""
-    w = _check_weight(weight)
+    """4-bit super-block quantization of w [N, K] (K zero-padded to a multiple of 256).
+
+    Rows are independent, so they go through in small chunks whose temporaries stay in cache."""
+    w = _check_shape(weight)                   # finiteness: checked on each chunk's group extremes
     n, k = w.shape
     kp = _round_up(k, SUPER)
     parts: list[Q4Codes] = []
-    for r0 in range(0, n, _ROW_CHUNK):
-        rows = torch.zeros(min(_ROW_CHUNK, n - r0), kp, dtype=torch.float32)
-        rows[:, :k] = w[r0:r0 + _ROW_CHUNK]
-        wg = rows.view(rows.shape[0], kp // GROUP, GROUP)                            # [R, G, 32]
-        best_a, bmin = _group_steps(wg)
-        c63, e63 = _q4_rows(wg, best_a, bmin, 63)      # Q4_K's grid: exact on weights that came from Q4_K
-        c255, e255 = _q4_rows(wg, best_a, bmin, 255)   # finer sub-scales: better on anything else
-        take = (e255 < e63)                                                          # [R, KB]
-        tg = take.repeat_interleave(8, dim=1)                                        # [R, G]
-        parts.append(Q4Codes(
-            q=torch.where(tg.repeat_interleave(GROUP, dim=1), c255.q, c63.q),
-            sc=torch.where(tg, c255.sc, c63.sc),
-            m=torch.where(tg, c255.m, c63.m),
-            d=torch.where(take, c255.d, c63.d),
-            dm=torch.where(take, c255.dm, c63.dm),
-        ))
+    chunk = max(1, _Q4_CHUNK // kp)                                                  # rows
+    for r0 in range(0, n, chunk):
+        r1 = min(n, r0 + chunk)
+        if k == kp:
+            rows = w[r0:r1]
+        else:
+            rows = torch.zeros(r1 - r0, kp, dtype=torch.float32)
+            rows[:, :k] = w[r0:r1]
+        parts.append(_q4_chunk(rows.view(r1 - r0, kp // GROUP, GROUP)))              # [R, G, 32]
     return Q4Codes(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "sc", "m", "d", "dm")))
 
 
@@ -269,6 +323,19 @@ def unpack_q4(packed: dict[str, Tensor]) -> Q4Codes:
     dd = p["dd"].permute(0, 3, 2, 1).reshape(nb * STRIP, 2, kb)
     return Q4Codes(q=q[:n].contiguous(), sc=sc[:n].contiguous(), m=m[:n].contiguous(),
                    d=dd[:n, 0].contiguous(), dm=dd[:n, 1].contiguous())
+
+
+def concat_rows(parts: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """One packing of the rows of several, in order: every part but the last must hold whole 16-row strips
+    (its N a multiple of STRIP) and all the same K. Packing rows in blocks and joining them gives the bytes
+    of packing them at once, since every layout here is strips along its first dimension."""
+    ns, ks = zip(*((int(v) for v in p["meta"]) for p in parts))
+    if any(n % STRIP for n in ns[:-1]) or len(set(ks)) != 1:
+        raise ValueError(f"packings of N = {list(ns)}, K = {list(ks)} do not join: all but the last need "
+                         f"whole {STRIP}-row strips, and all one K")
+    out = {key: torch.cat([p[key] for p in parts]) for key in parts[0] if key != "meta"}
+    out["meta"] = _meta(sum(ns), ks[0])
+    return out
 
 
 def check_packed(packed: dict[str, Tensor], parts: tuple[str, ...], fmt: str) -> tuple[int, int]:

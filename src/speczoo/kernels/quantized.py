@@ -216,6 +216,7 @@ class Q4Torch(nn.Module):
 class Q8Backend(LinearBackend):
     name = "q8"
     stored = True
+    cheap_pack = True
     batch_invariant = True
 
     def __init__(self, path: native.KernelPath | None = None):
@@ -246,6 +247,7 @@ class Q4Backend(LinearBackend):
 class Q8TorchBackend(LinearBackend):
     name = "q8_torch"
     stored = True
+    cheap_pack = True
     batch_invariant = True
 
     def pack(self, weight: Tensor) -> dict[str, Tensor]:

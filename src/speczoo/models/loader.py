@@ -7,8 +7,9 @@ exact fp32 values the source dequantizes to (a loaded model keeps its embedding 
 and decodes the rows it looks up: models/embedding.py). An older bundle holds weights.safetensors instead
 (every tensor in fp32, GGUF names, torch [out, in] orientation), which is read as it is. The fp32 reference a
 backend without a stored packing needs is not in a lean bundle: the caller passes `reference`, a callable
-that builds it (speczoo.zoo.weights does, from the bundle's source). Files are memory-mapped where they
-can be. This module never picks a backend or an architecture silently, and never reads a source model
+that builds it (speczoo.zoo.weights does, from the bundle's source). A tied LM head whose packing is
+cheap to make (q8) is not stored either: it is packed at load from the embedding (`with_tied_head`).
+Files are memory-mapped where they can be. This module never picks a backend or an architecture silently, and never reads a source model
 itself: an unknown name, a missing file or a missing reference is an error that says what to do.
 """
 
@@ -27,7 +28,8 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from speczoo.kernels.backends import get_backend
-from speczoo.kernels.pack import PACK_LAYOUT
+from speczoo.kernels.linear import LinearBackend
+from speczoo.kernels.pack import PACK_LAYOUT, concat_rows
 from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding, RowDecoder
 from speczoo.models.gemma3 import Gemma3
@@ -39,6 +41,7 @@ LEGACY_WEIGHTS_FILE = "weights.safetensors"     # bundles before the lean format
 UNPACKED_FILE = "unpacked.safetensors"          # lean bundles: the tensors no backend packs
 ENCODINGS_KEY = "encodings"                     # unpacked.safetensors metadata: name -> GGUF block type
 _DEQUANT_ROWS = 1024                            # rows of GGUF blocks dequantized per task
+_HEAD_ROWS = 1024                               # rows of a tied head decoded and packed at a time at load
 ROW_LOOKUP = ("token_embd.weight",)             # read by the model only row by row: kept encoded at load
 
 # Tensor names that are linear-layer weights (packed by a backend). token_embd.weight is one only when
@@ -65,6 +68,33 @@ def linear_weight_sources(tensor_names: Iterable[str]) -> dict[str, str]:
             raise KeyError("the model has neither output.weight nor token_embd.weight; the bundle is broken")
         out["output.weight"] = "token_embd.weight"
     return out
+
+
+def stored_linear_sources(tensor_names: Iterable[str], backend: LinearBackend) -> dict[str, str]:
+    """The part of `linear_weight_sources` a bundle stores for `backend`: all of it, except a tied LM head
+    when the backend's packing is cheap (`cheap_pack`); that one is packed at load from the embedding the
+    bundle keeps anyway (`with_tied_head`), the same bytes."""
+    sources = linear_weight_sources(tensor_names)
+    if backend.cheap_pack and sources["output.weight"] == "token_embd.weight":
+        del sources["output.weight"]
+    return sources
+
+
+def with_tied_head(packed: dict[str, Tensor], tensors: Mapping[str, Tensor | EncodedEmbedding],
+                   backend: LinearBackend) -> dict[str, Tensor]:
+    """A stored packing with the LM head added when the bundle left it to the load (see
+    `stored_linear_sources`): the backend packs the embedding now, as the pull would have. A bundle that
+    stored its head (pulled before, or by a backend that packs slowly) is returned as it is."""
+    if "output.weight" in tensors or any(k.startswith("output.weight.") for k in packed) or not backend.cheap_pack:
+        return packed
+    embed = tensors["token_embd.weight"]                               # [V, D] fp32, or stored rows
+    if isinstance(embed, Tensor):
+        head = backend.pack(embed)
+    else:                                                              # decoded and packed a block of rows at a time
+        v = embed.shape[0]
+        head = concat_rows([backend.pack(embed[torch.arange(r0, min(v, r0 + _HEAD_ROWS))])
+                            for r0 in range(0, v, _HEAD_ROWS)])
+    return {**packed, **{f"output.weight.{part}": t for part, t in head.items()}}
 
 
 def unpacked_names(tensor_names: Iterable[str]) -> list[str]:
@@ -119,7 +149,20 @@ def row_decoder(encoding: str | None) -> RowDecoder:
     for a float tensor (encoding None). The whole-tensor decode of `read_unpacked` is this on every row."""
     if encoding is None:
         return lambda rows: rows.float()
+    if encoding == "Q8_0":
+        return _q8_0_rows
     return lambda rows: dequantize(rows.numpy(), encoding)
+
+
+def _q8_0_rows(rows: Tensor) -> Tensor:
+    """Q8_0 rows [N, R] (blocks of an fp16 scale d and 32 int8 codes x) -> x * d fp32 [N, R / 34 * 32], in
+    torch: the product of an 11-bit and an 8-bit significand is exact in fp32, so these are gguf's values
+    bit for bit, without its per-block Python loop (a tied head packed at load decodes every row)."""
+    n = rows.shape[0]
+    blocks = rows.reshape(n, -1, 34)                                   # [N, B, 34] uint8
+    d = blocks[..., :2].contiguous().view(torch.float16).float()      # [N, B, 1]
+    x = blocks[..., 2:].contiguous().view(torch.int8).float()         # [N, B, 32]
+    return (x * d).reshape(n, -1)
 
 
 def read_unpacked(path: Path, names: Iterable[str] | None = None,
@@ -174,7 +217,7 @@ def load_model(bundle_dir: Path, backend: str = "fp32",
             f"bundle was pulled without it; re-pull with that backend or choose another")
     _check_layout(packed_file)
     tensors = load_file(legacy) if legacy.is_file() else read_unpacked(unpacked, encoded=ROW_LOOKUP)
-    return build_model(args, tensors, backend, load_file(packed_file))
+    return build_model(args, tensors, backend, with_tied_head(load_file(packed_file), tensors, impl))
 
 
 def _check_layout(packed_file: Path) -> None:

@@ -10,10 +10,11 @@ A bundle is a directory under `paths.bundles_dir()/NAME` holding:
                               encoding (GGUF blocks, or a float dtype that holds them exactly)
     tokenizer.json, tokenizer_config.json, chat_template.jinja (when the model has one)
 
-That is all a bundle needs to run. The fp32 reference weights (the fp32 and bf16 backends, `speczoo
+A tied LM head is stored in the packing only when its backend packs slowly (q4); q8 packs it from the
+embedding at load (models/loader.py `stored_linear_sources`). That is all a bundle needs to run. The fp32 reference weights (the fp32 and bf16 backends, `speczoo
 check`, EAGLE training) are rebuilt on demand from the source (speczoo.zoo.weights), so a bundle is about
 the size of its model. Bundles of format 1 also hold weights.safetensors (every tensor in fp32, 4-8x the
-model); they still load, and `speczoo pull NAME` slims them.
+model); they still load, and `speczoo pull NAME` slims them, as it drops a stored tied head (format 2).
 
 A bundle appears only complete: `zoo.pull` builds it in a temporary directory and renames it into place,
 and the manifest is replaced atomically. This module never writes a bundle's content itself (beyond the
@@ -41,8 +42,10 @@ from speczoo.zoo.source import hf_dir_files, hf_dir_sha256, keep_gguf, sha256_fi
 __all__ = ["CONFIG_FILE", "LEGACY_WEIGHTS_FILE", "UNPACKED_FILE", "packed_weights_file", "hf_dir_files",
            "hf_dir_sha256", "sha256_file"]
 
-FORMAT_VERSION = 2              # 2: lean (packing + unpacked tensors); 1: with weights.safetensors in fp32
-READABLE_FORMATS = (1, 2)
+# 3: a tied LM head whose packing is cheap (q8) is packed at load, not stored; 2: lean (packing + unpacked
+# tensors); 1: with weights.safetensors in fp32. A speczoo reading only 1 and 2 would miss the head of a 3.
+FORMAT_VERSION = 3
+READABLE_FORMATS = (1, 2, 3)
 MANIFEST_FILE = "manifest.json"
 SOURCE_KINDS = ("zoo", "gguf", "hf")   # registry entry (assembled GGUF), a user's GGUF file, a user's HF dir
 

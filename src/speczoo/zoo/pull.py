@@ -11,8 +11,9 @@ IntegrityError naming both hashes. The conversion streams the source tensor by t
 dequantized to fp32 and packed for the bundle's backend, every other tensor is copied in its source's
 encoding (zoo/weights.py); fp32 weights are never written. A zoo model's assembled GGUF is removed once
 its bundle is made (zoo/source.py assembles it again when something needs the file) unless `keep_gguf`.
-A second pull of a verified bundle converts nothing: it slims a format-1 bundle, adds a missing packing,
-and removes a GGUF left in the downloads. This module never holds all of a model's tensors in memory and
+A second pull of a verified bundle converts nothing: it slims a format-1 bundle, drops a stored tied LM
+head that its backend now packs at load (format 2), adds a missing packing, and removes a GGUF left in
+the downloads. This module never holds all of a model's tensors in memory and
 never skips a check.
 """
 
@@ -39,7 +40,7 @@ from speczoo.errors import SpeczooError
 from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, get_backend
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
-from speczoo.models.loader import linear_weight_sources, read_unpacked, unpacked_names
+from speczoo.models.loader import read_unpacked, stored_linear_sources, unpacked_names, with_tied_head
 from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
 from speczoo.zoo import bundle as B
 from speczoo.zoo import source as S
@@ -54,7 +55,7 @@ ARCH_CHAT_TEMPLATES = {"gemma3": "gemma"}
 class PullResult:
     name: str
     bundle: Path
-    action: str          # "pulled" | "already" | "packed" (a backend's packing added) | "slimmed" (format 1 -> 2)
+    action: str          # "pulled" | "already" | "packed" (a backend's packing added) | "slimmed" (format 1 or 2 -> 3)
     seconds: float
     message: str
 
@@ -65,10 +66,11 @@ def _log(msg: str) -> None:
 
 # ---------------------------------------------------------------- conversion to a bundle
 
-def _pack_plan(tensor_names: list[str]) -> dict[str, list[str]]:
-    """Source tensor name -> the packed names built from it ("output.weight" from token_embd when tied)."""
+def _pack_plan(tensor_names: list[str], backend: LinearBackend) -> dict[str, list[str]]:
+    """Source tensor name -> the packed names the bundle stores from it ("output.weight" from token_embd
+    when tied, unless the backend packs it at load: loader.stored_linear_sources)."""
     plan: dict[str, list[str]] = {}
-    for packed, src in linear_weight_sources(tensor_names).items():
+    for packed, src in stored_linear_sources(tensor_names, backend).items():
         plan.setdefault(src, []).append(packed)
     return plan
 
@@ -78,7 +80,7 @@ def write_weights(tensors: Iterator[SourceTensor], tensor_names: list[str], out_
     """Stream a source into unpacked.safetensors and weights-<backend>.safetensors: a linear weight is
     dequantized and packed (on worker threads, written in source order), any other tensor copied in its
     source encoding."""
-    plan = _pack_plan(tensor_names) if backend is not None else {}
+    plan = _pack_plan(tensor_names, backend) if backend is not None else {}
     keep = set(unpacked_names(tensor_names))
     unpacked = UnpackedWriter(out_dir / B.UNPACKED_FILE)
     packed = B.SafetensorsWriter(out_dir / B.packed_weights_file(backend.name)) if backend is not None else None
@@ -250,7 +252,7 @@ def pack_bundle(bundle_dir: Path, backend: LinearBackend, progress: bool = True)
     final = bundle_dir / B.packed_weights_file(backend.name)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     with open_reference(bundle_dir) as ref:
-        plan = _pack_plan(ref.names)
+        plan = _pack_plan(ref.names, backend)
         writer = B.SafetensorsWriter(tmp)
         try:
             with tqdm(total=len(plan), desc=f"packing {backend.name}", disable=not progress) as bar, \
@@ -303,6 +305,45 @@ def slim_bundle(bundle_dir: Path, log: Callable[[str], None] = _log) -> int:
     return freed - final.stat().st_size
 
 
+def drop_tied_head(bundle_dir: Path, backend: LinearBackend) -> int:
+    """Remove a tied LM head's stored packing that `backend` makes at load (loader.stored_linear_sources)
+    from weights-<backend>.safetensors, once the packing made at load is checked to be the stored one,
+    byte for byte. The file is replaced atomically and the manifest then says the current format.
+    Returns the bytes freed (0: nothing to drop)."""
+    bundle_dir = Path(bundle_dir)
+    packed_file = bundle_dir / B.packed_weights_file(backend.name)
+    if not backend.cheap_pack or not ModelArgs.from_json(bundle_dir / B.CONFIG_FILE).tie_embeddings:
+        return 0
+    m = B.read_manifest(bundle_dir)
+    tmp = packed_file.with_name(f".{packed_file.name}.tmp-{os.getpid()}")
+    with safe_open(str(packed_file), framework="pt") as f:
+        head = {k: f.get_tensor(k) for k in f.keys() if k.startswith("output.weight.")}
+        if not head:
+            return 0
+        tensors = read_unpacked(bundle_dir / B.UNPACKED_FILE, ["token_embd.weight"])
+        rebuilt = with_tied_head({}, tensors, backend)
+        if set(rebuilt) != set(head) or not all(rebuilt[k].dtype == v.dtype and torch.equal(rebuilt[k], v)
+                                                for k, v in head.items()):
+            raise SpeczooError(f"{m.name}: the {backend.name} LM head packed from the embedding differs from the "
+                               f"stored one; the bundle was left as it is. Pull it again: "
+                               f"`speczoo pull {m.name} --force`")
+        writer = B.SafetensorsWriter(tmp)
+        try:
+            for k in f.keys():
+                if k not in head:
+                    writer.add(k, f.get_tensor(k))
+            writer.close({k: v for k, v in (f.metadata() or {}).items() if k != "format"})
+        except BaseException:
+            writer.abort()
+            raise
+    freed = packed_file.stat().st_size - tmp.stat().st_size
+    os.replace(tmp, packed_file)
+    m.format_version = B.FORMAT_VERSION
+    m.files[packed_file.name] = packed_file.stat().st_size
+    m.write(bundle_dir)
+    return freed
+
+
 def _check_same(unpacked: dict[str, Tensor], legacy: Path, name: str) -> None:
     """The unpacked tensors must equal the fp32 ones the format-1 bundle holds, bit for bit."""
     with safe_open(str(legacy), framework="pt") as f:
@@ -342,6 +383,12 @@ def _reuse(src, final: Path, impl: LinearBackend | None, keep_gguf: bool, progre
         freed = slim_bundle(final, log)
         done.append(f"slimmed its bundle (freed {freed / 1e9:.2f} GB)")
         action = "slimmed"
+    for name in m.packed_backends:
+        freed = drop_tied_head(final, get_backend(name))
+        if freed:
+            done.append(f"dropped its stored {name} LM head, packed at load from the embedding now "
+                        f"(freed {freed / 1e9:.2f} GB)")
+            action = "slimmed"
     if impl is not None and impl.name not in m.packed_backends:
         pack_bundle(final, impl, progress)
         done.append(f"added {impl.name} packed weights")
