@@ -41,6 +41,26 @@ def test_observed_forwards_and_drafts_replace_the_profile():
     assert c.cv(9) == pytest.approx(54.0 * 40 / 36 / 20)
 
 
+def test_a_drafter_priced_out_in_a_bad_moment_gets_its_profile_price_back():
+    """A draft timed slow once is priced slow; while it does not draft nothing times it again, so its
+    evidence fades with the target's forwards and the profile's price stands again (the controller may
+    then try it, and time it anew)."""
+    m = CostMeter(PROFILE)
+    for _ in range(5):
+        m.forward(1, 0.030)
+        m.draft("draft", 1, 0.030)            # a full target step per drafted token: priced out
+    assert m.costs().draft_cost["draft"] == pytest.approx(1.0)
+    for _ in range(40):
+        m.forward(1, 0.030)                   # rounds without the draft model
+    assert m.costs().draft_cost["draft"] == pytest.approx(1.0)     # still its own measurement
+    for _ in range(200):
+        m.forward(1, 0.030)
+    assert m.costs().draft_cost["draft"] == pytest.approx(0.25)    # faded: the profile's price again
+    m.draft("draft", 1, 0.0075)               # tried again, and timed anew
+    m.draft("draft", 1, 0.0075)
+    assert m.costs().draft_cost["draft"] < 0.5
+
+
 def test_one_seen_size_rescales_the_rest():
     m = CostMeter(PROFILE)
     m.forward(2, 0.0245)

@@ -11,6 +11,10 @@ S and per drafter and turns them back into `Costs`, in target decode steps as th
     is a token, or, for a draft model fed prompt-lookup guesses, a one-row forward (Draft.work): its
     ms per drafted token falls wherever the text copies itself, and priced so, every token of the draft
     model would look that cheap to the controller.
+A drafter is timed only when it drafts, so a price measured in a bad moment would lock it out for good
+(the controller stops choosing it, and nothing measures it again): its evidence fades with the target
+forwards run since its last measurement, and once too little is left, the profile's price stands again
+and the controller may try it once more.
 Pure bookkeeping: the engine hands in seconds, the controller gets Costs; neither clock nor model here.
 """
 
@@ -22,6 +26,7 @@ from speczoo.decoding.cost import Costs, CvCurve
 
 HALF_LIFE = 8.0        # observations of one S (or one drafter) after which an old one counts half
 MIN_WEIGHT = 1.5       # evidence (about two observations) before a running mean replaces the profile
+STALE_HALF_LIFE = 64.0  # target forwards without a drafter's measurement after which its evidence counts half
 SIZES = (1, 2, 3, 5, 9, 17)   # forward sizes the curve is given at when the profile is a constant c_v
 
 
@@ -56,18 +61,32 @@ class CostMeter:
         self.half_life, self.min_weight = half_life, min_weight
         self.forwards: dict[int, _Mean] = {}
         self.drafts: dict[str, _Mean] = {}
+        self.n_forwards = 0                        # target forwards timed so far
+        self.drafted_at: dict[str, int] = {}       # drafter -> n_forwards at its latest measurement
 
     def forward(self, s: int, seconds: float) -> None:
         """A decode-time target forward over `s` tokens took `seconds`."""
         if s >= 1 and seconds > 0 and math.isfinite(seconds):
             self.forwards.setdefault(s, _Mean(self.half_life)).add(seconds * 1e3)
+            self.n_forwards += 1
 
     def draft(self, name: str, steps: float, seconds: float) -> None:
         """Drafter `name` did `steps` of its own steps in `seconds` (a proposal without catch-up: one step
         per token, or Draft.work). Drafters the profile counts as free (prompt lookup) stay free: their
         microseconds are round overhead."""
         if steps > 0 and seconds > 0 and math.isfinite(seconds) and self.profile.draft_cost.get(name, 0.0) > 0:
-            self.drafts.setdefault(name, _Mean(self.half_life)).add(seconds * 1e3 / steps, steps)
+            m = self.drafts.get(name)
+            if m is None or self._draft_evidence(name) < self.min_weight <= m.weight:   # none, or faded
+                m = self.drafts[name] = _Mean(self.half_life)                       # a fresh measurement
+            m.add(seconds * 1e3 / steps, steps)
+            self.drafted_at[name] = self.n_forwards
+
+    def _draft_evidence(self, name: str) -> float:
+        """The weight of a drafter's running mean, faded by the target forwards since it was last timed."""
+        m = self.drafts.get(name)
+        if m is None:
+            return 0.0
+        return m.weight * 0.5 ** ((self.n_forwards - self.drafted_at[name]) / STALE_HALF_LIFE)
 
     def _profile_ms(self, s: int) -> float:
         assert self.profile.step_ms is not None
@@ -96,8 +115,7 @@ class CostMeter:
         step = ms[1]
         draft_cost = {}
         for name, rel in p.draft_cost.items():
-            m = self.drafts.get(name)
-            own = m.value if m is not None and m.weight >= self.min_weight else rel * p.step_ms
+            own = self.drafts[name].value if self._draft_evidence(name) >= self.min_weight else rel * p.step_ms
             draft_cost[name] = own / step
         return Costs(cv=CvCurve.measured(ms, source="calibrated"), draft_cost=draft_cost,
                      round_overhead=p.round_overhead, step_ms=step, rows=p.rows)
