@@ -145,7 +145,7 @@ def plan_attention(l0: int, positions: list[int], pos_t: Tensor, tree_mask: Tens
 
 def plan_keys(keys: attention.KeyRows, invariant: bool) -> AttnPlan:
     """An explicit plan: row i sees exactly the slots keys.slots(i), in that order (several independent
-    sequences packed in one cache, each row seeing its own sequence only; see speczoo/packed.py)."""
+    sequences in one cache, each row seeing its own sequence only; see speczoo/slots.py)."""
     n = int(keys.hi.max())
     if keys.idx.numel():
         n = max(n, int(keys.idx.max()) + 1)
