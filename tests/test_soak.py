@@ -20,8 +20,8 @@ from speczoo.serve.batch_worker import BatchWorker
 MIB = 2 ** 20
 
 
-def flat_rss() -> int:
-    return 100 * MIB
+def flat_memory() -> tuple[int, int]:
+    return 100 * MIB, 40 * MIB
 
 
 def test_every_kind_of_request_gets_the_answer_its_kind_expects():
@@ -38,7 +38,7 @@ def test_every_kind_of_request_gets_the_answer_its_kind_expects():
 
 def test_a_short_soak_on_the_fake_passes_and_counts_every_request():
     rt = FakeRuntime(max_seq=512, delay=0.001, answer_words=60)
-    res = run_soak(rt, 2.0, clients=4, parallel=2, max_queue=2, sample_every=0.1, rss=flat_rss)
+    res = run_soak(rt, 2.0, clients=4, parallel=2, max_queue=2, sample_every=0.1, memory=flat_memory)
     assert res.ok, "\n".join(res.lines())
     assert sum(sum(c.values()) for c in res.counts().values()) == len(res.outcomes) > 20
     assert all(o.status in BY_NAME[o.kind].expect or o.left for o in res.outcomes)
@@ -46,7 +46,8 @@ def test_a_short_soak_on_the_fake_passes_and_counts_every_request():
     assert res.samples[-1].t >= 2.0 and len(res.samples) >= 10
     assert res.served > 0 and res.served + res.cancelled <= len(res.outcomes)
     text = "\n".join(res.lines())
-    assert "SOAK 5XX 0 PASS" in text and "SOAK SLOTS running 0 waiting 0" in text and "SOAK RSS" in text
+    assert "SOAK 5XX 0 PASS" in text and "SOAK SLOTS running 0 waiting 0" in text
+    assert "SOAK RSS after the 0.2 s warm-up 100 MiB" in text and "anonymous 60 -> 60 MiB, file-backed 40 -> 40 MiB" in text
 
 
 class FailingRuntime(FakeRuntime):
@@ -66,7 +67,7 @@ class FailingRuntime(FakeRuntime):
 
 def test_a_server_that_answers_500_fails_the_soak():
     res = run_soak(FailingRuntime(max_seq=512, delay=0.001), 1.5, clients=4, parallel=2,
-                   sample_every=0.1, rss=flat_rss, mix=(BY_NAME["stream"], BY_NAME["whole"]))
+                   sample_every=0.1, memory=flat_memory, mix=(BY_NAME["stream"], BY_NAME["whole"]))
     assert res.five_xx > 0 and res.failures and not res.ok
     assert {o.status for o in res.failures} <= {200, 500}          # a stream reports it in-band
     assert "SOAK 5XX" in "\n".join(res.lines()) and "FAIL" in "\n".join(res.lines())
@@ -100,7 +101,7 @@ class LeakyRuntime(FakeRuntime):
 
 def test_a_leaked_slot_fails_the_soak():
     res = run_soak(LeakyRuntime(max_seq=512, delay=0.002, answer_words=200), 1.5, clients=3, parallel=4,
-                   sample_every=0.1, idle_timeout=0.5, rss=flat_rss, mix=(BY_NAME["disconnect"],))
+                   sample_every=0.1, idle_timeout=0.5, memory=flat_memory, mix=(BY_NAME["disconnect"],))
     assert not res.idle and res.last.running == 1 and not res.slots_ok and not res.ok
     assert "SOAK SLOTS running 1" in "\n".join(res.lines())
 
@@ -144,7 +145,7 @@ def test_the_command_prints_the_report(monkeypatch, capsys):
 
     rt = FakeRuntime(max_seq=512, delay=0.001)
     monkeypatch.setattr(speczoo.runtime, "load_runtime", lambda *a, **kw: rt)
-    monkeypatch.setattr(speczoo.bench.soak, "process_rss", flat_rss)
+    monkeypatch.setattr(speczoo.bench.soak, "process_memory", flat_memory)
     code = main(["serve-soak", "fake-model", "--seconds", "1", "--clients", "2", "--parallel", "2",
                  "--sample-every", "0.2", "--max-tokens", "16"])
     out = capsys.readouterr().out

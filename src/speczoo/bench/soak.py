@@ -17,6 +17,9 @@ The criteria (`SoakResult.ok`):
   `idle_timeout`), and running never exceeded `parallel`;
 - resident memory flat: every sample from the end of the warm-up to the end stays within 5% of the
   sample at the end of the warm-up.
+The report splits resident memory into anonymous pages (the heap, tensors: where a leak shows) and
+file-backed ones (code and mapped files, first touched when a code path first runs: these may creep
+up slowly and are no leak); the criterion holds for the whole.
 
 The warm-up is the first 60 s or the first 10% of the run, whichever is shorter. Until then the
 process still gains memory that stays for its whole life and is not a leak: the code paths and caches
@@ -65,6 +68,7 @@ class Sample:
     rss: int                # resident bytes of this process
     running: int | None     # /metrics speczoo_requests_running (None: the scrape failed)
     waiting: int | None
+    file: int = 0           # of rss, the pages backed by files (code, mapped weights); the rest is anonymous
 
 
 @dataclass
@@ -171,8 +175,11 @@ class SoakResult:
                    f"a full queue, allowed: they say retry later)")
         out.append(f"SOAK SLOTS running {self.last.running} waiting {self.last.waiting} after the clients "
                    f"(max running seen {self.max_running} of {self.parallel}) {ok[self.slots_ok]}")
+        warm = self.after_warmup[0]
         out.append(f"SOAK RSS after the {self.warmup_s:g} s warm-up {self.rss_warm / mib:.0f} MiB, at the end "
-                   f"{self.last.rss / mib:.0f} MiB, max {self.rss_max / mib:.0f} MiB: drift {self.drift:+.1%}, "
+                   f"{self.last.rss / mib:.0f} MiB, max {self.rss_max / mib:.0f} MiB (anonymous "
+                   f"{(warm.rss - warm.file) / mib:.0f} -> {(self.last.rss - self.last.file) / mib:.0f} MiB, "
+                   f"file-backed {warm.file / mib:.0f} -> {self.last.file / mib:.0f} MiB): drift {self.drift:+.1%}, "
                    f"farthest {self.peak:.1%} (flat: within {FLAT:.0%}) {ok[self.memory_ok]}")
         shown = self.samples[::max(1, len(self.samples) // 10)]
         shown += [self.last] if shown[-1] is not self.last else []
@@ -190,8 +197,8 @@ def scrape(client: httpx.Client) -> tuple[int, int]:
 class Sampler:
     """A thread that samples resident memory and /metrics every `every` seconds until stopped."""
 
-    def __init__(self, url: str, every: float, rss: Callable[[], int], headers: dict):
-        self.every, self.rss = every, rss
+    def __init__(self, url: str, every: float, memory: Callable[[], tuple[int, int]], headers: dict):
+        self.every, self.memory = every, memory
         self.client = httpx.Client(base_url=url, headers=headers, timeout=30)
         self.samples: list[Sample] = []
         self.errors: list[str] = []
@@ -205,7 +212,8 @@ class Sampler:
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             running = waiting = None
             self.errors.append(f"{type(exc).__name__}: {exc}")
-        s = Sample(time.monotonic() - self.t0, self.rss(), running, waiting)
+        rss, file = self.memory()
+        s = Sample(time.monotonic() - self.t0, rss, running, waiting, file)
         self.samples.append(s)
         return s
 
@@ -233,16 +241,19 @@ class Sampler:
             time.sleep(0.1)
 
 
-def process_rss() -> int:
-    return psutil.Process().memory_info().rss
+def process_memory() -> tuple[int, int]:
+    """This process's resident bytes, and how many of them are backed by files (Linux: RssFile +
+    RssShmem; pages of code and mapped files that the kernel may drop and read back, not a leak)."""
+    info = psutil.Process().memory_info()
+    return info.rss, getattr(info, "shared", 0)
 
 
 def run_soak(runtime, seconds: float, clients: int = 8, parallel: int = 8, max_queue: int = 64,
              max_tokens: int = 128, seed: int = 0, sample_every: float = 5.0, idle_timeout: float = 120.0,
-             api_key: str | None = None, rss: Callable[[], int] | None = None,
+             api_key: str | None = None, memory: Callable[[], tuple[int, int]] | None = None,
              mix: tuple[Kind, ...] = KINDS) -> SoakResult:
-    """Serve `runtime` on loopback and soak it (see the module doc). `rss` reads the resident bytes
-    measured (default: this process's); `mix` is the kinds of request the clients draw from."""
+    """Serve `runtime` on loopback and soak it (see the module doc). `memory` reads the resident bytes
+    and their file-backed share (default: this process's); `mix` is the kinds of request the clients draw from."""
     from speczoo.serve.app import create_app
     from speczoo.serve.background import BackgroundServer
     from speczoo.serve.batch_worker import BatchWorker
@@ -256,7 +267,7 @@ def run_soak(runtime, seconds: float, clients: int = 8, parallel: int = 8, max_q
     ctx = Context(runtime.name, runtime.max_seq, modes, max_tokens)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with BackgroundServer(app) as server:
-        sampler = Sampler(server.url, sample_every, rss or process_rss, headers)
+        sampler = Sampler(server.url, sample_every, memory or process_memory, headers)
         deadline = sampler.t0 + seconds
 
         def client(i: int) -> list[Outcome]:
