@@ -20,7 +20,7 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Short coding requests whose answers run well past 64 tokens, so every client generates its budget.
 LOAD_PROMPTS = (
@@ -115,6 +115,7 @@ class LoadResult:
     together: list[StreamResult]    # the same requests, all clients at once
     wall_seconds: float             # the concurrent phase: first request sent -> last [DONE]
     parallel: int = 1               # generations the server batched at once
+    bodies: list[dict] = field(default_factory=list)   # the chat requests sent, in client order
 
     @property
     def clients(self) -> int:
@@ -162,13 +163,19 @@ class LoadResult:
             f"max_tokens {self.max_tokens}); {full}/{self.clients} used their whole budget",
             f"SERVE-LOAD IDENTICAL {self.identical}/{self.clients} {'PASS' if self.ok else 'FAIL'} "
             f"(each answer vs the same request served alone)",
-            f"aggregate: {self.tokens} tokens in {self.wall_seconds:.2f} s = {self.aggregate_tok_s:.1f} tok/s "
-            f"(the same requests one at a time: {self.alone_tok_s:.1f} tok/s)",
+            self.aggregate_line(),
             f"time to first token: median {statistics.median(ttft):.2f} s, max {max(ttft):.2f} s "
             f"({'one generation at a time, FIFO' if self.parallel == 1 else f'up to {self.parallel} batched'})",
-            f"p50/p95: time to first token {self.ttft[0]:.2f}/{self.ttft[1]:.2f} s, time per output token "
-            f"{self.tpot[0] * 1e3:.1f}/{self.tpot[1] * 1e3:.1f} ms",
+            self.percentiles_line(),
         ]
+
+    def aggregate_line(self) -> str:
+        return (f"aggregate: {self.tokens} tokens in {self.wall_seconds:.2f} s = {self.aggregate_tok_s:.1f} tok/s "
+                f"(the same requests one at a time: {self.alone_tok_s:.1f} tok/s)")
+
+    def percentiles_line(self) -> str:
+        return (f"p50/p95: time to first token {self.ttft[0]:.2f}/{self.ttft[1]:.2f} s, time per output token "
+                f"{self.tpot[0] * 1e3:.1f}/{self.tpot[1] * 1e3:.1f} ms")
 
 
 def _p50_p95(xs: list[float]) -> tuple[float, float]:
@@ -192,20 +199,30 @@ def run_serve_load(runtime, clients: int = 8, max_tokens: int = 64, spec: str = 
     worker = BatchWorker(runtime, parallel, max_queue=queue) if parallel > 1 else None
     app = create_app(runtime, api_key=api_key, default_spec=spec, max_queue=queue, worker=worker)
     with BackgroundServer(app) as server:
-        def send(body: dict) -> StreamResult:
-            return stream_chat(server.host, server.port, body, api_key)
-
-        alone = (alone or [])[:clients]
-        alone += [send(b) for b in bodies[len(alone):]]
-        start = threading.Barrier(clients)
-
-        def client(body: dict) -> tuple[StreamResult, float]:
-            start.wait()                      # all threads send together
-            t0 = time.perf_counter()
-            return send(body), t0
-
-        with ThreadPoolExecutor(clients) as pool:
-            out = list(pool.map(client, bodies))
-        wall = max(t0 + r.seconds for r, t0 in out) - min(t0 for _, t0 in out)
+        alone, together, wall = run_clients(server.host, server.port, bodies, api_key, alone)
     return LoadResult(model=runtime.name, spec=spec, max_tokens=max_tokens, alone=alone,
-                      together=[r for r, _ in out], wall_seconds=wall, parallel=parallel)
+                      together=together, wall_seconds=wall, parallel=parallel, bodies=bodies)
+
+
+def run_clients(host: str, port: int, bodies: list[dict], api_key: str | None = None,
+                alone: list[StreamResult] | None = None
+                ) -> tuple[list[StreamResult], list[StreamResult], float]:
+    """Every body alone (reusing the first ones of `alone`), then all at once from one thread each:
+    (alone, together, wall seconds of the concurrent phase). Any HTTP server speaking the OpenAI
+    streaming chat protocol will do (speczoo's app, llama.cpp's llama-server)."""
+    def send(body: dict) -> StreamResult:
+        return stream_chat(host, port, body, api_key)
+
+    alone = (alone or [])[:len(bodies)]
+    alone += [send(b) for b in bodies[len(alone):]]
+    start = threading.Barrier(len(bodies))
+
+    def client(body: dict) -> tuple[StreamResult, float]:
+        start.wait()                      # all threads send together
+        t0 = time.perf_counter()
+        return send(body), t0
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        out = list(pool.map(client, bodies))
+    wall = max(t0 + r.seconds for r, t0 in out) - min(t0 for _, t0 in out)
+    return alone, [r for r, _ in out], wall

@@ -23,6 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(speczoo serve --parallel; default 1: one at a time)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per answer (default 64)")
     p.add_argument("--spec", default="auto", help="speculative mode of every request (default auto)")
+    p.add_argument("--llama-server", metavar="PATH", help="llama.cpp's llama-server, run on the same GGUF "
+                   "and requests with --parallel the same, for a side-by-side figure (default: "
+                   "$SPECZOO_LLAMA_SERVER, else llama-server on PATH, else /opt/llama-server-*/bin; "
+                   "'off': speczoo only)")
     add_model_args(p)
     p.set_defaults(func=run)
 
@@ -34,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     runtime = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
                            backend=args.backend, max_seq=args.max_seq)
     counts = [int(c) for c in str(args.clients).split(",")]
+    llama = _llama_comparison(args, runtime)
     alone, ok = None, True
     for n in counts:
         res = run_serve_load(runtime, clients=n, max_tokens=args.max_tokens, spec=spec_mode(args.spec),
@@ -42,4 +47,29 @@ def run(args: argparse.Namespace) -> int:
         ok = ok and res.ok
         for line in res.lines():
             print(line)
+        for line in llama.compare(res) if llama else []:
+            print(line)
     return 0 if ok else 1
+
+
+def _llama_comparison(args: argparse.Namespace, runtime):
+    """llama-server on the model's GGUF, None (and one line that says why) when it cannot run."""
+    from speczoo.bench.serve_load_llama import LlamaComparison, find_llama_server
+    from speczoo.errors import SpeczooError
+    from speczoo.threads import resolve_threads
+    from speczoo.zoo.bundle import find_bundle, source_gguf
+
+    if args.llama_server == "off":
+        return None
+    binary = find_llama_server(args.llama_server)
+    if binary is None:
+        print("llama-server: none found (--llama-server PATH, $SPECZOO_LLAMA_SERVER, PATH, "
+              "/opt/llama-server-*/bin); speczoo only")
+        return None
+    try:
+        gguf = source_gguf(find_bundle(args.model))
+    except (SpeczooError, ValueError, FileNotFoundError) as exc:
+        print(f"llama-server: not run, {args.model} has no GGUF to give it ({exc}); speczoo only")
+        return None
+    return LlamaComparison(binary=binary, gguf=gguf, parallel=args.parallel, slot_ctx=runtime.max_seq,
+                           threads=resolve_threads(args.threads), alias=runtime.name)
