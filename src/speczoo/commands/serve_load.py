@@ -23,6 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(speczoo serve --parallel; default 1: one at a time)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per answer (default 64)")
     p.add_argument("--spec", default="auto", help="speculative mode of every request (default auto)")
+    p.add_argument("--category", default=None, help="take the prompts from this category of the built-in "
+                   "questions, e.g. code_edit (default: short coding requests)")
     add_model_args(p)
     p.set_defaults(func=run)
 
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     alone, ok = None, True
     for n in counts:
         res = run_serve_load(runtime, clients=n, max_tokens=args.max_tokens, spec=spec_mode(args.spec),
-                             parallel=args.parallel, alone=alone)
+                             parallel=args.parallel, alone=alone, category=args.category)
         alone = res.alone if alone is None or len(res.alone) > len(alone) else alone
         ok = ok and res.ok
         for line in res.lines():
