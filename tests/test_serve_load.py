@@ -55,6 +55,11 @@ def test_the_command_prints_the_figure_and_refuses_zero_clients(monkeypatch, cap
     out = capsys.readouterr().out
     assert "3 concurrent streaming clients on fake-model" in out and "IDENTICAL 3/3 PASS" in out
     assert main(["serve-load", "fake-model", "--clients", "0"]) == 2
+    monkeypatch.setattr(speczoo.runtime, "load_runtime", lambda *a, **kw: FakeRuntime(max_seq=8192))
+    assert main(["serve-load", "fake-model", "--clients", "2", "--max-tokens", "8", "--spec", "off,ngram",
+                 "--category", "code_edit"]) == 0
+    out = capsys.readouterr().out
+    assert "built-in code_edit prompts" in out and "ngram/off aggregate at 2 clients: " in out
 
 
 @pytest.mark.real
