@@ -68,7 +68,7 @@ def test_a_different_concurrent_answer_is_counted_and_reported(tmp_path, monkeyp
     r = StreamResult(text="x", finish_reason="length", completion_tokens=12, first_token_s=0.1, seconds=1.0,
                      keepalives=0)
     ours = LoadResult(model="m", spec="auto", max_tokens=12, alone=[r] * 3, together=[r] * 3, wall_seconds=1.0)
-    lines = L.comparison_lines(ours, llama)
+    lines = L.comparison_lines([ours], llama)
     text = "\n".join(lines)
     assert f"LLAMA IDENTICAL {L.same_text(llama.alone, llama.together)}/3" in text
     assert "llama's solo answers equal speczoo's: 0/3" in text and "3/3 used their whole budget" in text
@@ -122,6 +122,11 @@ def test_the_command_prints_llamas_lines_after_speczoos(monkeypatch, capsys):
     heads = [i for i, line in enumerate(out) if "concurrent streaming clients on fake-model" in line]
     assert out[heads[1] - 1].startswith("speczoo/llama aggregate: "), "llama's lines come after each run"
     assert out[-1].startswith("speczoo/llama aggregate: ")
+    assert main(["serve-load", "fake-model", "--clients", "2", "--max-tokens", "4", "--spec", "off,ngram",
+                 "--llama-server", FAKE]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(" (spec ")[1] for line in out[-2:]] == ["off)", "ngram)"], "one ratio per --spec mode"
+    assert sum("LLAMA IDENTICAL" in line for line in out) == 1, "llama runs once per client count"
     assert main(["serve-load", "fake-model", "--clients", "1", "--max-tokens", "4", "--llama-server", "off"]) == 0
     assert "llama" not in capsys.readouterr().out
 
@@ -148,7 +153,7 @@ def test_llama_server_on_the_real_05b():
     cmp = L.LlamaComparison(binary=binary, gguf=gguf_of(QWEN_NAME), parallel=2, slot_ctx=1024, threads=2,
                             alias=QWEN_NAME)
     llama = cmp.run(ours.bodies)
-    print("\n".join(ours.lines() + L.comparison_lines(ours, llama)))
+    print("\n".join(ours.lines() + L.comparison_lines([ours], llama)))
     assert llama.clients == 2 and all(t.completion_tokens > 0 for t in llama.together + llama.alone)
     assert all(t.text for t in llama.alone), "llama-server answered with no text"
     assert llama.aggregate_tok_s > 0

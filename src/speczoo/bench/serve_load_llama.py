@@ -7,11 +7,11 @@ size (llama-server splits -c across its slots), the same threads, the model's ow
 (`--jinja`) and no prompt cache kept between requests (`--cache-ram 0`, `cache_prompt: false` per
 request: speczoo reuses no prompt either), waits for /health, and stops it when the `with` block ends,
 on an error or Ctrl-C as well (terminate, then kill); on Linux the child also dies with its parent.
-`LlamaComparison.compare(ours)` sends speczoo's own request bodies (speczoo-only fields dropped), each
-alone and then all at once, through `serve_load.run_clients`, exactly as speczoo's run, and prints
-llama's figures beside speczoo's: aggregate tok/s (completion tokens from llama's own usage chunk over
-the concurrent wall time, prefill included), TTFT and TPOT p50/p95, and how many concurrent answers
-have the text of llama's own solo answers.
+`LlamaComparison.compare(ours)` sends the request bodies of speczoo's runs at one client count
+(speczoo-only fields dropped), each alone and then all at once, through `serve_load.run_clients`,
+exactly as speczoo's run, and returns llama's figures to print beside speczoo's: aggregate tok/s
+(completion tokens from llama's own usage chunk over the concurrent wall time, prefill included), TTFT
+and TPOT p50/p95, and how many concurrent answers have the text of llama's own solo answers.
 
 This module never builds or installs llama.cpp, never binds beyond 127.0.0.1, and never judges
 speczoo by llama's answers: llama's counts are reported, not enforced.
@@ -171,20 +171,24 @@ class LlamaComparison:
                           alone=alone, together=together, wall_seconds=wall, parallel=self.parallel,
                           bodies=bodies)
 
-    def compare(self, ours: LoadResult) -> list[str]:
-        """Run llama-server on `ours`'s requests; its lines and the speczoo/llama ratio."""
-        return comparison_lines(ours, self.run(ours.bodies))
+    def compare(self, ours: list[LoadResult]) -> list[str]:
+        """Run llama-server on the requests of `ours` (speczoo's runs at one client count, one per
+        --spec mode: the same prompts); its lines and the speczoo/llama ratio of each run."""
+        return comparison_lines(ours, self.run(ours[0].bodies))
 
 
-def comparison_lines(ours: LoadResult, llama: LoadResult) -> list[str]:
+def comparison_lines(ours: list[LoadResult], llama: LoadResult) -> list[str]:
     n = llama.clients
     full = sum(t.completion_tokens == llama.max_tokens for t in llama.together)
-    ratio = f"{ours.aggregate_tok_s / llama.aggregate_tok_s:.2f}x" if llama.tokens else "n/a (llama sent no tokens)"
-    return [
+    lines = [
         f"llama-server --parallel {llama.parallel}, same GGUF and requests: {full}/{n} used their whole "
         f"budget; LLAMA IDENTICAL {same_text(llama.alone, llama.together)}/{n} (each concurrent answer vs "
-        f"llama's own solo answer); llama's solo answers equal speczoo's: {same_text(ours.alone, llama.alone)}/{n}",
+        f"llama's own solo answer); llama's solo answers equal speczoo's: {same_text(ours[0].alone, llama.alone)}/{n}",
         f"llama {llama.aggregate_line()}",
         f"llama {llama.percentiles_line()}",
-        f"speczoo/llama aggregate: {ratio}",
     ]
+    for run in ours:
+        ratio = (f"{run.aggregate_tok_s / llama.aggregate_tok_s:.2f}x" if llama.tokens
+                 else "n/a (llama sent no tokens)")
+        lines.append(f"speczoo/llama aggregate: {ratio}" + (f" (spec {run.spec})" if len(ours) > 1 else ""))
+    return lines
