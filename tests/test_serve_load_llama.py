@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from fake_runtime import FakeRuntime
 from real_models import QWEN_NAME, gguf_of, real_runtime
@@ -149,9 +150,9 @@ def test_llama_server_on_the_real_05b():
     binary = L.find_llama_server()
     if binary is None:
         pytest.skip("no llama-server installed ($SPECZOO_LLAMA_SERVER, PATH, /opt/llama-server-*/bin)")
-    ours = run_serve_load(real_runtime(max_seq=1024), clients=2, max_tokens=12, spec="auto")
-    cmp = L.LlamaComparison(binary=binary, gguf=gguf_of(QWEN_NAME), parallel=2, slot_ctx=1024, threads=2,
-                            alias=QWEN_NAME)
+    ours = run_serve_load(real_runtime(max_seq=1024), clients=2, max_tokens=12, spec="auto", parallel=2)
+    cmp = L.LlamaComparison(binary=binary, gguf=gguf_of(QWEN_NAME), parallel=2, slot_ctx=1024,
+                            threads=torch.get_num_threads(), alias=QWEN_NAME)   # speczoo's threads
     llama = cmp.run(ours.bodies)
     print("\n".join(ours.lines() + L.comparison_lines([ours], llama)))
     assert llama.clients == 2 and all(t.completion_tokens > 0 for t in llama.together + llama.alone)

@@ -80,7 +80,7 @@ def _llama_comparison(args: argparse.Namespace, runtime):
     binary = find_llama_server(args.llama_server)
     if binary is None:
         print("llama-server: none found (--llama-server PATH, $SPECZOO_LLAMA_SERVER, PATH, "
-              "/opt/llama-server-*/bin); speczoo only")
+              "/opt/llama-server-*/bin; build llama.cpp's llama-server target to compare); speczoo only")
         return None
     try:
         gguf = source_gguf(find_bundle(args.model))
