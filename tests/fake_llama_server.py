@@ -53,7 +53,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if "speculative" in req or req.get("cache_prompt") is not False:
+        if "speculative" in req:
             self.send_response(400)
             self.send_header("Content-Length", "0")
             self.end_headers()

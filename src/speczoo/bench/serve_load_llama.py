@@ -4,9 +4,9 @@
 `llama-server` on PATH, else /opt/llama-server-*/bin/llama-server. `LlamaServer` starts it as a
 subprocess on a free loopback port with the same GGUF, `--parallel N`, a context of N x the per-slot
 size (llama-server splits -c across its slots), the same threads, the model's own chat template
-(`--jinja`) and no prompt cache kept between requests (`--cache-ram 0`, `cache_prompt: false` per
-request: speczoo reuses no prompt either), waits for /health, and stops it when the `with` block ends,
-on an error or Ctrl-C as well (terminate, then kill); on Linux the child also dies with its parent.
+(`--jinja`) and its own prompt cache as it comes by default (speczoo's batch reuses prompt prefixes
+across its slots too), waits for /health, and stops it when the `with` block ends, on an error or
+Ctrl-C as well (terminate, then kill); on Linux the child also dies with its parent.
 `LlamaComparison.compare(ours)` sends the request bodies of speczoo's runs at one client count
 (speczoo-only fields dropped), each alone and then all at once, through `serve_load.run_clients`,
 exactly as speczoo's run, and returns llama's figures to print beside speczoo's: aggregate tok/s
@@ -57,8 +57,8 @@ def find_llama_server(explicit: str | None = None) -> str | None:
 
 
 def llama_body(body: dict) -> dict:
-    """speczoo's chat request as llama-server gets it: speczoo-only fields dropped, no prompt reuse."""
-    return {**{k: v for k, v in body.items() if k not in SPECZOO_ONLY}, "cache_prompt": False}
+    """speczoo's chat request as llama-server gets it: speczoo-only fields dropped."""
+    return {k: v for k, v in body.items() if k not in SPECZOO_ONLY}
 
 
 def _die_with_parent():
@@ -87,7 +87,7 @@ class LlamaServer:
         return [self.binary, "-m", str(self.gguf), "--host", self.host, "--port", str(self.port),
                 "--alias", self.alias, "--parallel", str(self.parallel), "--no-kv-unified",
                 "-c", str(self.parallel * self.slot_ctx), "--threads", t, "--threads-batch", t,
-                "--jinja", "--cache-ram", "0", "--temp", "0", "--seed", "0", "--no-webui"]
+                "--jinja", "--temp", "0", "--seed", "0", "--no-webui"]
 
     def __enter__(self) -> "LlamaServer":
         with socket.socket() as sock:       # a free port; llama-server binds it right after
