@@ -65,16 +65,21 @@ def test_concurrent_streams_share_the_batch_and_equal_solo(client, server, runti
         assert server.worker.batch.steps - steps < sum(len(t) for t in together)
 
 
-def test_a_disconnected_client_frees_its_slot(client, server, runtime):
-    wait_for(lambda: server.worker.running == 0)
-    with httpx.stream("POST", server.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
-                      json={"model": runtime.name, "messages": [{"role": "user", "content": "long"}],
-                            "max_tokens": 400, "stream": True}, timeout=30) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                break
-        assert server.worker.running == 1
-    wait_for(lambda: server.worker.running == 0)
+def test_a_disconnected_client_frees_its_slot():
+    """A generation that would run for 10 s more leaves its slot soon after its client goes (a slow
+    runtime: with a fast one the answer could end before the client read its first event, on a loaded
+    machine)."""
+    slow = FakeRuntime(max_seq=512, delay=0.05, answer_words=200)
+    worker = BatchWorker(slow, 2)
+    with BackgroundServer(create_app(slow, api_key=KEY, worker=worker)) as s:
+        with httpx.stream("POST", s.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
+                          json={"model": slow.name, "messages": [{"role": "user", "content": "long"}],
+                                "max_tokens": 300, "stream": True}, timeout=30) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    break
+            assert worker.running == 1
+        wait_for(lambda: worker.running == 0, timeout=5)
 
 
 def test_a_full_server_answers_503_with_retry_after():
