@@ -1,7 +1,7 @@
 """What fading a drafter's stale price buys (decoding/calibrate.py STALE_HALF_LIFE): a live A/B in one
 long-lived process, on prompts where `auto` drafts with the draft model.
 
-    python -m benchmarks.stale_ab [--half-lives 64,inf,256] [--reps 3] [--gen 96] [--quiet 6]
+    python -m benchmarks.stale_ab [--half-lives 64,inf,16] [--reps 3] [--gen 96] [--quiet 6]
 
 A drafter is timed only when it drafts. If its price is measured in a bad moment (another process loads
 the machine), the controller may stop choosing it, and without fading nothing would ever measure it
@@ -10,8 +10,11 @@ CostMeter), runs its first request under a burst of CPU load (a second process d
 core: target and draft slow down together, and the draft's price is measured there), then a quiet
 stretch of `--quiet` requests. The same sequence runs once per half-life (inf: no fading), arms
 interleaved, then again without the burst: the control, where fading must cost nothing. Reported per
-arm and setting: the median tok/s over the quiet stretch, the ratio to the first arm, and per request
-the drafter whose rounds emitted most of its tokens (D draft model, N prompt lookup, - none). Run it on a quiet machine.
+arm and setting: the median tok/s over the quiet stretch, the ratio to the first arm, the draft model's
+price after the first request (in target steps per draft step), and per request the drafter whose
+rounds emitted most of its tokens (D draft model, N prompt lookup, - none). At 64, a price fades back
+to the profile's after about 190 target forwards: the default quiet stretch (6 requests of 96 tokens)
+runs about twice that. Run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -34,18 +37,20 @@ SHORT = {"draft": "D", "ngram": "N", "none": "-"}
 # Built-in questions (bench/data/questions.jsonl) where prompt lookup finds little and `auto` drafts with
 # the draft model on a quiet machine (docs/results.md): math and writing, alternating. The built-in demo's
 # free-form story comes first, as the burst's request.
-QUESTIONS = (49, 57, 50, 58, 51, 60, 52, 61)
+QUESTIONS = (49, 58, 50, 61, 51, 64, 52, 63)
 HOG = ("import sys, torch\ntorch.set_num_threads(int(sys.argv[1]))\na = torch.randn(768, 768)\n"
        "print('ready', flush=True)\nwhile True:\n    a @ a\n")
 
 
 @dataclasses.dataclass
 class Sequence:
-    """One arm's run: quiet-stretch tokens and seconds, and per request the drafter that emitted most."""
+    """One arm's run: quiet-stretch tokens and seconds, per request the drafter that emitted most, and
+    the draft model's price (target steps per draft step) as the meter gave it after the first request."""
 
     tokens: int = 0
     seconds: float = 0.0
     choices: str = ""
+    priced: float = math.nan
 
     @property
     def tok_s(self) -> float:
@@ -86,6 +91,8 @@ def run_sequence(engine, prompts: list[list[int]], gen: int, half_life: float,
                         seq.tokens += ev.stats.new_tokens
                         seq.seconds += ev.stats.seconds
             seq.choices += SHORT.get(used.most_common(1)[0][0], "?") if used else "."
+            if i == 0:
+                seq.priced = engine.meter.costs().draft_cost.get("draft", math.nan)
     finally:
         calibrate.STALE_HALF_LIFE = shipped
     return seq
@@ -98,20 +105,24 @@ def measure(engine, prompts: list[list[int]], gen: int, half_lives: list[float],
     for _ in range(reps):
         for setting, b in (("burst", burst), ("control", None)):
             for hl in half_lives:
-                out.setdefault((setting, hl), []).append(run_sequence(engine, prompts, gen, hl, b))
+                seq = run_sequence(engine, prompts, gen, hl, b)
+                out.setdefault((setting, hl), []).append(seq)
+                print(f"  {setting} {hl:g}: {seq.tok_s:.2f} tok/s, {seq.choices}", file=sys.stderr, flush=True)
     return out
 
 
 def table(results: dict[tuple[str, float], list[Sequence]], half_lives: list[float]) -> list[str]:
-    """One line per setting and arm: median quiet tok/s, ratio to the first arm, the drafters per rep."""
+    """One line per setting and arm: median quiet tok/s, its ratio to the first arm's, the median price of
+    a draft step after the first request, and the drafters per repetition."""
     lines = []
     for setting in ("burst", "control"):
         first = statistics.median(s.tok_s for s in results[(setting, half_lives[0])])
         for hl in half_lives:
             runs = results[(setting, hl)]
             med = statistics.median(s.tok_s for s in runs)
+            priced = statistics.median(s.priced for s in runs)
             lines.append(f"{setting:8s} half-life {hl:>5g}: quiet {med:6.2f} tok/s  ratio {med / first:.3f}"
-                         f"  drafters {' '.join(s.choices for s in runs)}")
+                         f"  draft priced {priced:.2f}  drafters {' '.join(s.choices for s in runs)}")
     return lines
 
 
@@ -127,7 +138,7 @@ def prompts_of(rt, n: int) -> list[list[int]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--half-lives", default="64,inf,256",
+    ap.add_argument("--half-lives", default="64,inf,16",
                     help="target forwards; the first is the reference (64 as shipped), inf: no fading")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--gen", type=int, default=96, help="tokens per request")

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from reference import HashOracle, OracleModel, TokenCache
 
 from benchmarks import stale_ab
-from reference import HashOracle, OracleModel, TokenCache
 from speczoo.decoding import calibrate
 from speczoo.decoding.cost import Costs, CvCurve
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
@@ -81,6 +81,7 @@ def test_stale_ab_shows_a_drafter_priced_in_a_burst_coming_back_only_with_fading
     (fading,), (stuck,) = results[("burst", 8.0)], results[("burst", math.inf)]
     assert fading.choices[1:] == "DDD" and stuck.choices[1:] == "---"     # request 0 ran in the burst
     assert fading.tok_s > stuck.tok_s and fading.tokens == stuck.tokens == 3 * 40
+    assert stuck.priced > 1.0 > results[("control", math.inf)][0].priced    # the burst's price locks it out
     assert [s.choices for hl in (8.0, math.inf) for s in results[("control", hl)]] == ["DDDD", "DDDD"]
     lines = stale_ab.table(results, [8.0, math.inf])
     assert len(lines) == 4 and lines[0].startswith("burst") and "ratio 1.000" in lines[0]
