@@ -13,7 +13,7 @@ interleaved, then again without the burst: the control, where fading must cost n
 arm and setting: the median tok/s over the quiet stretch, the ratio to the first arm, the draft model's
 price after the first request (in target steps per draft step), and per request the drafter whose
 rounds emitted most of its tokens (D draft model, N prompt lookup, - none). At 64, a price fades back
-to the profile's after about 190 target forwards: the default quiet stretch (6 requests of 96 tokens)
+to the profile's within about 190 target forwards: the default quiet stretch (6 requests of 96 tokens)
 runs about twice that. Run it on a quiet machine.
 """
 
