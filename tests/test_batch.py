@@ -154,6 +154,33 @@ def test_every_sequence_of_a_random_batch_equals_its_solo_run(costs):
     assert accepted > 500                       # the drafts were exercised
 
 
+@pytest.mark.parametrize("costs", [None, PRICED], ids=["free", "priced"])
+def test_sequences_that_share_a_prompt_prefix_reuse_it_and_equal_their_solo_runs(costs):
+    """Prompts that start alike (a system prompt, an earlier turn) take the shared rows from the cache,
+    from the slot's own earlier sequence or from another slot, and still emit their solo ids."""
+    rng = random.Random(31 if costs is None else 32)
+    reused = 0
+    for case in range(150):
+        vocab = rng.choice([3, 5, 8, 20])
+        oracle = (MarkovOracle(vocab, seed=rng.randrange(10**6)) if rng.random() < 0.3      # a whole-context
+                  else HashOracle(vocab, seed=rng.randrange(10**6), order=MAX_SEQ + MAX_K))    # hash sees every row
+        batch = oracle_batch(oracle, set(), costs, n_slots=rng.randint(1, 4), chunk=rng.choice([1, 3, 8, 64]))
+        heads = [[rng.randrange(vocab) for _ in range(rng.randint(1, 30))] for _ in range(2)]
+        joins: dict[int, list] = {}
+        for _ in range(rng.randint(2, 6)):
+            req = random_request(rng, vocab)
+            head = rng.choice(heads)[:rng.randint(1, 30)]
+            req = GenerationRequest(prompt_ids=(head + req.prompt_ids)[:MAX_SEQ - 60], max_new_tokens=req.max_new_tokens,
+                                    sampling=req.sampling, spec=req.spec, k=req.k, ngram=req.ngram)
+            joins.setdefault(rng.choice([0, 0, 1, 3, 8, 20]), []).append(req)
+        seqs = []
+        submit = batch.submit
+        batch.submit = lambda r: seqs.append(submit(r)) or seqs[-1]
+        check_against_solo(oracle, set(), costs, drive(batch, joins, {}))
+        reused += sum(s.reused for s in seqs)
+    assert reused > 500                          # prefixes were taken from the cache
+
+
 def test_a_long_prompt_is_prefilled_in_chunks_while_the_others_decode():
     oracle = MarkovOracle(20, seed=4)
     batch = oracle_batch(oracle, set(), None, n_slots=2, chunk=4)

@@ -36,6 +36,13 @@ def test_a_different_answer_under_load_fails_the_check():
 
 def test_prompts_are_distinct_for_any_number_of_clients():
     assert len({load_prompt(i) for i in range(20)}) == 20
+    edits = {load_prompt(i, "code_edit") for i in range(20)}
+    assert len(edits) == 20 and all("```" in p or "def " in p for p in edits)
+
+
+def test_an_unknown_category_is_a_clear_error():
+    with pytest.raises(ValueError, match="no built-in questions in category 'nope'; one of: verbatim"):
+        load_prompt(0, "nope")
 
 
 def test_the_command_prints_the_figure_and_refuses_zero_clients(monkeypatch, capsys):
@@ -48,6 +55,11 @@ def test_the_command_prints_the_figure_and_refuses_zero_clients(monkeypatch, cap
     out = capsys.readouterr().out
     assert "3 concurrent streaming clients on fake-model" in out and "IDENTICAL 3/3 PASS" in out
     assert main(["serve-load", "fake-model", "--clients", "0"]) == 2
+    monkeypatch.setattr(speczoo.runtime, "load_runtime", lambda *a, **kw: FakeRuntime(max_seq=8192))
+    assert main(["serve-load", "fake-model", "--clients", "2", "--max-tokens", "8", "--spec", "off,ngram",
+                 "--category", "code_edit"]) == 0
+    out = capsys.readouterr().out
+    assert "built-in code_edit prompts" in out and "ngram/off aggregate at 2 clients: " in out
 
 
 @pytest.mark.real

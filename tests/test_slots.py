@@ -94,6 +94,41 @@ def test_batched_rows_equal_each_sequence_alone(backend):
                     alone[f.slot].cache.truncate(base + len(path))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_prompt_prefix_held_by_any_slot_is_reused_with_the_same_bits(backend):
+    """acquire(prompt) starts a sequence on the rows of its prompt's longest prefix that some slot holds
+    (its own kept rows, or a copy from another slot, held or free); what it feeds then gives the logits
+    of the same sequence prefilled alone, and the slot's ids follow its rows through rollbacks."""
+    model, args = tiny_model("qwen2", backend=backend, seed=3)
+    rng = random.Random(backend + "prefix")
+    cap = 64
+    cache = SlotCache(args, n_slots=3, slot_capacity=cap)
+    heads = [[rng.randrange(args.vocab_size) for _ in range(12)] for _ in range(2)]
+    live: dict[int, list[int]] = {}
+    reused = 0
+    with torch.no_grad():
+        for step in range(24):
+            if len(live) == cache.n_slots or (live and rng.random() < 0.4):
+                slot = rng.choice(sorted(live))
+                cache.release(slot)
+                del live[slot]
+            prompt = rng.choice(heads)[:rng.randint(1, 12)] + [rng.randrange(args.vocab_size)
+                                                              for _ in range(rng.randint(0, 6))]
+            slot = cache.acquire(prompt)
+            kept = cache.lengths[slot]
+            assert kept < len(prompt) and cache.ids[slot] == prompt[:kept]
+            reused += kept
+            out, batch = forward_batch(model, cache, [Feed(slot, prompt[kept:])])
+            ref = Alone(model, cap).feed(prompt, None)[kept:]
+            assert torch.equal(out.logits[batch.rows[0]], ref), f"step {step}: reused prefix != alone"
+            out, _ = forward_batch(model, cache, [Feed(slot, [1, 2, 3])])
+            cache.truncate(slot, len(prompt) + 1)                           # a verify's rollback
+            live[slot] = prompt + [1]
+            for s, ids in live.items():
+                assert cache.ids[s] == ids and cache.lengths[s] == len(ids)
+    assert reused > 20
+
+
 def test_rows_of_different_sequences_never_meet():
     """The same tokens fed to two slots with different prefixes give different logits; each equals its own
     sequence alone (nothing leaks across slots)."""

@@ -80,5 +80,14 @@ class KVCache:
         self._k[:, :, dst:dst + n] = self._k.index_select(2, idx)   # [L, Hkv, n, Dh]
         self._v[:, :, dst:dst + n] = self._v.index_select(2, idx)
 
+    def copy(self, src: int, dst: int, n: int) -> None:
+        """Copy slots [src, src + n) to [dst, dst + n) in every layer (the ranges must not overlap)."""
+        if n <= 0:
+            return
+        if min(src, dst) < 0 or max(src, dst) + n > self.capacity or abs(src - dst) < n:
+            raise ValueError(f"KVCache.copy({src}, {dst}, {n}): ranges must lie in the cache and not overlap")
+        self._k[:, :, dst:dst + n] = self._k[:, :, src:src + n]
+        self._v[:, :, dst:dst + n] = self._v[:, :, src:src + n]
+
     def reset(self) -> None:
         self.length = 0

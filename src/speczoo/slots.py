@@ -9,6 +9,13 @@ rows the new K/V go to (`dest`) and the attention keys of every row (its own slo
 new rows), so rows of different sequences never see each other. With the batch-invariant kernels every
 row's logits are then the same bits as in a forward of that sequence alone (tests/test_slots.py).
 
+Prompt prefixes are reused: each slot remembers the token ids of its rows, kept after `release` until
+the slot is written again, and `acquire(prompt)` gives a new sequence the free slot whose rows share the
+longest prefix with its prompt, then copies a longer shared prefix from any other slot. The sequence
+feeds only the rest. A row's K/V depends only on the tokens at and before its position (the kernels are
+batch-invariant, and chunking a prefill changes no bits), so reused rows are the bits the sequence would
+compute itself: a chat's system prompt, or an earlier turn of the same conversation, is prefilled once.
+
 This module never runs a model and never grows the cache; a sequence that outgrows its slot is a
 CacheFullError raised by `plan`, before anything is written. Sliding-window models (Gemma 3) are not
 supported: their layers would need a second key plan.
@@ -62,6 +69,7 @@ class SlotCache:
         self.kv = KVCache(args, n_slots * slot_capacity, extra=0, dtype=dtype)
         self.kv.length = self.kv.capacity        # rows are addressed explicitly; lengths live per slot
         self.lengths = [0] * n_slots
+        self.ids: list[list[int]] = [[] for _ in range(n_slots)]   # the token of each row; kept when free
         self._free = list(range(n_slots - 1, -1, -1))
 
     @property
@@ -73,22 +81,37 @@ class SlotCache:
         """How many slots are not held by a sequence."""
         return len(self._free)
 
-    def acquire(self) -> int:
-        """A free slot, emptied (lowest index first); CacheFullError when every slot is held."""
+    def acquire(self, prompt: Sequence[int] = ()) -> int:
+        """A free slot for a sequence that will start with `prompt`; CacheFullError when every slot is held.
+        Its length is the prompt prefix it already holds (at most len(prompt) - 1: the last prompt token is
+        always fed, for its logits): the free slot sharing the longest prefix with the prompt is chosen,
+        else an empty one, lowest index first, so that kept rows live on; then a longer shared prefix held
+        by another slot is copied in."""
         if not self._free:
             raise CacheFullError(f"all {self.n_slots} sequence slots are in use")
-        slot = self._free.pop()
-        self.lengths[slot] = 0
+        cap = max(0, len(prompt) - 1)
+        shared = {s: _shared(self.ids[s], prompt, cap) for s in range(self.n_slots)}
+        slot = min(self._free, key=lambda s: (-shared[s], bool(self.ids[s]), s))
+        self._free.remove(slot)
+        keep = shared[slot]
+        src = max(range(self.n_slots), key=lambda s: shared[s])
+        if shared[src] > keep:
+            base, src_base = slot * self.slot_capacity, src * self.slot_capacity
+            self.kv.copy(src_base + keep, base + keep, shared[src] - keep)
+            keep = shared[src]
+        self.lengths[slot] = keep
+        self.ids[slot] = list(prompt[:keep])
         return slot
 
     def release(self, slot: int) -> None:
-        """Give a slot back; its rows are simply overwritten by the next sequence."""
+        """Give a slot back; its rows stay for a later prompt that shares their prefix, until the slot is
+        acquired again."""
         self._check_slot(slot)
         if slot in self._free:
             raise ValueError(f"slot {slot} is not held")
+        del self.ids[slot][self.lengths[slot]:]
         self.lengths[slot] = 0
         self._free.append(slot)
-        self._free.sort(reverse=True)
 
     def truncate(self, slot: int, n: int) -> None:
         """Keep the first n rows of a slot (0 <= n <= its length). O(1)."""
@@ -96,12 +119,15 @@ class SlotCache:
         if not 0 <= n <= self.lengths[slot]:
             raise ValueError(f"truncate({slot}, {n}) needs 0 <= n <= the slot's length ({self.lengths[slot]})")
         self.lengths[slot] = n
+        del self.ids[slot][n:]
 
     def compact(self, slot: int, src: list[int], dst: int) -> None:
         """KVCache.compact inside one slot: positions `src` (ascending) move to dst, dst + 1, ..."""
         self._check_slot(slot)
         base = slot * self.slot_capacity
         self.kv.compact([base + i for i in src], base + dst)
+        ids = self.ids[slot]
+        ids[dst:dst + len(src)] = [ids[i] for i in src]
 
     def plan(self, feeds: Sequence[Feed]) -> Batch:
         """The batched forward for `feeds` (one per sequence, distinct slots) and each slot's new length
@@ -146,10 +172,21 @@ class SlotCache:
         """After the forward: each fed slot holds its new rows (roll back with truncate/compact)."""
         for f in feeds:
             self.lengths[f.slot] += len(f.tokens)
+            self.ids[f.slot] += f.tokens
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.n_slots:
             raise ValueError(f"slot {slot} out of range 0..{self.n_slots - 1}")
+
+
+def _shared(ids: list[int], prompt: Sequence[int], cap: int) -> int:
+    """How many leading tokens `ids` and `prompt` share, at most `cap`."""
+    n = 0
+    for a, b in zip(ids, prompt[:cap]):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
 def _depths(parents: list[int]) -> list[int]:

@@ -35,10 +35,23 @@ LOAD_PROMPTS = (
 )
 
 
-def load_prompt(i: int) -> str:
-    """Client i's request; distinct for every i (the list repeats with a numbered variant)."""
-    base = LOAD_PROMPTS[i % len(LOAD_PROMPTS)]
-    return base if i < len(LOAD_PROMPTS) else f"{base} (variant {i // len(LOAD_PROMPTS) + 1})"
+def load_prompt(i: int, category: str | None = None) -> str:
+    """Client i's request: from LOAD_PROMPTS, or the first turns of the built-in questions of `category`
+    (e.g. code_edit: long code to return edited); distinct for every i (a list repeats with a numbered
+    variant)."""
+    prompts = LOAD_PROMPTS if category is None else category_prompts(category)
+    base = prompts[i % len(prompts)]
+    return base if i < len(prompts) else f"{base} (variant {i // len(prompts) + 1})"
+
+
+def category_prompts(category: str) -> tuple[str, ...]:
+    """The first turns of the built-in questions of one category; a clear error for an unknown one."""
+    from speczoo.bench.questions import CATEGORIES, builtin_questions
+
+    prompts = tuple(q.turns[0] for q in builtin_questions() if q.category == category)
+    if not prompts:
+        raise ValueError(f"no built-in questions in category {category!r}; one of: {', '.join(CATEGORIES)}")
+    return prompts
 
 
 @dataclass
@@ -115,6 +128,7 @@ class LoadResult:
     together: list[StreamResult]    # the same requests, all clients at once
     wall_seconds: float             # the concurrent phase: first request sent -> last [DONE]
     parallel: int = 1               # generations the server batched at once
+    category: str | None = None     # the built-in category the prompts came from (None: LOAD_PROMPTS)
 
     @property
     def clients(self) -> int:
@@ -157,9 +171,10 @@ class LoadResult:
     def lines(self) -> list[str]:
         ttft = [t.first_token_s for t in self.together]
         full = sum(t.completion_tokens == self.max_tokens for t in self.together)
+        prompts = "coding requests" if self.category is None else f"built-in {self.category} prompts"
         return [
             f"{self.clients} concurrent streaming clients on {self.model} (spec {self.spec}, greedy, "
-            f"max_tokens {self.max_tokens}); {full}/{self.clients} used their whole budget",
+            f"max_tokens {self.max_tokens}, {prompts}); {full}/{self.clients} used their whole budget",
             f"SERVE-LOAD IDENTICAL {self.identical}/{self.clients} {'PASS' if self.ok else 'FAIL'} "
             f"(each answer vs the same request served alone)",
             f"aggregate: {self.tokens} tokens in {self.wall_seconds:.2f} s = {self.aggregate_tok_s:.1f} tok/s "
@@ -178,7 +193,7 @@ def _p50_p95(xs: list[float]) -> tuple[float, float]:
 
 def run_serve_load(runtime, clients: int = 8, max_tokens: int = 64, spec: str = "auto",
                    api_key: str | None = None, parallel: int = 1,
-                   alone: list[StreamResult] | None = None) -> LoadResult:
+                   alone: list[StreamResult] | None = None, category: str | None = None) -> LoadResult:
     """Serve `runtime` on loopback and measure `clients` concurrent streams (see the module doc)."""
     from speczoo.serve.app import create_app
     from speczoo.serve.background import BackgroundServer
@@ -187,7 +202,7 @@ def run_serve_load(runtime, clients: int = 8, max_tokens: int = 64, spec: str = 
     if clients < 1 or max_tokens < 1:
         raise ValueError(f"--clients and --max-tokens must be >= 1, got {clients} and {max_tokens}")
     bodies = [{"model": runtime.name, "max_tokens": max_tokens, "temperature": 0, "speculative": spec,
-               "messages": [{"role": "user", "content": load_prompt(i)}]} for i in range(clients)]
+               "messages": [{"role": "user", "content": load_prompt(i, category)}]} for i in range(clients)]
     queue = max(64, clients)
     worker = BatchWorker(runtime, parallel, max_queue=queue) if parallel > 1 else None
     app = create_app(runtime, api_key=api_key, default_spec=spec, max_queue=queue, worker=worker)
@@ -208,4 +223,5 @@ def run_serve_load(runtime, clients: int = 8, max_tokens: int = 64, spec: str = 
             out = list(pool.map(client, bodies))
         wall = max(t0 + r.seconds for r, t0 in out) - min(t0 for _, t0 in out)
     return LoadResult(model=runtime.name, spec=spec, max_tokens=max_tokens, alone=alone,
-                      together=[r for r, _ in out], wall_seconds=wall, parallel=parallel)
+                      together=[r for r, _ in out], wall_seconds=wall, parallel=parallel,
+                      category=category)

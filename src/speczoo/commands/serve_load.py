@@ -22,7 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parallel", type=int, default=1, help="generations the server batches at once "
                    "(speczoo serve --parallel; default 1: one at a time)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per answer (default 64)")
-    p.add_argument("--spec", default="auto", help="speculative mode of every request (default auto)")
+    p.add_argument("--spec", default="auto", help="speculative mode of every request, or a list run in "
+                   "turn at each client count with the ratio to the first, e.g. off,auto (default auto)")
+    p.add_argument("--category", default=None, help="take the prompts from this category of the built-in "
+                   "questions, e.g. code_edit (default: short coding requests)")
     add_model_args(p)
     p.set_defaults(func=run)
 
@@ -31,15 +34,27 @@ def run(args: argparse.Namespace) -> int:
     from speczoo.bench.serve_load import run_serve_load
     from speczoo.runtime import load_runtime
 
-    runtime = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
-                           backend=args.backend, max_seq=args.max_seq)
+    specs = [s for s in str(args.spec).split(",") if s]
+    drafts = {draft_for(args.model, s, args.draft) for s in specs} - {None}
+    if len(drafts) > 1:
+        raise ValueError(f"--spec {args.spec} needs different drafts ({', '.join(sorted(drafts))}); give one")
+    runtime = load_runtime(args.model, draft=next(iter(drafts), None), backend=args.backend,
+                           max_seq=args.max_seq)
     counts = [int(c) for c in str(args.clients).split(",")]
-    alone, ok = None, True
+    alone: dict[str, list] = {}
+    ok = True
     for n in counts:
-        res = run_serve_load(runtime, clients=n, max_tokens=args.max_tokens, spec=spec_mode(args.spec),
-                             parallel=args.parallel, alone=alone)
-        alone = res.alone if alone is None or len(res.alone) > len(alone) else alone
-        ok = ok and res.ok
-        for line in res.lines():
-            print(line)
+        first = None
+        for spec in specs:
+            res = run_serve_load(runtime, clients=n, max_tokens=args.max_tokens, spec=spec_mode(spec),
+                                 parallel=args.parallel, alone=alone.get(spec), category=args.category)
+            if len(res.alone) > len(alone.get(spec, [])):
+                alone[spec] = res.alone
+            ok = ok and res.ok
+            for line in res.lines():
+                print(line)
+            first = first or res
+            if res is not first:
+                print(f"{spec}/{first.spec} aggregate at {n} clients: "
+                      f"{res.aggregate_tok_s / first.aggregate_tok_s:.2f}x")
     return 0 if ok else 1

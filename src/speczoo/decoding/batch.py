@@ -3,8 +3,9 @@
 `BatchEngine` owns a SlotCache (speczoo/slots.py) beside a single `Engine`, whose target, drafters,
 costs and request validation it uses. `submit(request)` validates now (errors raise before anything
 runs) and queues a `Sequence`; each `step()` admits queued sequences into free slots, first come first
-served, and runs one forward over:
-  * the next chunk of each prompt still being prefilled, `chunk` prompt rows per step in all (first come
+served (a slot already holding a prefix of the prompt, or another slot's copy of it: SlotCache.acquire),
+and runs one forward over:
+  * the next chunk of each prompt still being prefilled past that prefix, `chunk` prompt rows per step in all (first come
     first served), so a long prompt does not stall the streams that already decode;
   * every other sequence's round: [a0] + its draft, a chain or a token tree, from round.plan.
 After the forward each sequence judges its own logits rows with the same code as the single engine
@@ -63,6 +64,7 @@ class Sequence:
     number: int
     slot: int = -1
     fed: int = 0                       # prompt ids in its slot so far
+    reused: int = 0                    # of those, the prefix found in the cache at admission (not computed)
     events: deque = field(default_factory=deque)
     cancelled: bool = False
     done: bool = False
@@ -160,7 +162,8 @@ class BatchEngine:
             seq.done = True
         while self.waiting and self.slots.free:
             seq = self.waiting.popleft()
-            seq.slot, seq.admitted = self.slots.acquire(), time.perf_counter()
+            seq.slot, seq.admitted = self.slots.acquire(seq.request.prompt_ids), time.perf_counter()
+            seq.fed = seq.reused = self.slots.lengths[seq.slot]      # a prompt prefix some slot held already
             self.running.append(seq)
         if not self.running:
             return []
