@@ -129,6 +129,28 @@ def test_a_prompt_prefix_held_by_any_slot_is_reused_with_the_same_bits(backend):
     assert reused > 20
 
 
+def test_kept_conversations_outlive_new_prompts_that_share_only_a_system_prompt():
+    """A new prompt that shares only the system prompt with kept rows takes an empty slot (then the one
+    released longest ago) and copies the shared rows; a conversation's next turn takes its own slot."""
+    _, args = tiny_model("qwen2", backend="fp32-rows", seed=3)
+    cache = SlotCache(args, n_slots=3, slot_capacity=32)
+    system = [5, 6, 7, 8]
+    a, b = system + [1, 1, 1], system + [2, 2, 2]
+    for prompt in (a, b):                                       # two conversations, one after the other
+        slot = cache.acquire(prompt)
+        cache.commit([Feed(slot, prompt[cache.lengths[slot]:])])
+        cache.release(slot)
+    assert cache.ids[:2] == [a, b] and cache.ids[2] == []
+    c = cache.acquire(system + [3])                             # new: the empty slot, the system prompt copied
+    assert c == 2 and cache.lengths[c] == 4 and cache.ids[:2] == [a, b]
+    cache.commit([Feed(c, [3])])
+    cache.release(c)
+    d = cache.acquire(system + [4])                             # none empty: the slot released longest ago
+    assert d == 0 and cache.lengths[d] == 4 and cache.ids[1] == b
+    turn = cache.acquire(b + [9, 9])                            # b's next turn: its own slot, in place
+    assert turn == 1 and cache.lengths[turn] == len(b)
+
+
 def test_rows_of_different_sequences_never_meet():
     """The same tokens fed to two slots with different prefixes give different logits; each equals its own
     sequence alone (nothing leaks across slots)."""

@@ -10,11 +10,14 @@ new rows), so rows of different sequences never see each other. With the batch-i
 row's logits are then the same bits as in a forward of that sequence alone (tests/test_slots.py).
 
 Prompt prefixes are reused: each slot remembers the token ids of its rows, kept after `release` until
-the slot is written again, and `acquire(prompt)` gives a new sequence the free slot whose rows share the
-longest prefix with its prompt, then copies a longer shared prefix from any other slot. The sequence
-feeds only the rest. A row's K/V depends only on the tokens at and before its position (the kernels are
-batch-invariant, and chunking a prefill changes no bits), so reused rows are the bits the sequence would
-compute itself: a chat's system prompt, or an earlier turn of the same conversation, is prefilled once.
+the slot is written again, and `acquire(prompt)` starts a new sequence on the longest prefix of its
+prompt that any slot holds, copied in where it lies in another slot; the sequence feeds only the rest.
+A row's K/V depends only on the tokens at and before its position (the kernels are batch-invariant, and
+chunking a prefill changes no bits), so reused rows are the bits the sequence would compute itself: a
+chat's system prompt, or an earlier turn of the same conversation, is prefilled once. Kept rows are
+evicted with care: a free slot is taken in place only when all it keeps is a prefix of the new prompt
+(a conversation's next turn), else an empty one, else the one released longest ago, so that a server's
+conversations keep their turns while new ones arrive.
 
 This module never runs a model and never grows the cache; a sequence that outgrows its slot is a
 CacheFullError raised by `plan`, before anything is written. Sliding-window models (Gemma 3) are not
@@ -71,6 +74,8 @@ class SlotCache:
         self.lengths = [0] * n_slots
         self.ids: list[list[int]] = [[] for _ in range(n_slots)]   # the token of each row; kept when free
         self._free = list(range(n_slots - 1, -1, -1))
+        self._released = [0] * n_slots      # when each slot was last released (a counter): the oldest goes first
+        self._clock = 0
 
     @property
     def nbytes(self) -> int:
@@ -84,14 +89,18 @@ class SlotCache:
     def acquire(self, prompt: Sequence[int] = ()) -> int:
         """A free slot for a sequence that will start with `prompt`; CacheFullError when every slot is held.
         Its length is the prompt prefix it already holds (at most len(prompt) - 1: the last prompt token is
-        always fed, for its logits): the free slot sharing the longest prefix with the prompt is chosen,
-        else an empty one, lowest index first, so that kept rows live on; then a longer shared prefix held
-        by another slot is copied in."""
+        always fed, for its logits). The slot: the free one whose kept rows are all a prefix of the prompt
+        (the longest), else an empty one (lowest index first), else the one released longest ago; then a
+        longer shared prefix held by any slot is copied in."""
         if not self._free:
             raise CacheFullError(f"all {self.n_slots} sequence slots are in use")
         cap = max(0, len(prompt) - 1)
         shared = {s: _shared(self.ids[s], prompt, cap) for s in range(self.n_slots)}
-        slot = min(self._free, key=lambda s: (-shared[s], bool(self.ids[s]), s))
+        extends = [s for s in self._free if self.ids[s] and shared[s] == len(self.ids[s])]
+        if extends:
+            slot = max(extends, key=lambda s: (shared[s], -s))
+        else:
+            slot = min(self._free, key=lambda s: (bool(self.ids[s]), self._released[s], s))
         self._free.remove(slot)
         keep = shared[slot]
         src = max(range(self.n_slots), key=lambda s: shared[s])
@@ -112,6 +121,8 @@ class SlotCache:
         del self.ids[slot][self.lengths[slot]:]
         self.lengths[slot] = 0
         self._free.append(slot)
+        self._clock += 1
+        self._released[slot] = self._clock
 
     def truncate(self, slot: int, n: int) -> None:
         """Keep the first n rows of a slot (0 <= n <= its length). O(1)."""
