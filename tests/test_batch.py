@@ -181,6 +181,56 @@ def test_sequences_that_share_a_prompt_prefix_reuse_it_and_equal_their_solo_runs
     assert reused > 500                          # prefixes were taken from the cache
 
 
+class SharedDraft(NgramDrafter):
+    """A drafter whose factory hands out one shared state, as the draft model's one cache: building a
+    new one takes the state over, and the old one must never draft again."""
+
+    owner = [0]
+
+    def __init__(self, order: int):
+        super().__init__(max_order=order)
+        self.owner[0] += 1
+        self.me = self.owner[0]
+
+    def propose(self, context, k, floors=()):
+        assert self.me == self.owner[0], "two sequences drafted with the one shared draft cache"
+        return super().propose(context, k, floors)
+
+
+def test_the_draft_model_is_lent_to_one_greedy_auto_sequence_at_a_time():
+    """The batch lends the drafter with one shared cache to the first greedy `auto` sequence admitted
+    while nobody holds it, until it leaves; every sequence still emits its solo ids."""
+    rng = random.Random(41)
+    lent = 0
+    for case in range(120):
+        vocab = rng.choice([3, 5, 8])
+        oracle = HashOracle(vocab, seed=rng.randrange(10**6), order=rng.choice([1, 2]))
+        batch = oracle_batch(oracle, set(), PRICED, n_slots=rng.randint(1, 3), chunk=rng.choice([3, 64]))
+        batch.engine.drafters["draft"] = lambda req: SharedDraft(req.ngram)
+        batch.engine.costs = Costs(cv=PRICED.cv, draft_cost={**PRICED.draft_cost, "draft": 0.0}, round_overhead=0.02)
+        seqs = []
+        submit = batch.submit
+
+        def watched(req):
+            seqs.append(submit(req))
+            return seqs[-1]
+
+        batch.submit = watched
+        joins: dict[int, list] = {}
+        for _ in range(rng.randint(1, 5)):
+            joins.setdefault(rng.choice([0, 0, 2, 6]), []).append(random_request(rng, vocab))
+        results = drive(batch, joins, {})
+        assert batch.lease is None                                           # given back
+        holders = [s for s in seqs if "draft" in s.g.drafters]
+        assert all(s.request.sampling.greedy and s.request.spec == "auto" for s in holders)
+        lent += len(holders)
+        for req, rounds, done in results:                                    # the ids of the solo engine
+            solo_eng = Engine(OracleModel(oracle), TokenCache(MAX_SEQ + MAX_K + 1), dict(DRAFTERS), eos_ids=[],
+                              max_seq=MAX_SEQ, costs=PRICED)
+            assert done.ids == list(solo_eng.generate(req))[-1].ids
+    assert lent > 30
+
+
 def test_a_long_prompt_is_prefilled_in_chunks_while_the_others_decode():
     oracle = MarkovOracle(20, seed=4)
     batch = oracle_batch(oracle, set(), None, n_slots=2, chunk=4)

@@ -23,9 +23,15 @@ Pricing: a greedy (or unseeded) sequence's controller sees its round's price on 
 other rows (decoding/batch_costs.py). A seeded sampled sequence keeps the loaded profile, as alone:
 its samples depend on which draft tokens meet which random numbers, and must not depend on the batch.
 
-Limits: only drafters that keep their state per request run in a batch (`batchable`: prompt lookup);
-the draft model and EAGLE share one cache across requests and are refused with a clear error, so
-features of the target (FeatureTaps) are never needed here. Sliding-window models (Gemma 3) cannot use
+Limits: drafters that keep their state per request run in a batch (`batchable`: prompt lookup). The
+draft model keeps one cache across requests, so the batch lends it to one sequence at a time (`lease`):
+the first greedy `auto` sequence admitted while no other holds it, until it leaves. It drafts for that
+sequence alone, priced like any drafter on top of the step's other rows, so the controller drops it as
+the batch grows; a lone client gets the same speculation as from the single engine. Greedy only: a
+greedy sequence's ids are the target's whatever it drafts with, while a sampled one's samples would
+depend on whether the lease was free. EAGLE (which reads the target's features) and an explicit
+`draft`/`eagle` mode are refused with a clear error, so features of the target (FeatureTaps) are never
+needed here. Sliding-window models (Gemma 3) cannot use
 a SlotCache (its constructor says so). This module never detokenizes and is not thread-safe: one
 thread calls submit, step and cancel.
 """
@@ -45,13 +51,14 @@ from speczoo.slots import Feed, SlotCache, forward_batch
 from speczoo.decoding.batch_costs import batch_view
 from speczoo.decoding.engine import Engine
 from speczoo.decoding.judge import conclude, first_token
-from speczoo.decoding.modes import AUTO, OFF
+from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.round import Finished, Generation, Plan, Round, plan, settle
 from speczoo.decoding.tree import TreeLayout
 from speczoo.decoding.types import MAX_K
 
 CHUNK = 128        # prompt rows per step, over every sequence still prefilling
 BATCHABLE = frozenset({"ngram", "ngram-tree"})   # drafters whose factories build all their state per request
+LEASED = "draft"   # the drafter with one cache across requests that the batch lends to one sequence at a time
 
 
 @dataclass(eq=False)
@@ -134,6 +141,7 @@ class BatchEngine:
         self.engine, self.slots, self.chunk, self.batchable = engine, slots, chunk, frozenset(batchable)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.lease: Sequence | None = None      # the sequence the draft model drafts for (LEASED)
         self._numbers = itertools.count()
         self.steps = 0
         self.rows = 0                   # rows of the last forward
@@ -164,6 +172,7 @@ class BatchEngine:
             seq = self.waiting.popleft()
             seq.slot, seq.admitted = self.slots.acquire(seq.request.prompt_ids), time.perf_counter()
             seq.fed = seq.reused = self.slots.lengths[seq.slot]      # a prompt prefix some slot held already
+            self._lend(seq)
             self.running.append(seq)
         if not self.running:
             return []
@@ -260,10 +269,25 @@ class BatchEngine:
         verdict, judged = conclude(g, w.plan, w.logits, [], _Slot(self.slots, seq.slot), w.base, w.layout)
         seq.events.append(settle(g, w.plan, verdict, judged))
 
+    def _lend(self, seq: Sequence) -> None:
+        """Lend the draft model to a sequence just admitted, when no other holds it and it decodes
+        greedily in `auto`: its generation is built again with the draft model among its drafters
+        (nothing of it has run yet)."""
+        req = seq.request
+        if (self.lease is not None or LEASED not in self.engine.drafters or LEASED in self.batchable
+                or not req.sampling.greedy or SpecMode.parse(req.spec, offered=self.engine.drafters).mode != AUTO
+                or LEASED in self.engine.auto_excludes):
+            return
+        seq.g = self.engine.open(req, self.batchable | {LEASED})
+        self.lease = seq
+
     def _leave(self, gone) -> None:
-        """Sequences that finished or were cancelled give their slot back; a finished one says so."""
+        """Sequences that finished or were cancelled give their slot (and the draft model) back; a
+        finished one says so."""
         for seq in list(gone):
             self.running.remove(seq)
+            if self.lease is seq:
+                self.lease = None
             self.slots.release(seq.slot)
             seq.slot, seq.done = -1, True
             if not seq.cancelled:
