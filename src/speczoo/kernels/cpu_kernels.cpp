@@ -33,11 +33,10 @@
 #include <string.h>
 #include <mutex>
 #include "cpu_kernels.h"
-#include "cpu_tiles.h"
-
 #ifndef SZ_PF
 #define SZ_PF 12  // q4: software prefetch distance in super-blocks (2 KiB of codes each), into L2
 #endif
+#include "cpu_tiles.h"
 #define SZ_KBLOCK 64  // q8: quads (4 inputs) per k-block; one k-block of a strip stays in L1 across row tiles
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
@@ -212,9 +211,9 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
     const int64_t tile = row_tile(S);
     for (int64_t b = 0; b < KB; ++b) {
         // prefetch SZ_PF super-blocks ahead (past the strip's end this runs into the next strip, which is
-        // stored right after it; a prefetch past the array is harmless)
+        // stored right after it; a prefetch past the array is harmless): the scales here, the codes a
+        // group at a time inside the tile (q4_prefetch_group)
         const int64_t bp = b + SZ_PF;
-        for (int l = 0; l < 2048; l += 64) SZ_PREFETCH(qs + bp * 2048 + l);
         for (int l = 0; l < 128; l += 64) {
             SZ_PREFETCH(sc + bp * 128 + l);
             SZ_PREFETCH(mn + bp * 128 + l);

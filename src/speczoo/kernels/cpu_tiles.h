@@ -27,6 +27,13 @@ static inline void q4_float_update(const int32_t* isb, const int32_t* imn, const
         }
 }
 
+// The codes of group g of the super-block SZ_PF ahead of qb (4 cache lines), fetched while this block's
+// group g computes: spread over the tile's groups, the weight stream keeps going under a tile of many
+// rows, where one burst a super-block would leave it idle while the rows compute.
+static inline void q4_prefetch_group(const uint8_t* qb, int g) {
+    for (int l = 0; l < 256; l += 64) SZ_PREFETCH(qb + SZ_PF * 2048 + g * 256 + l);
+}
+
 #if defined(SZ_PATH_AVX512VNNI)
 #define SZ_TILE 12
 #define SZ_Q8_UNSIGNED 1
@@ -81,6 +88,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     __m512i isb[R];
 #pragma GCC unroll 1
     for (int g = 0; g < ng; ++g) {
+        q4_prefetch_group(qb, g);
         __m512i t[C][R];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
@@ -183,6 +191,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     const __m256i nib = _mm256_set1_epi8(0x0F);
     for (int i = 0; i < R * 16; ++i) isb[i] = imn[i] = 0;
     for (int g = 0; g < ng; ++g) {
+        q4_prefetch_group(qb, g);
         __m256i t[R][2];
         for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -344,6 +353,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     for (int r = 0; r < R; ++r)
         for (int m = 0; m < 4; ++m) ai[r][m] = vdupq_n_s32(0);
     for (int g = 0; g < ng; ++g) {
+        q4_prefetch_group(qb, g);
         int32x4_t t[R][4];
         for (int r = 0; r < R; ++r)
             for (int m = 0; m < 4; ++m) t[r][m] = vdupq_n_s32(0);
