@@ -204,15 +204,15 @@ def run_serve_load(runtime, clients: int = 8, max_tokens: int = 64, spec: str = 
     """Serve `runtime` on loopback and measure `clients` concurrent streams (see the module doc)."""
     from speczoo.serve.app import create_app
     from speczoo.serve.background import BackgroundServer
-    from speczoo.serve.batch_worker import BatchWorker
+    from speczoo.serve.batch_worker import worker_for
 
     if clients < 1 or max_tokens < 1:
         raise ValueError(f"--clients and --max-tokens must be >= 1, got {clients} and {max_tokens}")
     bodies = [{"model": runtime.name, "max_tokens": max_tokens, "temperature": 0, "speculative": spec,
                "messages": [{"role": "user", "content": load_prompt(i, category)}]} for i in range(clients)]
     queue = max(64, clients)
-    worker = BatchWorker(runtime, parallel, max_queue=queue) if parallel > 1 else None
-    app = create_app(runtime, api_key=api_key, default_spec=spec, max_queue=queue, worker=worker)
+    app = create_app(runtime, api_key=api_key, default_spec=spec, max_queue=queue,
+                     worker=worker_for(runtime, parallel, queue))
     with BackgroundServer(app) as server:
         alone, together, wall = run_clients(server.host, server.port, bodies, api_key, alone)
     return LoadResult(model=runtime.name, spec=spec, max_tokens=max_tokens, alone=alone,

@@ -256,13 +256,12 @@ def run_soak(runtime, seconds: float, clients: int = 8, parallel: int = 8, max_q
     and their file-backed share (default: this process's); `mix` is the kinds of request the clients draw from."""
     from speczoo.serve.app import create_app
     from speczoo.serve.background import BackgroundServer
-    from speczoo.serve.batch_worker import BatchWorker
+    from speczoo.serve.batch_worker import worker_for
 
     if seconds <= 0 or clients < 1 or parallel < 1 or max_tokens < 1 or sample_every <= 0:
         raise ValueError(f"the soak needs seconds, sample_every > 0 and clients, parallel, max_tokens >= 1; "
                          f"got {seconds}, {sample_every}, {clients}, {parallel}, {max_tokens}")
-    worker = BatchWorker(runtime, parallel, max_queue=max_queue) if parallel > 1 else None
-    app = create_app(runtime, api_key=api_key, max_queue=max_queue, worker=worker)
+    app = create_app(runtime, api_key=api_key, max_queue=max_queue, worker=worker_for(runtime, parallel, max_queue))
     modes = tuple(m for m in SOAK_MODES if m in app.state.worker.spec_modes)
     ctx = Context(runtime.name, runtime.max_seq, modes, max_tokens)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

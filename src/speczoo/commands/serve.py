@@ -48,7 +48,7 @@ def _is_loopback(host: str) -> bool:
 def _worker(runtime, args: argparse.Namespace):
     """The batch worker for --parallel N > 1 (N from memory by default, said on stderr), else None (the
     app's one-at-a-time worker)."""
-    from speczoo.serve.batch_worker import BatchWorker, default_parallel
+    from speczoo.serve.batch_worker import default_parallel, worker_for
 
     n, refusal = args.parallel, runtime.cannot_batch()
     if n is None:
@@ -63,7 +63,7 @@ def _worker(runtime, args: argparse.Namespace):
         raise ValueError(f"--parallel must be >= 1, got {n}")
     if n > 1 and refusal is not None:
         raise ValueError(f"--parallel {n}: {refusal}; serve it with --parallel 1")
-    return BatchWorker(runtime, n, max_queue=args.max_queue) if n > 1 else None
+    return worker_for(runtime, n, args.max_queue)
 
 
 def run(args: argparse.Namespace) -> int:

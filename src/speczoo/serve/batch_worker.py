@@ -25,6 +25,12 @@ MEMORY_SHARE = 0.5     # of the memory available at start that the batch's KV sl
 MAX_PARALLEL = 8       # the default's ceiling: a CPU's forward stops getting cheaper per row beyond a few rows
 
 
+def worker_for(runtime, parallel: int, max_queue: int = 64) -> BatchWorker | None:
+    """The worker for `--parallel N`: a BatchWorker of N slots, or None for N = 1 (the app then makes its
+    one-at-a-time Worker)."""
+    return BatchWorker(runtime, parallel, max_queue=max_queue) if parallel > 1 else None
+
+
 def default_parallel(slot_bytes: int, available: int | None = None) -> tuple[int, str]:
     """How many sequences to batch by default, and a line that states the bound: the KV slots take at
     most MEMORY_SHARE of the available memory, and at most MAX_PARALLEL."""
