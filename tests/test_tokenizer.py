@@ -228,9 +228,8 @@ def test_parity_with_transformers_on_tiny_gguf(tmp_path, arch):
 
 @pytest.mark.real
 @pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b", "gemma-3-270m"])
-def test_real_tokenizer_parity_on_stdlib_text(monkeypatch, name):
+def test_real_tokenizer_parity_on_stdlib_text(session_home, name):
     pytest.importorskip("transformers")
-    monkeypatch.delenv("SPECZOO_HOME", raising=False)
     from speczoo.zoo.bundle import source_gguf
     from speczoo.zoo.pull import pull
     bundle = pull(name, progress=False).bundle

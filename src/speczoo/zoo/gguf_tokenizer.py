@@ -23,6 +23,7 @@ from tokenizers.models import BPE
 
 from speczoo.tokenizer import Tokenizer as SpeczooTokenizer
 from speczoo.tokenizer import byte_alphabet
+from speczoo.zoo.gguf_file import open_gguf
 
 # llama.cpp token types (gguf.TokenType): which ids become added tokens.
 CONTROL = int(gguf.TokenType.CONTROL)            # 3: special, matched whole, skipped by skip_special
@@ -199,5 +200,5 @@ def tokenizer_from_gguf(reader: gguf.GGUFReader) -> GGUFTokenizer:
 def read_tokenizer(gguf_path: Path, chat_template: str | None = None) -> SpeczooTokenizer:
     """speczoo's Tokenizer built from a GGUF file's metadata, as a pull would store it (seconds for a large
     vocabulary); `chat_template` fills a missing one."""
-    built = tokenizer_from_gguf(gguf.GGUFReader(str(gguf_path)))
+    built = tokenizer_from_gguf(open_gguf(gguf_path))
     return SpeczooTokenizer(built.tokenizer, built.config, built.chat_template or chat_template)
