@@ -14,7 +14,7 @@ from tiny_gguf import write_tiny_gguf
 
 from speczoo.errors import SpeczooError
 from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
-from speczoo.zoo.gguf_tokenizer import derive_merges, read_tokenizer
+from speczoo.zoo.gguf_tokenizer import read_tokenizer, score_merges
 from speczoo.zoo.tokparity import TokParity, stdlib_texts, tokenizer_parity
 
 SAMPLES = ["hello world", "  the in  def\n\n\tx = 1  ", "日本語のテキスト", "emoji 😀 and family 👩‍👩‍👧!",
@@ -173,9 +173,10 @@ def test_bundle_config_must_come_from_speczoo(tmp_path):
 
 # ---------------------------------------------------------------- merges derived from a vocabulary
 
-def test_derive_merges_ranks_by_token_position_then_longer_left():
+def test_score_merges_rank_by_the_built_tokens_score():
     tokens = ["a", "b", "c", "ab", "bc", "abc", "ca"]
-    assert derive_merges(tokens) == [("a", "b"), ("b", "c"), ("ab", "c"), ("a", "bc"), ("c", "a")]
+    scores = [0.0, 0.0, 0.0, -3.0, -1.0, -2.0, -5.0]       # bc before abc before ab, as llama.cpp's SPM picks
+    assert score_merges(tokens, scores) == [("b", "c"), ("a", "bc"), ("ab", "c"), ("a", "b"), ("c", "a")]
 
 
 # ---------------------------------------------------------------- parity

@@ -28,7 +28,9 @@ QWEN_MERGES = ["Ġ t", "h e", "Ġt he", "l l", "ll o", "he llo", "Ġ w", "o r", 
                "Ġ hello", "i n", "Ġ in", "d e", "de f"]
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 GEMMA_PIECES = ["▁", "h", "e", "l", "o", "w", "r", "d", "t", "i", "n", "f", "he", "ll", "llo", "hello", "▁hello",
-                "▁w", "or", "▁wor", "▁world", "▁t", "▁the", "in", "▁in", "  ", "   ", "日"]
+                "▁w", "or", "▁wor", "▁world", "▁t", "▁the", "in", "▁in", "日"]
+# Runs of spaces: user-defined tokens spelled with real spaces, right after the specials (as Gemma files have them).
+GEMMA_SPACES = ["  ", "   "]
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
 
 
@@ -44,10 +46,12 @@ def qwen_vocab() -> tuple[list[str], list[int], list[str]]:
 
 
 def gemma_vocab() -> tuple[list[str], list[int], list[float]]:
-    """(tokens, token types, scores): specials, a user-defined newline, 256 byte pieces, some pieces."""
-    tokens = GEMMA_SPECIALS + ["\n"] + [f"<0x{b:02X}>" for b in range(256)] + GEMMA_PIECES
-    types = [3] * len(GEMMA_SPECIALS) + [4] + [6] * 256 + [1] * len(GEMMA_PIECES)
-    scores = [0.0] * (len(GEMMA_SPECIALS) + 1 + 256) + [-float(i) for i in range(len(GEMMA_PIECES))]
+    """(tokens, token types, scores): specials, user-defined newline and space runs, 256 byte pieces, some
+    pieces (scores falling with position, as in Gemma files)."""
+    user = ["\n", *GEMMA_SPACES]
+    tokens = GEMMA_SPECIALS + user + [f"<0x{b:02X}>" for b in range(256)] + GEMMA_PIECES
+    types = [3] * len(GEMMA_SPECIALS) + [4] * len(user) + [6] * 256 + [1] * len(GEMMA_PIECES)
+    scores = [-1000.0] * (len(GEMMA_SPECIALS) + len(user)) + [0.0] * 256 + [-float(i) for i in range(len(GEMMA_PIECES))]
     return tokens, types, scores
 
 
