@@ -63,6 +63,25 @@ class _ReaderMetadata:
         return default if f is None else f.contents()
 
 
+@dataclass
+class _Vocab:
+    """A GGUF vocabulary as read: what each tokenizer model's builder needs."""
+
+    meta: Mapping                # every metadata key -> value
+    tokens: list[str]
+    types: list[int]
+    ids: dict[str, int | None]   # bos, eos, unknown, padding, eot, eom: the file's special ids
+    notes: list[str]             # warnings for the user, filled while building
+
+
+@dataclass
+class _Built:
+    tokenizer: Tokenizer
+    add_bos: bool                # llama.cpp's default when the file has no tokenizer.ggml.add_bos_token
+    decoding: str                # "byte_level" or "byte_fallback" (see `tokenizer_config`)
+    bos_always: bool = False     # llama.cpp adds BOS whatever the file says (Gemma 4)
+
+
 def _merge_pair(merge: str) -> tuple[str, str] | None:
     """A `tokenizer.ggml.merges` entry split as llama.cpp splits it: at the first space after the first
     character (None for an entry without one)."""
@@ -70,22 +89,36 @@ def _merge_pair(merge: str) -> tuple[str, str] | None:
     return None if cut < 0 else (merge[:cut], merge[cut + 1:])
 
 
-def _byte_level(tokens: list[str], merges: list[str], pre: PreTokenizer) -> Tokenizer:
-    """Byte-level BPE (tokenizer.ggml.model == "gpt2"), split into words by llama.cpp's regexes for `pre`."""
-    vocab = {t: i for i, t in enumerate(tokens)}   # a repeated token keeps its last id, as in llama.cpp
-    pairs: dict[tuple[str, str], None] = {}         # first occurrence ranks, as llama.cpp's map keeps it
+def _file_merges(v: _Vocab, vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """The file's merges, best first, each pair once (the first occurrence ranks, as in llama.cpp's map).
+    A merge of or into a piece the vocabulary lacks could only produce bytes llama.cpp drops: left out."""
+    merges = v.meta.get("tokenizer.ggml.merges")
+    if merges is None:
+        raise ValueError("the GGUF's BPE vocabulary has no tokenizer.ggml.merges; it cannot be used")
+    pairs: dict[tuple[str, str], None] = {}
     for m in merges:
         pair = _merge_pair(m)
-        # A merge of a piece the vocabulary lacks could only ever produce bytes llama.cpp drops: leave it out.
         if pair is not None and pair[0] in vocab and pair[1] in vocab and pair[0] + pair[1] in vocab:
             pairs.setdefault(pair)
-    tok = Tokenizer(BPE(vocab=vocab, merges=list(pairs), fuse_unk=False, byte_fallback=False,
+    return list(pairs)
+
+
+def _byte_level(v: _Vocab) -> _Built:
+    """Byte-level BPE (tokenizer.ggml.model == "gpt2"), split into words by llama.cpp's regexes for its
+    `tokenizer.ggml.pre`."""
+    name = v.meta.get("tokenizer.ggml.pre")
+    if name is None:
+        v.notes.append("the GGUF names no tokenizer.ggml.pre; splitting words as llama.cpp's 'default' does "
+                       "(llama.cpp warns that generation quality will be degraded: re-convert the model)")
+    pre = pre_tokenizer_for(name)
+    vocab = {t: i for i, t in enumerate(v.tokens)}   # a repeated token keeps its last id, as in llama.cpp
+    tok = Tokenizer(BPE(vocab=vocab, merges=_file_merges(v, vocab), fuse_unk=False, byte_fallback=False,
                         ignore_merges=pre.ignore_merges))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in SPLITS[pre.splits]]
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
-    return tok
+    return _Built(tok, add_bos=pre.add_bos, decoding="byte_level")
 
 
 def score_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
@@ -101,17 +134,47 @@ def score_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]
     return [(t[:k], t[k:]) for t in order for k in range(1, len(t)) if t[:k] in vocab and t[k:] in vocab]
 
 
-def _sentencepiece(tokens: list[str], scores: list[float], add_space_prefix: bool, unk_token: str | None) -> Tokenizer:
-    """llama.cpp's SPM tokenizer (tokenizer.ggml.model == "llama") as BPE with byte fallback."""
-    vocab = {t: i for i, t in enumerate(tokens)}
-    tok = Tokenizer(BPE(vocab=vocab, merges=score_merges(tokens, scores), unk_token=unk_token,
-                        fuse_unk=True, byte_fallback=True))
-    # llama.cpp escapes spaces as "▁" and, with add_space_prefix, puts one before each run of text that
-    # starts the input or follows a special token: the normalizer runs once per such run.
+def _escaped_bpe(vocab: dict[str, int], merges: list[tuple[str, str]], unk_id: int | None, tokens: list[str],
+                 space_prefix: bool) -> Tokenizer:
+    """BPE over text whose spaces are "▁", falling back to <0xAB> byte tokens. With `space_prefix`, a "▁"
+    goes before each run of text that starts the input or follows a special token (llama.cpp's
+    add_space_prefix): the normalizer runs once per such run."""
+    unk = tokens[unk_id] if unk_id is not None else None
+    tok = Tokenizer(BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
     escape = normalizers.Replace(" ", SPACE)
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend(SPACE), escape]) if add_space_prefix else escape
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend(SPACE), escape]) if space_prefix else escape
     tok.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
     return tok
+
+
+def _sentencepiece(v: _Vocab) -> _Built:
+    """llama.cpp's SPM tokenizer (tokenizer.ggml.model == "llama") as BPE ranked by the file's scores."""
+    scores = v.meta.get("tokenizer.ggml.scores")
+    if scores is None or len(scores) < len(v.tokens):
+        raise ValueError("the GGUF's SentencePiece vocabulary has no tokenizer.ggml.scores for every token; "
+                         "it cannot be used")
+    # llama.cpp's SentencePiece defaults: bos 1, eos 2, unk 0, a space prefix, BOS added.
+    for key, default in (("bos", 1), ("eos", 2), ("unknown", 0)):
+        if v.ids[key] is None and default < len(v.tokens):
+            v.ids[key] = default
+    vocab = {t: i for i, t in enumerate(v.tokens)}
+    tok = _escaped_bpe(vocab, score_merges(v.tokens, scores), v.ids["unknown"], v.tokens,
+                       bool(v.meta.get("tokenizer.ggml.add_space_prefix", True)))
+    return _Built(tok, add_bos=True, decoding="byte_fallback")
+
+
+def _merged_sentencepiece(v: _Vocab) -> _Built:
+    """Gemma 4's vocabulary (tokenizer.ggml.model == "gemma4"): BPE with the file's merges over "▁"-escaped
+    text split only at newline runs, byte fallback, BOS always added (llama.cpp overrides the file)."""
+    vocab = {t: i for i, t in enumerate(v.tokens)}
+    tok = _escaped_bpe(vocab, _file_merges(v, vocab), v.ids["unknown"], v.tokens,
+                       bool(v.meta.get("tokenizer.ggml.add_space_prefix", False)))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[^\n]+|\n+"), behavior="isolated")
+    return _Built(tok, add_bos=True, decoding="byte_fallback", bos_always=True)
+
+
+# tokenizer.ggml.model -> the builder of its tokenizer.
+TOKENIZER_MODELS = {"gpt2": _byte_level, "llama": _sentencepiece, "gemma4": _merged_sentencepiece}
 
 
 def _add_special_tokens(tok: Tokenizer, tokens: list[str], types: list[int], model_name: str | None) -> None:
@@ -195,44 +258,25 @@ def tokenizer_from_metadata(meta: Mapping) -> GGUFTokenizer:
     tokens = meta.get("tokenizer.ggml.tokens")
     if tokens is None or kind is None:
         raise ValueError("the GGUF has no tokenizer (tokenizer.ggml.model / tokens missing); it cannot be used")
+    if kind not in TOKENIZER_MODELS:
+        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported; speczoo reads {sorted(TOKENIZER_MODELS)} "
+                         "('gpt2': byte-level BPE, 'llama': SentencePiece, 'gemma4': Gemma 4's BPE)")
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     if len(types) != len(tokens):
         raise ValueError(f"the GGUF lists {len(tokens)} tokens but {len(types)} token types; the file is damaged")
     notes: list[str] = []
-    bos_id, eos_id, unk_id, pad_id, eot_id, eom_id = (
-        _valid_id(meta, f"tokenizer.ggml.{k}_token_id", len(tokens), notes)
-        for k in ("bos", "eos", "unknown", "padding", "eot", "eom"))
-    if kind == "gpt2":
-        merges = meta.get("tokenizer.ggml.merges")
-        if merges is None:
-            raise ValueError("the GGUF's byte-level vocabulary has no tokenizer.ggml.merges; it cannot be used")
-        pre_name = meta.get("tokenizer.ggml.pre")
-        if pre_name is None:
-            notes.append("the GGUF names no tokenizer.ggml.pre; splitting words as llama.cpp's 'default' does "
-                         "(llama.cpp warns that generation quality will be degraded: re-convert the model)")
-        pre = pre_tokenizer_for(pre_name)
-        tok = _byte_level(tokens, merges, pre)
-        add_bos_default, decoding = pre.add_bos, "byte_level"
-    elif kind == "llama":
-        scores = meta.get("tokenizer.ggml.scores")
-        if scores is None or len(scores) < len(tokens):
-            raise ValueError("the GGUF's SentencePiece vocabulary has no tokenizer.ggml.scores for every token; "
-                             "it cannot be used")
-        # llama.cpp's SentencePiece defaults: bos 1, eos 2, unk 0, a space prefix, BOS added.
-        bos_id, eos_id, unk_id = (d if i is None else i for i, d in ((bos_id, 1), (eos_id, 2), (unk_id, 0)))
-        tok = _sentencepiece(tokens, scores, bool(meta.get("tokenizer.ggml.add_space_prefix", True)),
-                             tokens[unk_id] if unk_id < len(tokens) else None)
-        add_bos_default, decoding = True, "byte_fallback"
-    else:
-        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported; speczoo reads 'gpt2' (byte-level BPE) "
-                         "and 'llama' (SentencePiece)")
+    ids = {k: _valid_id(meta, f"tokenizer.ggml.{k}_token_id", len(tokens), notes)
+           for k in ("bos", "eos", "unknown", "padding", "eot", "eom")}
+    built = TOKENIZER_MODELS[kind](_Vocab(meta, tokens, types, ids, notes))
+    tok = built.tokenizer
     _add_special_tokens(tok, tokens, types, meta.get("general.name"))
-    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", add_bos_default))
+    add_bos = built.bos_always or bool(meta.get("tokenizer.ggml.add_bos_token", built.add_bos))
     add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False))
     if add_bos or add_eos:
-        tok.post_processor = _post_processor(tokens, bos_id, eos_id, add_bos, add_eos)
-    eos_ids = eos_ids_for(eos_id, tokens, (eot_id, eom_id))
-    config = tokenizer_config(tokens, bos_id, eos_ids, add_bos, decoding, pad_id, unk_id, add_eos)
+        tok.post_processor = _post_processor(tokens, ids["bos"], ids["eos"], add_bos, add_eos)
+    eos_ids = eos_ids_for(ids["eos"], tokens, (ids["eot"], ids["eom"]))
+    config = tokenizer_config(tokens, ids["bos"], eos_ids, add_bos, built.decoding, ids["padding"], ids["unknown"],
+                              add_eos)
     return GGUFTokenizer(tokenizer=tok, config=config, chat_template=meta.get("tokenizer.chat_template"),
                          warnings=notes)
 
