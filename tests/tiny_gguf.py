@@ -55,7 +55,7 @@ def gemma_vocab() -> tuple[list[str], list[int], list[float]]:
     return tokens, types, scores
 
 
-def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool) -> int:
+def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool | str) -> int:
     if arch == "qwen2":
         tokens, types, merges = qwen_vocab()
         w.add_tokenizer_model("gpt2")
@@ -66,7 +66,7 @@ def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool) -> int:
         w.add_bos_token_id(tokens.index("<|endoftext|>"))
         w.add_eos_token_id(tokens.index("<|im_end|>"))
         w.add_add_bos_token(False)
-        if chat_template:
+        if chat_template is True:
             w.add_chat_template(CHATML)
     else:
         tokens, types, scores = gemma_vocab()
@@ -81,12 +81,15 @@ def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool) -> int:
         w.add_pad_token_id(0)
         w.add_add_bos_token(True)
         w.add_add_space_prefix(False)
+    if isinstance(chat_template, str):
+        w.add_chat_template(chat_template)
     return len(tokens)
 
 
 def write_tiny_gguf(path: Path, arch: str, seed: int = 0, tied: bool = True, quantize: bool = True,
-                    chat_template: bool = True) -> tuple[Path, dict[str, torch.Tensor]]:
-    """A tiny `arch` GGUF; returns (path, the fp32 tensors as the reader will dequantize them)."""
+                    chat_template: bool | str = True) -> tuple[Path, dict[str, torch.Tensor]]:
+    """A tiny `arch` GGUF; returns (path, the fp32 tensors as the reader will dequantize them).
+    chat_template: True writes ChatML (qwen2 only), a string writes that template, False none."""
     vocab = len(qwen_vocab()[0]) if arch == "qwen2" else len(gemma_vocab()[0])
     args = tiny_args(arch, vocab=vocab, tie_embeddings=tied)
     tensors = tiny_tensors(args, seed, tied=tied)
