@@ -1,18 +1,34 @@
-"""Token ids equal llama.cpp's: every vocabulary test llama.cpp ships (its vocab-only GGUFs with the ids it
-expects for ~47 texts each: whitespace runs, digits, CJK, Khmer, emoji, code, contractions) tokenized by
-the tokenizer speczoo builds from the same GGUF, text for text.
+"""Token ids equal llama.cpp's.
 
-The files come from llama.cpp's source tree (tests/llama_vocabs.py says where); without them these tests
-skip, saying how to fetch them; CI fetches them and fails if they are missing.
+1. Every vocabulary test llama.cpp ships (its vocab-only GGUFs with the ids it expects for ~47 texts each:
+   whitespace runs, digits, CJK, Khmer, emoji, code, contractions), tokenized by the tokenizer speczoo
+   builds from the same GGUF, text for text. The files come from llama.cpp's source tree
+   (tests/llama_vocabs.py says where); without them these tests skip, saying how to fetch them; CI
+   fetches them and fails if they are missing.
+2. (real) The real GGUFs here (SmolLM2, Qwen2.5-Coder, Gemma 3) on a multilingual + code + emoji text
+   and on 30,000 characters of Python's standard library, against the ids llama.cpp's `llama-tokenize`
+   gave for the same file (tests/data/llama_tokenize.json, recorded by benchmarks/llama_tokenize_ids.py),
+   built straight from the GGUF and again after a save/load round trip through a bundle's files.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
 from llama_vocabs import FETCH_HINT, cases, gguf_path, vocab_dir, vocab_names
+from real_ggufs import NAMES, real_gguf
 
+from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.gguf_metadata import read_gguf_metadata
-from speczoo.zoo.gguf_tokenizer import tokenizer_from_metadata
+from speczoo.zoo.gguf_tokenizer import read_tokenizer, tokenizer_from_metadata
+from speczoo.zoo.source import sha256_file
+from speczoo.zoo.tokparity import ids_digest, stdlib_texts, texts_digest
+
+DATA = Path(__file__).parent / "data"
+REGENERATE = "regenerate tests/data/llama_tokenize.json with benchmarks/llama_tokenize_ids.py"
 
 VOCABS = vocab_dir()
 # Vocabularies speczoo refuses, with the words its error must use (encoder-only models: no generation).
@@ -54,3 +70,39 @@ def test_the_oracle_catches_a_wrong_tokenizer(name, change):
         pytest.skip(ABSENT)
     meta = {**read_gguf_metadata(gguf_path(VOCABS, name)), **change}
     assert _mismatches(name, meta)
+
+
+# ---------------------------------------------------------------- the real files, against llama-tokenize
+
+def _recorded() -> dict:
+    return json.loads((DATA / "llama_tokenize.json").read_text(encoding="utf-8"))
+
+
+def _first_difference(ours: list[int], theirs: list[int]) -> str:
+    k = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours), len(theirs)))
+    return f"at id {k}: speczoo {ours[k:k + 8]} llama.cpp {theirs[k:k + 8]}"
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("name", NAMES)
+def test_real_files_ids_equal_llama_tokenize(name, tmp_path):
+    record = _recorded()
+    entry = record["models"][name]
+    path = real_gguf(name)
+    assert sha256_file(path) == entry["gguf_sha256"], f"{path} is not the file recorded; {REGENERATE}"
+    with open(DATA / "tokenizer_sample.txt", encoding="utf-8", newline="") as f:
+        sample = f.read()
+    assert hashlib.sha256(sample.encode()).hexdigest() == record["sample_sha256"], REGENERATE
+    stdlib = stdlib_texts(record["stdlib_chars"])
+    assert texts_digest(stdlib) == record["stdlib_sha256"], f"this Python's standard library differs; {REGENERATE}"
+    built = read_tokenizer(path)
+    built.save(tmp_path)
+    for tok in (built, Tokenizer.from_bundle(tmp_path)):
+        expected = [int(i) for i in entry["sample_ids"].split()]
+        ids = tok.encode(sample)
+        assert ids == expected, _first_difference(ids, expected)
+        assert tok.decode(ids) == sample
+        dec = tok.incremental_decoder()
+        assert "".join(dec.feed(i) for i in ids) + dec.flush() == sample        # streamed, never half a char
+        stdlib_ids = [tok.encode(t) for t in stdlib]
+        assert (sum(map(len, stdlib_ids)), ids_digest(stdlib_ids)) == (entry["stdlib_ids"], entry["stdlib_digest"])
