@@ -37,6 +37,11 @@ def vocab_names(d: Path) -> list[str]:
                   if p.with_suffix(".out").is_file())
 
 
+def all_vocab_names(d: Path) -> list[str]:
+    """NAME of every ggml-vocab-NAME.gguf, with or without test texts."""
+    return sorted(p.name[len("ggml-vocab-"):-len(".gguf")] for p in d.glob("ggml-vocab-*.gguf"))
+
+
 def gguf_path(d: Path, name: str) -> Path:
     return d / f"ggml-vocab-{name}.gguf"
 

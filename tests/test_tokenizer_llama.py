@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 import pytest
-from llama_vocabs import FETCH_HINT, cases, gguf_path, vocab_dir, vocab_names
+from llama_vocabs import FETCH_HINT, all_vocab_names, cases, gguf_path, vocab_dir, vocab_names
 from real_ggufs import NAMES, real_gguf
 
 from speczoo.tokenizer import Tokenizer
@@ -32,7 +32,7 @@ REGENERATE = "regenerate tests/data/llama_tokenize.json with benchmarks/llama_to
 
 VOCABS = vocab_dir()
 # Vocabularies speczoo refuses, with the words its error must use (encoder-only models: no generation).
-UNSUPPORTED = {"bert-bge": "'bert' is not supported"}
+UNSUPPORTED = {"bert-bge": "'bert' is not supported", "nomic-bert-moe": "'t5' is not supported"}
 ABSENT = f"llama.cpp's vocabulary tests are not here; to run these tests: {FETCH_HINT}"
 
 
@@ -57,6 +57,23 @@ def test_ids_equal_llama_cpp(name):
         return
     bad = _mismatches(name, meta)
     assert not bad, f"{len(bad)} of {len(cases(VOCABS, name))} texts differ from llama.cpp:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", all_vocab_names(VOCABS) if VOCABS else ["(absent)"])
+def test_bos_eos_and_ends_of_generation_equal_llama_cpp(name):
+    """What the vocabulary tests leave out: the BOS/EOS llama.cpp adds (its ids for "Hello world" with
+    specials) and the ids that end a generation there (llama-tokenize's, recorded)."""
+    if VOCABS is None:
+        pytest.skip(ABSENT)
+    meta = read_gguf_metadata(gguf_path(VOCABS, name))
+    if name in UNSUPPORTED:
+        with pytest.raises(ValueError, match=UNSUPPORTED[name]):
+            tokenizer_from_metadata(meta)
+        return
+    expected = _recorded()["vocabs"][name]
+    built = tokenizer_from_metadata(meta)
+    assert built.tokenizer.encode("Hello world").ids == [int(i) for i in expected["with_specials"].split()]
+    assert sorted(built.config["eos_ids"]) == [int(i) for i in expected["eog"].split()]
 
 
 @pytest.mark.parametrize("name, change", [
