@@ -111,7 +111,8 @@ def _raise_exception(message):
 
 def chat_environment() -> ImmutableSandboxedEnvironment:
     """The sandboxed jinja2 environment chat templates run in, with the helpers HF templates expect."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationTag])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols", _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -201,14 +202,14 @@ class Tokenizer:
     def chat_template_problem(self) -> str | None:
         """Why the chat template cannot render even a one-message chat (None when it renders one of
         TEMPLATE_PROBES): what a pull checks before it keeps a template."""
-        problems = []
+        first = None
         for probe in TEMPLATE_PROBES:
             try:
                 self.apply_chat_template(probe)
                 return None
             except ChatTemplateError as exc:
-                problems.append(str(exc))
-        return problems[0]
+                first = first or str(exc)
+        return first
 
     def builtin_template_name(self) -> str | None:
         """The builtin template whose turn markers this vocabulary holds (None: none of them)."""

@@ -10,7 +10,8 @@ llama.cpp's for the same text (checked against llama.cpp's own vocabulary tests 
 - `llama` (SentencePiece: Llama 2, TinyLlama, Mistral v0.1-0.3, Phi-3, Gemma): llama.cpp's SPM
   tokenizer, which merges the pair that makes the highest-scored token first, as BPE whose merges are
   ranked by the file's scores; characters outside the vocabulary fall back to <0xAB> byte tokens; a
-  space is prefixed to every text run after a special token when `add_space_prefix` (default on).
+  space is prefixed to every text run after a special token when `add_space_prefix` (default on);
+- `gemma4`: BPE with the file's merges over "▁"-escaped text split at newline runs, byte fallback.
 
 Special tokens follow llama.cpp: CONTROL and UNKNOWN tokens (and every end-of-generation text, see
 `zoo.gguf_specials`) are special, USER_DEFINED ones are matched whole and decoded as text, all as
