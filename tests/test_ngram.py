@@ -4,7 +4,7 @@ import pytest
 
 from speczoo.decoding.drafters.ngram import NgramDrafter, NgramIndex
 from speczoo.decoding.types import Draft
-from speczoo.decoding.verify import verify_greedy
+from speczoo.decoding.verify.greedy import verify_greedy
 
 
 def test_empty_history_proposes_nothing():

@@ -24,7 +24,7 @@ from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.engine import MAX_K, Engine
 from reference import (HashOracle, NoisyOracle, OracleModel, TokenCache,
                                     reference_greedy)
-from speczoo.decoding.tree import TreeLayout
+from speczoo.decoding.verify.tree import TreeLayout
 from speczoo.decoding.types import Draft
 from test_engine_sampling import PARAMS, PROMPT, V, exact_joint
 from test_verify_sampling import chi_square_p
@@ -158,7 +158,7 @@ def test_tree_path_equals_chain_path_when_the_tree_is_a_chain(arch):
         tree_cache = [t[:, :eng.cache.length].clone() for t in eng.cache.k]
         eng.cache.truncate(7)
         chain_logits = eng._forward([3] + tokens)
-        from speczoo.decoding.verify import verify_greedy
+        from speczoo.decoding.verify.greedy import verify_greedy
         chain = verify_greedy(Draft(tokens=tokens), chain_logits.argmax(-1).tolist())
         eng.cache.truncate(7 + 1 + chain.accepted)
         assert (verdict.accepted, verdict.path, verdict.next_token) == \

@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from speczoo.sampling import sample
-from speczoo.decoding.tree import TreeLayout
-from speczoo.decoding.tree_sampling import verify_tree_sampling
+from speczoo.decoding.verify.rejection import verify_tree_sampling
+from speczoo.decoding.verify.tree import TreeLayout
 from speczoo.decoding.types import Draft, Verdict
 from test_verify_sampling import L, N_SEQ, P_THRESHOLD, Oracle, lossless_p_values, oracles
 

@@ -25,8 +25,8 @@ from torch import Tensor
 from speczoo.events import SamplingParams
 from speczoo.sampling import probs as sampling_probs
 from speczoo.decoding.types import Draft, Verdict
-from speczoo.decoding.verify import verify_greedy
-from speczoo.decoding.verify_sampling import verify_sampling
+from speczoo.decoding.verify.greedy import verify_greedy
+from speczoo.decoding.verify.rejection import verify_sampling
 
 N_SEQ = 10_000
 L = 3

@@ -9,7 +9,7 @@ and runs one forward over:
     first served), so a long prompt does not stall the streams that already decode;
   * every other sequence's round: [a0] + its draft, a chain or a token tree, from round.plan.
 After the forward each sequence judges its own logits rows with the same code as the single engine
-(decoding/judge.py: greedy, or rejection sampling with its own generator), rolls back its own slot and
+(decoding/engine.py's `conclude`: greedy, or rejection sampling with its own generator), rolls back its own slot and
 settles the round (round.settle); the `Round`s, and a `Finished` at the end, wait in its `events`. A
 cancelled sequence leaves at the next step and frees its slot.
 
@@ -49,11 +49,10 @@ from torch import Tensor
 from speczoo.events import GenerationRequest
 from speczoo.slots import Feed, SlotCache, forward_batch
 from speczoo.decoding.batch_costs import batch_view
-from speczoo.decoding.engine import Engine
-from speczoo.decoding.judge import conclude, first_token
+from speczoo.decoding.engine import Engine, conclude, first_token
 from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.round import Finished, Generation, Plan, Round, plan, settle
-from speczoo.decoding.tree import TreeLayout
+from speczoo.decoding.verify.tree import TreeLayout
 from speczoo.decoding.types import MAX_K
 
 CHUNK = 128        # prompt rows per step, over every sequence still prefilling
@@ -102,7 +101,7 @@ class Sequence:
 
 
 class _Slot:
-    """One slot of a SlotCache as the rollback of decoding/judge.py sees it."""
+    """One slot of a SlotCache as the rollback of `conclude` (decoding/engine.py) sees it."""
 
     def __init__(self, cache: SlotCache, slot: int):
         self.cache, self.slot = cache, slot

@@ -7,7 +7,7 @@ the accepted length (O(1)) and the drafter is told what survived. Plain decoding
 K = 0, so greedy and speculative runs share every line of code but the draft.
 
 A token-tree draft (Draft.parents, not a chain) takes one detour: its N nodes go through one target
-forward with the tree attention mask and tree positions (decoding/tree.py), the tree verify picks a root
+forward with the tree attention mask and tree positions (decoding/verify/tree.py), the tree verify picks a root
 path, and the path's K/V rows are compacted next to the prefix before the truncation. Chains, and
 trees that are chains, never take it.
 
@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import torch
+from torch import Tensor
 
 from speczoo.events import GenerationRequest, Stats
 from speczoo import sampling
@@ -31,10 +33,42 @@ from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.policy import make_policy
 from speczoo.decoding.prompt_checks import check_fits
 from speczoo.decoding.round import Finished, Generation, Plan, Round, run_round
-from speczoo.decoding.judge import conclude, first_token
-from speczoo.decoding.tree import TreeLayout
 from speczoo.decoding.types import MAX_K, Verdict
+from speczoo.decoding.verify.judge import judge, kept_rows
+from speczoo.decoding.verify.tree import TreeLayout
 
+
+class Rollback(Protocol):
+    """What `conclude` needs of a cache: positions count from the sequence's own start (a KVCache, or
+    one slot of a SlotCache)."""
+
+    def truncate(self, n: int) -> None: ...
+
+    def compact(self, src: list[int], dst: int) -> None: ...
+
+
+def first_token(g: Generation, logits: Tensor) -> None:
+    """The prefill's last logits row [1, V] chose a0 (argmax, or a draw from the request's generator)."""
+    g.start(sampling.pick(logits, g.sampling, g.rng).tolist()[0])
+
+
+def conclude(g: Generation, plan: Plan, logits: Tensor, hidden: list[Tensor], cache: Rollback, base: int,
+             layout: TreeLayout | None = None) -> tuple[Verdict, int]:
+    """The end of a round's verify, shared by the engine and the batch: the verdict on [a0] + plan.draft
+    (decoding/verify/judge.py), the cache rolled back to `base` + a0 + the accepted tokens (a tree's
+    accepted path first moved next to the prefix), and the committed rows' features handed to the
+    drafters that read them. Returns the verdict and how many draft tokens the target judged.
+
+    logits: [S, V] the verify forward's logits (S = K + 1, or the tree's N + 1 rows of `layout`).
+    hidden: the forward's hidden states [S, D] at g.taps.layers ([] when no drafter reads any).
+    cache:  the sequence's cache; base: its length before the forward (a0 went to position base).
+    """
+    verdict, judged = judge(plan.draft, logits, g.sampling, g.rng, layout)
+    if layout is not None:
+        cache.compact([base + 1 + i for i in verdict.path], base + 1)
+    cache.truncate(base + 1 + verdict.accepted)
+    g.taps.send(hidden, kept_rows(verdict, layout))
+    return verdict, judged
 
 
 class Engine:

@@ -28,9 +28,9 @@ from speczoo.events import SamplingParams, Stats
 from speczoo.decoding.calibrate import CostMeter
 from speczoo.decoding.controller import NONE, Controller
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
-from speczoo.decoding.tree import TreeLayout, head, is_chain, verify_tree_greedy
 from speczoo.decoding.types import Draft, Verdict
-from speczoo.decoding.verify import verify_greedy
+from speczoo.decoding.verify.greedy import verify_greedy, verify_tree_greedy
+from speczoo.decoding.verify.tree import TreeLayout, is_chain
 
 RECALIBRATE_EVERY = 4   # rounds between handing the controller re-calibrated costs
 NO_TAPS = FeatureTaps(())
@@ -150,7 +150,7 @@ def plan(g: Generation) -> Plan:
         return Plan(NONE, Draft(tokens=[]))
     k = min(choice.k, remaining - 1)
     t = time.perf_counter()
-    draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
+    draft = drafters[choice.drafter].propose(ctx, k, choice.floors).truncated(k)
     if g.meter is not None and lags[choice.drafter] <= 2:      # in step: no catch-up
         g.meter.draft(choice.drafter, draft.k if draft.work is None else draft.work, time.perf_counter() - t)
     return Plan(choice.drafter, draft, is_chain(draft.parents))
