@@ -1,5 +1,5 @@
 """What a round costs outside the target's forward, in target decode steps: the controller's
-`round_overhead` (decoding/cost.py), measured.
+`round_overhead` (decoding/pricing/cost.py), measured.
 
     python -m benchmarks.round_overhead [--model qwen2.5-coder-1.5b] [--specs off,ngram] [--gen 96]
 

@@ -15,9 +15,9 @@ from speczoo.events import GenerationRequest, SamplingParams
 from speczoo.models.args import ModelArgs
 from speczoo.slots import SlotCache
 from speczoo.decoding.batch import BatchEngine
-from speczoo.decoding.batch_costs import batch_view
+from speczoo.decoding.pricing.batch_view import batch_view
 from speczoo.decoding.controller import Controller
-from speczoo.decoding.cost import Costs, CvCurve, best_k
+from speczoo.decoding.pricing.cost import Costs, CvCurve, best_k
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.engine import MAX_K, Engine

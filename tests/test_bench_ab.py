@@ -97,7 +97,7 @@ def test_auto_without_the_head_is_auto_with_the_eagle_drafters_left_out_for_its_
 
 def test_draft_replay_charges_fixed_k_and_floors_as_the_engine_would():
     from benchmarks.draft_replay import Teacher, replay
-    from speczoo.decoding.cost import Costs
+    from speczoo.decoding.pricing.cost import Costs
 
     out = list(range(20))
     free = Costs(cv=1.0, draft_cost={"draft": 0.0})

@@ -1,21 +1,23 @@
 """Online cost calibration: running means of measured forwards and drafts, back into the controller's Costs."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from speczoo.events import GenerationRequest
 from speczoo.decoding.round import Finished
-from speczoo.decoding.calibrate import CostMeter
-from speczoo.decoding.cost import Costs
-from speczoo.decoding.cost import CvCurve
+from speczoo.decoding.pricing.calibrate import CostMeter
+from speczoo.decoding.pricing.cost import Costs
+from speczoo.decoding.pricing.cost import CvCurve
+from speczoo.decoding.tuning import PRICING
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
 from reference import HashOracle, OracleModel, TokenCache, reference_greedy
 
 PROFILE = Costs(cv=CvCurve.measured({1: 30.0, 2: 30.6, 3: 31.8, 5: 36.0, 9: 54.0}),
-                draft_cost={"ngram": 0.0, "draft": 0.25}, round_overhead=0.02, step_ms=30.0,
-                rows={"draft": {1: 1.0, 9: 2.5}})
+                draft_cost={"ngram": 0.0, "draft": 0.25}, round_overhead=0.02, step_ms=30.0)
 
 
 def test_without_observations_the_profile_stands():
@@ -23,7 +25,6 @@ def test_without_observations_the_profile_stands():
     assert [round(c.cv(s), 6) for s in (1, 2, 3, 5, 9)] == [1.0, 1.02, 1.06, 1.2, 1.8]
     assert c.draft_cost == pytest.approx({"ngram": 0.0, "draft": 0.25})
     assert c.step_ms == pytest.approx(30.0) and c.round_overhead == 0.02
-    assert c.rows["draft"](9) == 2.5           # the draft's own row costs ride along
 
 
 def test_observed_forwards_and_drafts_replace_the_profile():
@@ -81,7 +82,7 @@ def test_noise_never_makes_more_tokens_cheaper():
 
 
 def test_running_means_follow_the_machine():
-    m = CostMeter(PROFILE, half_life=4)
+    m = CostMeter(PROFILE, dataclasses.replace(PRICING, half_life=4))
     for _ in range(40):
         m.forward(1, 0.030)
     for _ in range(16):

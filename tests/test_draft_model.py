@@ -157,7 +157,7 @@ def test_confidence_floors_stop_the_draft():
 
 def test_confidence_stops_stay_lossless():
     """A priced draft step gives the draft model floors (it stops on low confidence); output unchanged."""
-    from speczoo.decoding.cost import Costs
+    from speczoo.decoding.pricing.cost import Costs
 
     rng = random.Random(11)
     short = 0

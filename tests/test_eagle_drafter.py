@@ -253,7 +253,7 @@ def test_chain_stops_on_its_confidence(trained):
     stopped = d.propose(ctx, 5, floors=(1.0,) * 4)          # no product of probabilities reaches 1.0
     assert stopped.tokens == full.tokens[:1] and d.cache.length == len(ctx) - 1
     assert feed(head, model, args, ctx).propose(ctx, 5, floors=(0.0,) * 4).tokens == full.tokens
-    from speczoo.decoding.cost import Costs
+    from speczoo.decoding.pricing.cost import Costs
     eng = engine(model, args, head)
     plain = run(eng, prompt_ids=PROMPT, max_new_tokens=40)
     eng.costs = Costs(cv={1: 1.0, 2: 1.05, 9: 1.6}, draft_cost={"eagle": 0.05})

@@ -14,7 +14,7 @@ import torch
 from speczoo.events import GenerationRequest, SamplingParams
 from speczoo.decoding.round import Finished
 from speczoo.sampling import probs
-from speczoo.decoding.cost import Costs
+from speczoo.decoding.pricing.cost import Costs
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine

@@ -7,8 +7,8 @@ import random
 import torch
 
 from speczoo.events import SamplingParams
-from speczoo.decoding.cost import Costs
-from speczoo.decoding.cost import CvCurve
+from speczoo.decoding.pricing.cost import Costs
+from speczoo.decoding.pricing.cost import CvCurve
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.guess import Guesser
 from speczoo.decoding.drafters.ngram import NgramIndex

@@ -101,13 +101,14 @@ def test_match_length_extends_backwards_up_to_the_cap():
     idx.extend(seq + [77] + seq)
     start = idx.longest()[-1]
     assert start == 40                                   # right after the first copy
-    assert idx.match_length(start) == 16                 # capped (MATCH_CAP)
+    assert idx.match_length(start) == 16                 # capped (Drafting.match_cap)
     assert idx.match_length(start, cap=100) == 40
     assert NgramIndex(2).longest() == []
 
 
 def test_every_situation_has_a_prior():
-    from speczoo.decoding.drafters.ngram import SITUATION_PRIORS
+    from speczoo.decoding.tuning import DRAFTING
+    SITUATION_PRIORS = DRAFTING.situation_priors
     bands, kinds = ("1", "2-3", "4-7", "8+"), ("agree", "mixed")
     assert set(SITUATION_PRIORS) == {f"{b}/{k}" for b in bands for k in kinds}
     assert all(0 < a < 1 for a in SITUATION_PRIORS.values())

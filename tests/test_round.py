@@ -18,7 +18,7 @@ from tiny_gguf import write_tiny_gguf
 from benchmarks.auto_replay import Recording, replay as auto_replay
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
-from speczoo.decoding.cost import Costs, CvCurve
+from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.drafters.base import FeatureTaps
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter

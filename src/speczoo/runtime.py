@@ -21,13 +21,15 @@ from speczoo.kernels import native
 from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs
 from speczoo.decoding.drafters.eagle import TreeShape
+from speczoo.decoding.drafters.draft_model import reduced_head
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.eagle_heads import EagleHeads
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
+from speczoo.decoding.tuning import BATCHING
 from speczoo.decoding.types import MAX_K
-from speczoo.decoding.costprofile import runtime_costs
+from speczoo.decoding.pricing.profile import runtime_costs
 from speczoo.decoding.engine import Engine
-from speczoo.decoding.batch import CHUNK, BatchEngine
+from speczoo.decoding.batch import BatchEngine
 from speczoo.decoding.modes import SpecMode
 from speczoo.decoding.prompt_checks import check_ids
 from speczoo.slots import SlotCache
@@ -103,12 +105,13 @@ class Runtime:
         if draft is not None:
             from speczoo.decoding.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
-        costs = runtime_costs(target, draft, remeasure=remeasure_costs)
+        costs, draft_costs = runtime_costs(target, draft, remeasure=remeasure_costs, draft_head=reduced_head)
+        costs = costs.priced({"ngram": 0.0, "ngram-tree": 0.0, **({"draft": draft_costs.step} if draft_costs else {})})
         drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
                     "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
         if draft is not None:
             from speczoo.decoding.drafters.draft_model import make_draft_drafter
-            drafters["draft"] = make_draft_drafter(draft, target, max_seq, rows=costs.rows["draft"])
+            drafters["draft"] = make_draft_drafter(draft, target, max_seq, rows=draft_costs.rows)
         self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend,
                                 default=eagle_head)
         if self.eagle.default is not None:
@@ -133,7 +136,7 @@ class Runtime:
     def _check_ids(self, request: GenerationRequest) -> None:
         check_ids(request.prompt_ids, self.vocab_size, self.name)
 
-    def batch(self, n_slots: int, chunk: int = CHUNK) -> TextBatch:
+    def batch(self, n_slots: int, chunk: int = BATCHING.chunk) -> TextBatch:
         """Up to `n_slots` requests at once in one target forward per step (continuous batching,
         decoding/batch.py), each in a KV slot of `slot_bytes()`, `chunk` prompt rows per step; the same
         TokenEvent / DoneEvent stream per request as `generate`. Shares this runtime's model: use one

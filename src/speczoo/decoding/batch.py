@@ -20,7 +20,7 @@ order. So every sequence emits exactly the ids of its solo `Engine` run, and a s
 same samples, whatever joins or leaves around it (tests/test_batch.py).
 
 Pricing: a greedy (or unseeded) sequence's controller sees its round's price on top of the step's
-other rows (decoding/batch_costs.py). A seeded sampled sequence keeps the loaded profile, as alone:
+other rows (decoding/pricing/batch_view.py). A seeded sampled sequence keeps the loaded profile, as alone:
 its samples depend on which draft tokens meet which random numbers, and must not depend on the batch.
 
 Limits: drafters that keep their state per request run in a batch (`batchable`: prompt lookup). The
@@ -48,14 +48,14 @@ from torch import Tensor
 
 from speczoo.events import GenerationRequest
 from speczoo.slots import Feed, SlotCache, forward_batch
-from speczoo.decoding.batch_costs import batch_view
+from speczoo.decoding.pricing.batch_view import batch_view
 from speczoo.decoding.engine import Engine, conclude, first_token
 from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.round import Finished, Generation, Plan, Round, plan, settle
 from speczoo.decoding.verify.tree import TreeLayout
+from speczoo.decoding.tuning import BATCHING
 from speczoo.decoding.types import MAX_K
 
-CHUNK = 128        # prompt rows per step, over every sequence still prefilling
 BATCHABLE = frozenset({"ngram", "ngram-tree"})   # drafters whose factories build all their state per request
 LEASED = "draft"   # the drafter with one cache across requests that the batch lends to one sequence at a time
 
@@ -131,7 +131,8 @@ class BatchEngine:
     of the batch (each slot holds engine.max_seq + MAX_K + 1 tokens at least); chunk: prompt rows per step;
     batchable: the drafters that may run in a batch."""
 
-    def __init__(self, engine: Engine, slots: SlotCache, chunk: int = CHUNK, batchable: frozenset[str] = BATCHABLE):
+    def __init__(self, engine: Engine, slots: SlotCache, chunk: int = BATCHING.chunk,
+                 batchable: frozenset[str] = BATCHABLE):
         if slots.slot_capacity < engine.max_seq + MAX_K + 1:
             raise ValueError(f"a slot holds {slots.slot_capacity} tokens; a request may need "
                              f"{engine.max_seq + MAX_K + 1} (max_seq + a verify of MAX_K + 1 rows)")

@@ -26,8 +26,9 @@ from torch import Tensor
 
 from speczoo.events import GenerationRequest, Stats
 from speczoo import sampling
-from speczoo.decoding.calibrate import CostMeter
-from speczoo.decoding.cost import Costs
+from speczoo.decoding.pricing.calibrate import CostMeter
+from speczoo.decoding.pricing.cost import Costs
+from speczoo.decoding.tuning import PRICING
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
 from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.policy import make_policy
@@ -80,7 +81,7 @@ class Engine:
             offered later with `offer`.
     costs:  measured costs (target c_v curve, draft cost per token) for the per-round controller; with
             their step_ms known, greedy requests re-calibrate them from this engine's own timings as they
-            run (decoding/calibrate.py), across requests; seeded sampled requests keep them as loaded.
+            run (decoding/pricing/calibrate.py), across requests; seeded sampled requests keep them as loaded.
     auto_excludes: drafters the "auto" mode does not offer the controller.
     """
 
@@ -93,17 +94,18 @@ class Engine:
         self.eos = frozenset(eos_ids)
         self.max_seq = max_seq
         self.costs = costs            # measured c_v curve and draft costs for the controller
+        self.pricing = PRICING        # how `meter` calibrates them (a bench may set another Pricing)
         self._meter: CostMeter | None = None
         self.auto_excludes = auto_excludes   # drafters "auto" leaves out (still usable by name)
 
     @property
     def meter(self) -> CostMeter | None:
         """The online calibration of `costs` (None without costs or their step_ms); it starts afresh
-        when `costs` is replaced."""
+        when `costs` or `pricing` is replaced."""
         if self.costs is None or self.costs.step_ms is None:
             return None
-        if self._meter is None or self._meter.profile is not self.costs:
-            self._meter = CostMeter(self.costs)
+        if self._meter is None or self._meter.profile is not self.costs or self._meter.pricing is not self.pricing:
+            self._meter = CostMeter(self.costs, self.pricing)
         return self._meter
 
     def offer(self, name: str, factory: Callable[[GenerationRequest], Drafter],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from speczoo.events import GenerationRequest
 from speczoo.decoding.controller import Controller
-from speczoo.decoding.cost import Costs
+from speczoo.decoding.pricing.cost import Costs
 from speczoo.decoding.drafters.base import Drafter
 
 

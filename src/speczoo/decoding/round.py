@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 import torch
 
 from speczoo.events import SamplingParams, Stats
-from speczoo.decoding.calibrate import CostMeter
+from speczoo.decoding.pricing.calibrate import CostMeter
 from speczoo.decoding.controller import NONE, Controller
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
 from speczoo.decoding.types import Draft, Verdict
 from speczoo.decoding.verify.greedy import verify_greedy, verify_tree_greedy
 from speczoo.decoding.verify.tree import TreeLayout, is_chain
 
-RECALIBRATE_EVERY = 4   # rounds between handing the controller re-calibrated costs
 NO_TAPS = FeatureTaps(())
 
 
@@ -131,7 +130,7 @@ def run_round(g: Generation, verify: Verifier) -> Round:
     r = settle(g, p, verdict, judged)
     if g.meter is not None:
         g.meter.forward(1 + p.draft.k, time.perf_counter() - t)
-        if (g.stats.rounds - 1) % RECALIBRATE_EVERY == 0:
+        if g.meter.due(g.stats.rounds):
             g.policy.use_costs(g.meter.costs())
     return r
 
@@ -151,7 +150,7 @@ def plan(g: Generation) -> Plan:
     k = min(choice.k, remaining - 1)
     t = time.perf_counter()
     draft = drafters[choice.drafter].propose(ctx, k, choice.floors).truncated(k)
-    if g.meter is not None and lags[choice.drafter] <= 2:      # in step: no catch-up
+    if g.meter is not None and g.meter.in_step(lags[choice.drafter]):      # no catch-up in its time
         g.meter.draft(choice.drafter, draft.k if draft.work is None else draft.work, time.perf_counter() - t)
     return Plan(choice.drafter, draft, is_chain(draft.parents))
 

@@ -23,7 +23,7 @@ class Draft:
     parents: for a token tree, parents[i] is the index of node i's parent in `tokens` (-1: the root,
             i.e. the last committed token); None for a chain.
     work:   what proposing it took, in the drafter's own steps (a draft model: its forwards, each
-            counted at its cost over its rows; decoding/calibrate.py prices a step from it); None: one
+            counted at its cost over its rows; decoding/pricing/calibrate.py prices a step from it); None: one
             step per token.
     """
 

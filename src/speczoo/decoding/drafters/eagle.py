@@ -33,13 +33,14 @@ from speczoo import sampling
 from speczoo.events import GenerationRequest, SamplingParams
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.eagle.head import EagleHead
+from speczoo.decoding.tuning import DRAFTING
 from speczoo.decoding.types import MAX_K, Draft
 
 
 @dataclass(frozen=True)
 class TreeShape:
-    depth: int = 6          # longest path proposed
-    branch: int = 4         # children tried per expanded node, and nodes expanded per depth
+    depth: int = DRAFTING.eagle_tree_depth      # longest path proposed
+    branch: int = DRAFTING.eagle_tree_branch    # children tried per expanded node, and nodes expanded per depth
 
 
 @dataclass
