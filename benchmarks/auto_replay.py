@@ -250,15 +250,14 @@ def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recor
     from speczoo.cache import KVCache
     from speczoo.runtime import load
     from speczoo.decoding.drafters.eagle import TreeShape
-    from speczoo.eagle_heads import EagleHeads
+    from speczoo.eagle_drafters import head_step_cost, load_for
+    from speczoo.zoo.heads import find_head
 
     depth, branch = (int(x) for x in tree.split(","))
     t = load(target)
-    heads = EagleHeads(target, t.model, max_seq=4096, backend=t.backend)
-    entry = heads.resolve("eagle:" + head_name)
-    head = heads.head(entry)
+    head = load_for(find_head(head_name), t.model, target, t.backend)
     if step is None:
-        step = heads.step_cost(entry)
+        step = head_step_cost(head, t.model, t.model.args)
     print(f"EAGLE head {head_name}: a draft step costs {step:.3f} target steps", flush=True)
     out = {}
     for name, rec in recs.items():

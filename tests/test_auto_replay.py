@@ -27,6 +27,7 @@ from speczoo.events import GenerationRequest
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
 from speczoo.decoding.engine import MAX_K, Engine
 from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and a head trained on it)
+from offered import offered
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
@@ -92,7 +93,7 @@ def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # noqa: F811
     model, args, head = trained
     name = "eagle" if tree is None else "eagle-tree"
     factory = make_eagle_drafter(head, 128, tree)
-    eng = Engine(model, KVCache(args, 128, extra=MAX_K + 1), {name: factory}, eos_ids=[],
+    eng = Engine(model, KVCache(args, 128, extra=MAX_K + 1), offered({name: factory}), eos_ids=[],
                  max_seq=128)
     *events, done = eng.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=40, spec=name, k=6))
     live = [(e.drafter, e.accepted) for e in events if e.ids]

@@ -71,27 +71,30 @@ def test_drafters_bench_interleaves_modes_and_checks_every_run():
 
 
 def test_auto_without_the_head_is_auto_with_the_eagle_drafters_left_out_for_its_runs_only():
-    from types import SimpleNamespace
-
     from fake_runtime import FakeRuntime
 
     from benchmarks.drafters import NOEAGLE, interleaved
 
+    from speczoo.decoding.drafters.registry import BUILTIN
+    from speczoo.decoding.engine import Engine
+
     rt = FakeRuntime()
-    rt.engine = SimpleNamespace(auto_excludes=frozenset({"ngram-tree"}))
+    specs = [s.with_factory(lambda req: None) for s in BUILTIN]
+    rt.engine = Engine(None, None, specs, [], 64)
+    engine = rt.engine
     seen = []
     real = rt.generate
 
     def spy(req):
-        seen.append((req.spec, rt.engine.auto_excludes))
+        seen.append((req.spec, tuple(n for n, s in rt.engine.drafters.items() if s.auto)))
         return real(req)
 
     rt.generate = spy
     res = interleaved(rt, rt.tokenizer.encode("hello"), ["auto", NOEAGLE], k=4, gen=20, runs=2)
     assert {s for s, _ in seen} == {"off", "auto"}
-    assert ("auto", frozenset({"ngram-tree"})) in seen
-    assert ("auto", frozenset({"ngram-tree", "eagle", "eagle-tree"})) in seen
-    assert rt.engine.auto_excludes == frozenset({"ngram-tree"})          # restored after each run
+    assert ("auto", ("ngram", "draft", "eagle")) in seen
+    assert ("auto", ("ngram", "draft")) in seen
+    assert rt.engine is engine and engine.drafters["eagle"].auto          # restored after each run
     assert res[NOEAGLE].lossless and len(res[NOEAGLE].tok_s) == 2
 
 

@@ -18,6 +18,7 @@ from speczoo.decoding.tuning import PRICING
 from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.engine import Engine
+from offered import offered
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
@@ -74,7 +75,7 @@ def test_stale_ab_shows_a_drafter_priced_in_a_burst_coming_back_only_with_fading
 
     costs = Costs(cv=CvCurve.measured({1: 10.0, 2: 10.1, 5: 10.4, 9: 11.0}), draft_cost={"draft": 0.05},
                   round_overhead=0.02, step_ms=10.0)
-    engine = Engine(target, TokenCache(400), {"draft": factory}, [], 200, costs=costs)
+    engine = Engine(target, TokenCache(400), offered({"draft": factory}), [], 200, costs=costs)
     prompts = [[1 + 3 * i, 2 + 3 * i, 3 + 3 * i] for i in range(4)]
     results = stale_ab.measure(engine, prompts, 40, [8.0, math.inf], 1, burst)
     assert engine.pricing is PRICING                                          # restored

@@ -11,6 +11,7 @@ from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
 from reference import (HashOracle, MarkovOracle, NoisyOracle, OracleModel,
+from offered import offered
                                     TokenCache, reference_greedy)
 
 
@@ -25,7 +26,7 @@ def engine_with_draft(target_oracle, draft_oracle, max_seq=200):
 
     drafters = {"ngram": lambda req: NgramDrafter(req.ngram), "draft": factory}
     target = OracleModel(target_oracle)
-    return Engine(target, TokenCache(max_seq + 80), drafters, [], max_seq), target, draft_model, draft_cache
+    return Engine(target, TokenCache(max_seq + 80), offered(drafters), [], max_seq), target, draft_model, draft_cache
 
 
 def generate(eng, **kw):

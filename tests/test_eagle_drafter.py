@@ -16,6 +16,7 @@ from speczoo.training.eagle.train import TrainConfig
 from speczoo.decoding.eagle.io import load_head
 from speczoo.decoding.engine import MAX_K, Engine
 from tiny import tiny_model, tiny_tensors
+from offered import offered
 
 VOCAB = 128
 INVARIANT = "fp32-rows"
@@ -47,7 +48,7 @@ def trained(tmp_path_factory):
 
 def engine(model, args, head, tree=None, max_seq=128) -> Engine:
     return Engine(model, KVCache(args, max_seq, extra=MAX_K + 1),
-                  {"eagle": make_eagle_drafter(head, max_seq, tree)}, eos_ids=[], max_seq=max_seq)
+                  offered({"eagle": make_eagle_drafter(head, max_seq, tree)}), eos_ids=[], max_seq=max_seq)
 
 
 def run(eng, **kw) -> Finished:
@@ -193,7 +194,7 @@ class StubTokenizer:
 
 def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
     """A runtime over a target with an installed head offers eagle and eagle-tree (auto too), all
-    lossless; an unknown head name fails before any event."""
+    lossless; a head the runtime did not load fails before any event, an unknown one at load."""
     from speczoo.errors import UnknownModelError
     from speczoo.runtime import LoadedModel, Runtime
     from speczoo.zoo.heads import install_head
@@ -205,7 +206,7 @@ def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
                          backend=INVARIANT)
     rt = Runtime(loaded, max_seq=128)
     assert {"eagle", "eagle-tree"} <= set(rt.spec_modes)
-    assert rt.engine._drafter_names("auto") == ["ngram", "eagle"]      # the tree only by name (runtime.py)
+    assert rt.engine._drafter_names("auto") == ["ngram", "eagle"]      # the tree only by name (its descriptor)
     assert rt.engine.costs.draft_cost["eagle"] > 0
 
     def ids(spec, k=6):
@@ -216,9 +217,11 @@ def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
     for spec in ("eagle", "eagle-tree", "eagle:tiny-eagle", "eagle-tree:tiny-eagle", "auto"):
         got, stats = ids(spec, k=12 if "tree" in spec else 6)
         assert got == plain, spec
-    with pytest.raises(UnknownModelError):
+    with pytest.raises(ValueError, match="drafts with tiny-eagle"):      # the head is the one loaded, never another
         rt.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=5, spec="eagle:nope-eagle"))
-    assert list(rt.eagle._step_costs) == ["tiny-eagle"]               # timed once, then reused
+    assert rt.eagle.names == ("tiny-eagle",) and rt.eagle.step > 0       # resolved and timed once, at load
+    with pytest.raises(UnknownModelError):                                # a head named at load must exist
+        Runtime(loaded, max_seq=128, eagle_head="nope-eagle")
 
 
 def test_head_step_is_priced_against_the_target_step_timed_with_it(trained):
@@ -227,7 +230,7 @@ def test_head_step_is_priced_against_the_target_step_timed_with_it(trained):
     steps instead of being read as the head's own cost."""
     import time
 
-    from speczoo.eagle_heads import head_step_cost
+    from speczoo.eagle_drafters import head_step_cost
     model, args, head = trained
     quick = head_step_cost(head, model, args, rounds=2, repeats=2)
     assert 0 < quick < math.inf

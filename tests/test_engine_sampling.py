@@ -20,6 +20,7 @@ from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
 from reference import HashOracle, NoisyOracle, OracleModel, TokenCache
 from test_verify_sampling import chi_square_p
+from offered import offered
 
 V = 5
 PROMPT = [1, 2, 1, 2]
@@ -55,7 +56,7 @@ def test_engine_sampling_matches_target_distribution(spec):
         return d
 
     drafters = {"ngram": lambda req: NgramDrafter(2), "draft": draft_factory}
-    eng = Engine(OracleModel(target), TokenCache(64), drafters, eos_ids=[], max_seq=32,
+    eng = Engine(OracleModel(target), TokenCache(64), offered(drafters), eos_ids=[], max_seq=32,
                  costs=costs)
     n, runs = 3, 8_000
     counts, accepted, drafted, rounds = Counter(), 0, 0, 0

@@ -9,13 +9,14 @@ from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
 from reference import (HashOracle, MarkovOracle, OracleModel, TokenCache,
+from offered import offered
                                     reference_greedy)
 
 
 def make_engine(oracle, max_seq=256, eos=()):
     model = OracleModel(oracle)
     drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram)}
-    eng = Engine(model, TokenCache(max_seq + 80), drafters, eos_ids=list(eos), max_seq=max_seq)
+    eng = Engine(model, TokenCache(max_seq + 80), offered(drafters), eos_ids=list(eos), max_seq=max_seq)
     return eng, model
 
 
@@ -108,7 +109,7 @@ def test_engine_asks_situations_and_never_asks_a_drafter_that_has_nothing():
 
     oracle = MarkovOracle(20, seed=5)
     rec = Recorder()
-    eng = Engine(OracleModel(oracle), TokenCache(200), {"ngram": lambda req: rec}, eos_ids=[],
+    eng = Engine(OracleModel(oracle), TokenCache(200), offered({"ngram": lambda req: rec}), eos_ids=[],
                  max_seq=120)
     prompt = [1, 2, 3, 4] + reference_greedy(oracle, [1, 2, 3, 4], 30)
     done = run(eng, prompt_ids=prompt, max_new_tokens=40, spec="ngram", k=4)
@@ -128,8 +129,8 @@ def test_auto_leaves_out_the_excluded_drafters_but_they_stay_usable_by_name():
 
     oracle = MarkovOracle(20, seed=2)
     eng = Engine(OracleModel(oracle), TokenCache(200),
-                 {"ngram": factory("ngram"), "ngram-tree": factory("ngram-tree")}, eos_ids=[], max_seq=120,
-                 auto_excludes=frozenset({"ngram-tree"}))
+                 offered({"ngram": factory("ngram"), "ngram-tree": factory("ngram-tree")},
+                         auto_excludes=frozenset({"ngram-tree"})), eos_ids=[], max_seq=120)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     done = run(eng, prompt_ids=prompt, max_new_tokens=20, spec="auto", k=4)
     assert done.ids == reference_greedy(oracle, prompt, 20) and built == ["ngram"]

@@ -29,6 +29,7 @@ from speczoo.decoding.types import Draft
 from test_engine_sampling import PARAMS, PROMPT, V, exact_joint
 from test_verify_sampling import chi_square_p
 from tiny import tiny_model
+from offered import offered
 
 INVARIANT = "fp32-rows"
 ARCHS = ["qwen2", "gemma3"]
@@ -85,7 +86,7 @@ class ScriptedTree(Drafter):
 
 def model_engine(arch: str, backend: str, drafters: dict, max_seq: int = 96, vocab: int = 32):
     model, args = tiny_model(arch, backend=backend, vocab=vocab)
-    eng = Engine(model, KVCache(args, max_seq, extra=MAX_K + 1), drafters, eos_ids=[],
+    eng = Engine(model, KVCache(args, max_seq, extra=MAX_K + 1), offered(drafters), eos_ids=[],
                  max_seq=max_seq)
     return eng, model, args
 
@@ -191,7 +192,7 @@ def oracle_engine(oracle, max_seq=256, eos=()):
     model = OracleModel(oracle)
     drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
                 "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
-    eng = Engine(model, TokenCache(max_seq + 80), drafters, eos_ids=list(eos), max_seq=max_seq)
+    eng = Engine(model, TokenCache(max_seq + 80), offered(drafters), eos_ids=list(eos), max_seq=max_seq)
     return eng, model
 
 
@@ -261,7 +262,7 @@ def test_engine_tree_sampling_matches_target_distribution(spec):
     drafters = {"sampled-tree": lambda req: SampledTree(noisy, req.sampling,
                                                         torch.Generator().manual_seed(req.sampling.seed + 7)),
                 "ngram-tree": lambda req: NgramTreeDrafter(2)}
-    eng = Engine(OracleModel(target), TokenCache(64), drafters, eos_ids=[], max_seq=32)
+    eng = Engine(OracleModel(target), TokenCache(64), offered(drafters), eos_ids=[], max_seq=32)
     n, runs = 3, 8_000
     counts, accepted = Counter(), 0
     for seed in range(runs):

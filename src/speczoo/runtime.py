@@ -1,7 +1,9 @@
-"""A loaded target (+ optional draft) ready to generate: what the CLI, chat, server and benches use.
+"""A loaded target (+ optional draft, EAGLE head) ready to generate: what the CLI, chat, server and benches use.
 
 `load_runtime` finds the pulled bundles, loads models (memory-mapped) with the chosen linear backend,
-builds the KV caches and the engine. The runtime is not thread-safe: one generation at a time (the
+measures or reads their cost profiles, resolves the EAGLE head, binds every built-in drafter's
+descriptor to what it loaded (decoding/drafters/registry.py: a drafter with nothing to draft with is
+not offered) and builds the KV caches and the engine, once: no request changes what is offered. The runtime is not thread-safe: one generation at a time (the
 server serializes requests through its worker), or one batch of them (`batch`). It never downloads anything: a model that is not
 pulled is an error that names the pull command.
 """
@@ -20,28 +22,22 @@ from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
 from speczoo.kernels import native
 from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs
-from speczoo.decoding.drafters.eagle import TreeShape
+from speczoo.decoding.batch import BatchEngine
 from speczoo.decoding.drafters.draft_model import reduced_head
-from speczoo.decoding.drafters.ngram import NgramDrafter
-from speczoo.eagle_heads import EagleHeads
-from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
+from speczoo.decoding.drafters.eagle import TreeShape
+from speczoo.decoding.drafters.registry import BUILTIN
+from speczoo.decoding.engine import Engine
+from speczoo.decoding.modes import AUTO, OFF
+from speczoo.decoding.pricing.profile import DraftModelCosts, runtime_costs
+from speczoo.decoding.prompt_checks import check_ids
 from speczoo.decoding.tuning import BATCHING
 from speczoo.decoding.types import MAX_K
-from speczoo.decoding.pricing.profile import runtime_costs
-from speczoo.decoding.engine import Engine
-from speczoo.decoding.batch import BatchEngine
-from speczoo.decoding.modes import SpecMode
-from speczoo.decoding.prompt_checks import check_ids
+from speczoo.eagle_drafters import LoadedHead, load_eagle
 from speczoo.slots import SlotCache
 from speczoo.textgen import TextBatch, generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
-
-# `auto` leaves the tree drafters out: the controller prices a K-node tree as a K-token chain (it cannot
-# accept more than the tree's depth), so it picks trees where they cannot pay (docs/results.md).
-# `--spec ngram-tree` and `--spec eagle-tree` stay.
-AUTO_EXCLUDES = frozenset({"ngram-tree", "eagle-tree"})
 
 
 @dataclass
@@ -52,6 +48,17 @@ class LoadedModel:
     model: nn.Module
     tokenizer: Tokenizer
     backend: str
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """What a runtime loaded, as the drafters' descriptors bind to it (decoding/drafters/registry.py Loaded)."""
+
+    target: LoadedModel
+    draft: LoadedModel | None
+    draft_costs: DraftModelCosts | None
+    eagle: LoadedHead | None
+    max_seq: int
 
 
 _NOTED: set[str] = set()      # models whose slower default has been pointed out in this process
@@ -106,31 +113,23 @@ class Runtime:
             from speczoo.decoding.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
         costs, draft_costs = runtime_costs(target, draft, remeasure=remeasure_costs, draft_head=reduced_head)
-        costs = costs.priced({"ngram": 0.0, "ngram-tree": 0.0, **({"draft": draft_costs.step} if draft_costs else {})})
-        drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
-                    "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
-        if draft is not None:
-            from speczoo.decoding.drafters.draft_model import make_draft_drafter
-            drafters["draft"] = make_draft_drafter(draft, target, max_seq, rows=draft_costs.rows)
-        self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend,
-                                default=eagle_head)
-        if self.eagle.default is not None:
-            drafters["eagle"] = self.eagle.factory
-            drafters["eagle-tree"] = self.eagle.tree_factory
-        self.spec_modes = ["off", *drafters, "auto"]
+        # the EAGLE head is resolved, loaded and priced now (errors before any request), never per request
+        eagle = load_eagle(target.name, target.model, target.backend, named=eagle_head, tree=eagle_tree)
+        loaded = _Loaded(target, draft, draft_costs, eagle, max_seq)
+        drafters = [b for spec in BUILTIN if (b := spec.bound(loaded)) is not None]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
-        self.engine = Engine(target.model, cache, drafters,
-                             eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
-                             costs=costs,
-                             auto_excludes=AUTO_EXCLUDES)
-        if self.eagle.default is not None:
-            self._use_eagle("eagle")
+        self.engine = Engine(target.model, cache, drafters, eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
+                             costs=costs)
+        self.eagle = eagle
+
+    @property
+    def spec_modes(self) -> list[str]:
+        """The modes this runtime offers: off, each drafter it loaded, auto."""
+        return [OFF, *self.engine.drafters, AUTO]
 
     def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
         """Validate the request now (errors raise before any event), then stream its events."""
         self._check_ids(request)
-        if SpecMode.parse(request.spec).eagle_head:
-            self._use_eagle(request.spec)
         return generate_text(self.engine, self.tokenizer, request)
 
     def _check_ids(self, request: GenerationRequest) -> None:
@@ -155,18 +154,6 @@ class Runtime:
         """The KV bytes of one batch slot (fp32 keys and values of every layer for max_seq + a verify)."""
         a = self.target.args
         return 2 * a.n_layers * a.n_kv_heads * a.head_dim * 4 * (self.max_seq + MAX_K + 1)
-
-    def _use_eagle(self, spec: str) -> None:
-        """Load the EAGLE head `spec` names (errors now, before any event), offer the "eagle" and
-        "eagle-tree" drafters and give the controller their measured costs in target decode steps: a
-        chain pays one head step per token; a tree one batched step per depth for `branch` nodes, so
-        about a step per `branch` nodes."""
-        step = self.eagle.step_cost(self.eagle.resolve(spec))     # loads the head: errors before anything
-        for name, factory, cost in (("eagle", self.eagle.factory, step),
-                                    ("eagle-tree", self.eagle.tree_factory, step / self.eagle.tree.branch)):
-            self.engine.offer(name, factory, cost_per_token=cost)
-            if name not in self.spec_modes:
-                self.spec_modes.insert(-1, name)
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """Render messages through the chat template (generation prompt appended) and encode."""

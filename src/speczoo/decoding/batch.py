@@ -23,15 +23,16 @@ Pricing: a greedy (or unseeded) sequence's controller sees its round's price on 
 other rows (decoding/pricing/batch_view.py). A seeded sampled sequence keeps the loaded profile, as alone:
 its samples depend on which draft tokens meet which random numbers, and must not depend on the batch.
 
-Limits: drafters that keep their state per request run in a batch (`batchable`: prompt lookup). The
-draft model keeps one cache across requests, so the batch lends it to one sequence at a time (`lease`):
-the first greedy `auto` sequence admitted while no other holds it, until it leaves. It drafts for that
-sequence alone, priced like any drafter on top of the step's other rows, so the controller drops it as
-the batch grows; a lone client gets the same speculation as from the single engine. Greedy only: a
-greedy sequence's ids are the target's whatever it drafts with, while a sampled one's samples would
-depend on whether the lease was free. EAGLE (which reads the target's features) and an explicit
-`draft`/`eagle` mode are refused with a clear error, so features of the target (FeatureTaps) are never
-needed here. Sliding-window models (Gemma 3) cannot use
+Limits, from each drafter's descriptor (decoding/drafters/registry.py): a batchable drafter that keeps
+its state per request runs in a batch by name (prompt lookup). A batchable one whose factories share one
+cache across requests (the draft model) is lent to one sequence at a time (`lease`): the first greedy
+`auto` sequence admitted while no other holds it, until it leaves. It drafts for that sequence alone,
+priced like any drafter on top of the step's other rows, so the controller drops it as the batch grows;
+a lone client gets the same speculation as from the single engine. Greedy only: a greedy sequence's ids
+are the target's whatever it drafts with, while a sampled one's samples would depend on whether the
+lease was free. A drafter that is not batchable (EAGLE, which reads the target's features) and an
+explicit mode of a lent one are refused with a clear error, so features of the target (FeatureTaps) are
+never needed here. Sliding-window models (Gemma 3) cannot use
 a SlotCache (its constructor says so). This module never detokenizes and is not thread-safe: one
 thread calls submit, step and cancel.
 """
@@ -56,8 +57,6 @@ from speczoo.decoding.verify.tree import TreeLayout
 from speczoo.decoding.tuning import BATCHING
 from speczoo.decoding.types import MAX_K
 
-BATCHABLE = frozenset({"ngram", "ngram-tree"})   # drafters whose factories build all their state per request
-LEASED = "draft"   # the drafter with one cache across requests that the batch lends to one sequence at a time
 
 
 @dataclass(eq=False)
@@ -127,25 +126,34 @@ class _Work:
 
 
 class BatchEngine:
-    """engine: the single engine whose target, drafters and costs the batch shares; slots: the SlotCache
-    of the batch (each slot holds engine.max_seq + MAX_K + 1 tokens at least); chunk: prompt rows per step;
-    batchable: the drafters that may run in a batch."""
+    """engine: the single engine whose target, drafters and costs the batch shares (its drafters'
+    descriptors say which run here by name and which are lent); slots: the SlotCache of the batch (each
+    slot holds engine.max_seq + MAX_K + 1 tokens at least); chunk: prompt rows per step (Batching.chunk)."""
 
-    def __init__(self, engine: Engine, slots: SlotCache, chunk: int = BATCHING.chunk,
-                 batchable: frozenset[str] = BATCHABLE):
+    def __init__(self, engine: Engine, slots: SlotCache, chunk: int = BATCHING.chunk):
         if slots.slot_capacity < engine.max_seq + MAX_K + 1:
             raise ValueError(f"a slot holds {slots.slot_capacity} tokens; a request may need "
                              f"{engine.max_seq + MAX_K + 1} (max_seq + a verify of MAX_K + 1 rows)")
         if chunk < 1:
             raise ValueError(f"the prefill chunk must be >= 1 row, got {chunk}")
-        self.engine, self.slots, self.chunk, self.batchable = engine, slots, chunk, frozenset(batchable)
+        self.engine, self.slots, self.chunk = engine, slots, chunk
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.lease: Sequence | None = None      # the sequence the draft model drafts for (LEASED)
+        self.lease: Sequence | None = None      # the sequence the lent drafters draft for
         self._numbers = itertools.count()
         self.steps = 0
         self.rows = 0                   # rows of the last forward
         self.size = 0                   # sequences in the last forward
+
+    @property
+    def batchable(self) -> frozenset[str]:
+        """The drafters a batch runs by name: those that keep all their state per request."""
+        return frozenset(n for n, s in self.engine.drafters.items() if s.by_name_in_batch)
+
+    @property
+    def leased(self) -> frozenset[str]:
+        """The drafters the batch lends to one greedy `auto` sequence at a time (one cache across requests)."""
+        return frozenset(n for n, s in self.engine.drafters.items() if s.leased)
 
     @property
     def spec_modes(self) -> list[str]:
@@ -270,15 +278,14 @@ class BatchEngine:
         seq.events.append(settle(g, w.plan, verdict, judged))
 
     def _lend(self, seq: Sequence) -> None:
-        """Lend the draft model to a sequence just admitted, when no other holds it and it decodes
-        greedily in `auto`: its generation is built again with the draft model among its drafters
-        (nothing of it has run yet)."""
-        req = seq.request
-        if (self.lease is not None or LEASED not in self.engine.drafters or LEASED in self.batchable
-                or not req.sampling.greedy or SpecMode.parse(req.spec, offered=self.engine.drafters).mode != AUTO
-                or LEASED in self.engine.auto_excludes):
+        """Lend the drafters that share one cache (the draft model) to a sequence just admitted, when no
+        other holds them and it decodes greedily in `auto`: its generation is built again with them among
+        its drafters (nothing of it has run yet)."""
+        req, leased = seq.request, self.leased
+        if (self.lease is not None or not leased or not req.sampling.greedy
+                or SpecMode.parse(req.spec, offered=self.engine.drafters).mode != AUTO):
             return
-        seq.g = self.engine.open(req, self.batchable | {LEASED})
+        seq.g = self.engine.open(req, self.batchable | leased)
         self.lease = seq
 
     def _leave(self, gone) -> None:
