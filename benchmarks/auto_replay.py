@@ -51,7 +51,7 @@ from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.draft_model import agreeing_prefix, reduced_head
 from speczoo.decoding.drafters.guess import Guesser
-from speczoo.decoding.round import Generation, Plan, run_round, verify_recorded
+from speczoo.decoding.round import Generation, RoundPlan, run_round, verify_recorded
 from speczoo.decoding.tuning import DRAFTING, PRICING
 from speczoo.decoding.types import Draft
 
@@ -205,7 +205,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
     steps0 = sum(d.steps for d in readers)                   # head steps from here on are the rounds'
     by: dict[str, int] = {}
 
-    def verify(g: Generation, plan: Plan):                   # run_round's Verifier: the recording's verdict
+    def verify(g: Generation, plan: RoundPlan):                   # run_round's Verifier: the recording's verdict
         i = len(g.out)                                       # out[i] is this round's a0
         verdict, judged = verify_recorded(plan, out, i)
         for d in readers:                                    # a0 and the accepted tokens, to every head

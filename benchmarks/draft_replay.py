@@ -67,7 +67,7 @@ def teacher(rt, prompt_ids: list[int], gen: int) -> Teacher:
     from speczoo.bench.ab import run_request
     from speczoo.decoding.drafters.draft_model import reduced_head
     from speczoo.cache import KVCache
-    from speczoo.events import GenerationRequest
+    from speczoo.request import GenerationRequest
 
     out = run_request(rt, GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=gen, spec="ngram")).ids
     seq = prompt_ids + out

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from speczoo.bench.ab import run_request
 from speczoo.decoding.drafters.registry import EAGLE_HEAD
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 
 OFF = "off"
 NOGUESS = "draft-noguess"

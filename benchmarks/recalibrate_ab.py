@@ -20,7 +20,7 @@ def measure(every: int, runs: int, gen: int) -> list[tuple[str, float, float]]:
     """(prompt, median tok/s at `every`, median tok/s calibrating once) per built-in prompt."""
     from speczoo.decoding.tuning import PRICING
     from speczoo.bench.prompts import BUILTIN_PROMPTS
-    from speczoo.events import GenerationRequest
+    from speczoo.request import GenerationRequest
     from speczoo.runtime import load_runtime
 
     rt = load_runtime("qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b")

@@ -76,7 +76,7 @@ def run_sequence(engine, prompts: list[list[int]], gen: int, half_life: float,
     stretch, all with `auto` and the meter's Pricing.stale_half_life set to `half_life` (the engine's
     shipped Pricing is restored after)."""
     from speczoo.decoding.round import Finished, Round
-    from speczoo.events import GenerationRequest
+    from speczoo.request import GenerationRequest
 
     engine.costs = dataclasses.replace(engine.costs)      # a new profile object: a fresh meter
     shipped, engine.pricing = engine.pricing, dataclasses.replace(engine.pricing, stale_half_life=half_life)

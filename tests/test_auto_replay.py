@@ -23,7 +23,7 @@ from benchmarks.auto_replay import (
 from benchmarks.replay_profiles import PROFILES, Profile, load_profile, measured_profile
 from benchmarks.replay_report import AUTO_FLOOR, category_of, tally, verdict
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
 from speczoo.decoding.engine import MAX_K, Engine
 from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and a head trained on it)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.models.args import ModelArgs
 from speczoo.slots import SlotCache
 from speczoo.decoding.batch import BatchEngine

@@ -484,7 +484,7 @@ REAL_PROMPT, REAL_GREEDY = "def fibonacci(n):\n    ", [421, 308, 2651, 220, 15, 
 @pytest.mark.real
 def test_real_bundle_is_lean_and_runs_as_before(monkeypatch):
     monkeypatch.delenv("SPECZOO_HOME", raising=False)     # the user's speczoo home: the pull is reused
-    from speczoo.packed import greedy_packed
+    from speczoo.greedy_many import greedy_many
     from speczoo.runtime import load
     from speczoo.zoo.source import kept_gguf
 
@@ -496,4 +496,4 @@ def test_real_bundle_is_lean_and_runs_as_before(monkeypatch):
     assert on_disk <= 1.3 * model.size, f"{REAL}: {on_disk / 1e6:.0f} MB > 1.3 x its GGUF ({model.size / 1e6:.0f} MB)"
     t = load(REAL)
     ids = t.tokenizer.encode(REAL_PROMPT)
-    assert greedy_packed(t.model, [ids], len(REAL_GREEDY), t.tokenizer.eos_ids)[0] == REAL_GREEDY
+    assert greedy_many(t.model, [ids], len(REAL_GREEDY), t.tokenizer.eos_ids)[0] == REAL_GREEDY

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.round import Finished
 from speczoo.decoding.pricing.calibrate import CostMeter
 from speczoo.decoding.pricing.cost import Costs
@@ -119,7 +119,7 @@ def test_the_engine_calibrates_its_controller_as_it_runs():
 
 
 def test_sampled_requests_decide_on_the_profile_so_a_seed_reproduces_its_text():
-    from speczoo.events import SamplingParams
+    from speczoo.request import SamplingParams
 
     base = HashOracle(30, seed=3)
     draft_model, draft_cache = OracleModel(base), TokenCache(300)

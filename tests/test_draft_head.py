@@ -7,7 +7,7 @@ import torch
 from tiny import tiny_model
 
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.round import Finished
 from speczoo.kernels.backends import get_backend
 from speczoo.kernels.quantized import select_strips

@@ -5,7 +5,7 @@ import random
 
 import torch
 
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
 from speczoo.training.eagle.pipeline import EagleTrainOptions, Target, train_eagle
@@ -158,11 +158,11 @@ def test_sampled_chain_carries_its_distribution(trained):
 
 def test_replay_counts_what_greedy_verification_accepts(trained):
     from speczoo.decoding.eagle_replay import greedy_with_features, replay
-    from speczoo.decoding.round import Plan, verify_recorded
+    from speczoo.decoding.round import RoundPlan, verify_recorded
     from speczoo.decoding.types import Draft
     a0 = [1]                                                                    # out[0]: the round's a0
-    assert verify_recorded(Plan("eagle", Draft([4, 5, 6])), a0 + [4, 5, 7], 0)[0].accepted == 2
-    tree = Plan("eagle", Draft([9, 4, 5, 6, 8], parents=[-1, -1, 1, 2, 2]), chain=False)
+    assert verify_recorded(RoundPlan("eagle", Draft([4, 5, 6])), a0 + [4, 5, 7], 0)[0].accepted == 2
+    tree = RoundPlan("eagle", Draft([9, 4, 5, 6, 8], parents=[-1, -1, 1, 2, 2]), chain=False)
     assert verify_recorded(tree, a0 + [4, 5, 8, 1], 0)[0].accepted == 3         # 4 -> 5 -> 8, off the first branch
     model, args, head = trained
     ids, hidden = greedy_with_features(model, PROMPT, 40, head.cfg.target_layers)

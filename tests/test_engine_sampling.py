@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
-from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.decoding.round import Finished
 from speczoo.sampling import probs
 from speczoo.decoding.pricing.cost import Costs

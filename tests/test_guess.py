@@ -6,7 +6,7 @@ import random
 
 import torch
 
-from speczoo.events import SamplingParams
+from speczoo.request import SamplingParams
 from speczoo.decoding.pricing.cost import Costs
 from speczoo.decoding.pricing.cost import CvCurve
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter

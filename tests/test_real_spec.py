@@ -9,7 +9,8 @@ import pytest
 from speczoo.bench.ab import run_ab
 from speczoo.bench.prompts import builtin_prompt
 from speczoo.errors import CacheFullError
-from speczoo.events import DoneEvent, GenerationRequest
+from speczoo.events import DoneEvent
+from speczoo.request import GenerationRequest
 from speczoo.runtime import Runtime, load
 
 pytestmark = pytest.mark.real

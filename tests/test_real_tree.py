@@ -8,7 +8,7 @@ import pytest
 
 from speczoo.bench.ab import run_ab
 from speczoo.bench.prompts import builtin_prompt
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.drafters.registry import DrafterSpec
 from speczoo.decoding.engine import Engine
 from speczoo.decoding.round import Finished

@@ -17,7 +17,8 @@ from tiny_gguf import write_tiny_gguf
 
 from benchmarks.auto_replay import Recording, replay as auto_replay
 from speczoo.cache import KVCache
-from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
+from speczoo.events import DoneEvent, TokenEvent
+from speczoo.request import GenerationRequest
 from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.drafters.base import FeatureTaps
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter

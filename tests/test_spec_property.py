@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest, SamplingParams
-from speczoo.decoding.round import Finished, Plan
+from speczoo.request import GenerationRequest, SamplingParams
+from speczoo.decoding.round import Finished, RoundPlan
 from speczoo.sampling import probs as sampling_probs
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
@@ -155,7 +155,7 @@ def test_tree_path_equals_chain_path_when_the_tree_is_a_chain(arch):
         draft = Draft(tokens=tokens, parents=[-1, 0, 1, 2, 3, 4])
         g = eng.open(GenerationRequest(prompt_ids=prompt.tolist(), max_new_tokens=1))
         g.pending = 3
-        verdict, judged = eng._verify(g, Plan("none", draft, chain=False))
+        verdict, judged = eng._verify(g, RoundPlan("none", draft, chain=False))
         tree_cache = [t[:, :eng.cache.length].clone() for t in eng.cache.k]
         eng.cache.truncate(7)
         chain_logits = eng._forward([3] + tokens)

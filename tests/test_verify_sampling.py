@@ -22,7 +22,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from speczoo.events import SamplingParams
+from speczoo.request import SamplingParams
 from speczoo.sampling import probs as sampling_probs
 from speczoo.decoding.types import Draft, Verdict
 from speczoo.decoding.verify.greedy import verify_greedy

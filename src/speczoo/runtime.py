@@ -18,7 +18,8 @@ from pathlib import Path
 from torch import nn
 
 from speczoo.cache import KVCache
-from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
+from speczoo.events import DoneEvent, TokenEvent
+from speczoo.request import GenerationRequest
 from speczoo.kernels import native
 from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from speczoo.bench.ab import read_prompt_ids, run_ab
 from speczoo.bench.prompts import BUILTIN_PROMPTS, builtin_prompt
 from speczoo.commands._model_args import add_model_args, draft_for, eagle_for
-from speczoo.events import SamplingParams
+from speczoo.request import SamplingParams
 
 
 def register(sub) -> None:

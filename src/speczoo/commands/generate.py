@@ -28,7 +28,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
+    from speczoo.events import DoneEvent
+    from speczoo.request import GenerationRequest, SamplingParams
     from speczoo.runtime import load_runtime
 
     rt = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),

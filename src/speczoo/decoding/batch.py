@@ -2,7 +2,7 @@
 
 `BatchEngine` owns a SlotCache (speczoo/slots.py) beside a single `Engine`, whose target, drafters,
 costs and request validation it uses. `submit(request)` validates now (errors raise before anything
-runs) and queues a `Sequence`; each `step()` admits queued sequences into free slots, first come first
+runs) and queues a `BatchedRequest`; each `step()` admits queued sequences into free slots, first come first
 served (a slot already holding a prefix of the prompt, or another slot's copy of it: SlotCache.acquire),
 and runs one forward over:
   * the next chunk of each prompt still being prefilled past that prefix, `chunk` prompt rows per step in all (first come
@@ -47,12 +47,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.slots import Feed, SlotCache, forward_batch
 from speczoo.decoding.pricing.batch_view import batch_view
 from speczoo.decoding.engine import Engine, conclude, first_token
 from speczoo.decoding.modes import AUTO, OFF, SpecMode
-from speczoo.decoding.round import Finished, Generation, Plan, Round, plan, settle
+from speczoo.decoding.round import Finished, Generation, RoundPlan, Round, plan, settle
 from speczoo.decoding.verify.tree import TreeLayout
 from speczoo.decoding.tuning import BATCHING
 from speczoo.decoding.types import MAX_K
@@ -60,7 +60,7 @@ from speczoo.decoding.types import MAX_K
 
 
 @dataclass(eq=False)
-class Sequence:
+class BatchedRequest:
     """One request in the batch. events: what its steps produced and the consumer has not taken yet
     (Rounds, then one Finished); done: it finished or was cancelled, and holds no slot."""
 
@@ -116,10 +116,10 @@ class _Slot:
 class _Work:
     """One sequence's part of a step: its feed, where its logits rows start, and what it does with them."""
 
-    seq: Sequence
+    seq: BatchedRequest
     feed: Feed
     logits_at: int = -1                # first of its rows in the forward's logits (-1: needs none)
-    plan: Plan | None = None           # a round (None: a prompt chunk)
+    plan: RoundPlan | None = None           # a round (None: a prompt chunk)
     layout: TreeLayout | None = None
     base: int = 0                      # its slot's length before the forward
     logits: Tensor | None = None       # its rows' logits [n, V] once the forward ran
@@ -137,9 +137,9 @@ class BatchEngine:
         if chunk < 1:
             raise ValueError(f"the prefill chunk must be >= 1 row, got {chunk}")
         self.engine, self.slots, self.chunk = engine, slots, chunk
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
-        self.lease: Sequence | None = None      # the sequence the lent drafters draft for
+        self.waiting: deque[BatchedRequest] = deque()
+        self.running: list[BatchedRequest] = []
+        self.lease: BatchedRequest | None = None      # the sequence the lent drafters draft for
         self._numbers = itertools.count()
         self.steps = 0
         self.rows = 0                   # rows of the last forward
@@ -159,9 +159,9 @@ class BatchEngine:
     def spec_modes(self) -> list[str]:
         return [OFF, *[d for d in self.engine.drafters if d in self.batchable], AUTO]
 
-    def submit(self, req: GenerationRequest) -> Sequence:
+    def submit(self, req: GenerationRequest) -> BatchedRequest:
         """Validate now (errors raise here) and queue; it joins at a step with a free slot."""
-        seq = Sequence(req, self.engine.open(req, self.batchable), next(self._numbers))
+        seq = BatchedRequest(req, self.engine.open(req, self.batchable), next(self._numbers))
         self.waiting.append(seq)
         return seq
 
@@ -169,7 +169,7 @@ class BatchEngine:
     def busy(self) -> bool:
         return bool(self.running or self.waiting)
 
-    def step(self) -> list[Sequence]:
+    def step(self) -> list[BatchedRequest]:
         """Admit, run one forward for every running sequence, settle; returns the sequences with new
         events (finished ones included)."""
         self._leave(s for s in self.running if s.cancelled)
@@ -184,7 +184,7 @@ class BatchEngine:
             self.running.append(seq)
         if not self.running:
             return []
-        touched: list[Sequence] = []
+        touched: list[BatchedRequest] = []
         self.rows = self.size = 0
         work = self._prompt_chunks()
         self._rounds(work, touched)
@@ -209,7 +209,7 @@ class BatchEngine:
             work.append(_Work(seq, Feed(seq.slot, ids)))
         return work
 
-    def _rounds(self, work: list[_Work], touched: list[Sequence]) -> None:
+    def _rounds(self, work: list[_Work], touched: list[BatchedRequest]) -> None:
         """Plan every decoding sequence's round (each priced on top of the step's other rows); the last
         token of a budget is settled at once, without a row."""
         decoding = [s for s in self.running if not s.prefilling and s.g.finish is None]
@@ -277,7 +277,7 @@ class BatchEngine:
         verdict, judged = conclude(g, w.plan, w.logits, [], _Slot(self.slots, seq.slot), w.base, w.layout)
         seq.events.append(settle(g, w.plan, verdict, judged))
 
-    def _lend(self, seq: Sequence) -> None:
+    def _lend(self, seq: BatchedRequest) -> None:
         """Lend the drafters that share one cache (the draft model) to a sequence just admitted, when no
         other holds them and it decodes greedily in `auto`: its generation is built again with them among
         its drafters (nothing of it has run yet)."""

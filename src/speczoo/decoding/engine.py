@@ -25,7 +25,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from speczoo.events import GenerationRequest, Stats
+from speczoo.events import Stats
+from speczoo.request import GenerationRequest
 from speczoo import sampling
 from speczoo.decoding.pricing.calibrate import CostMeter
 from speczoo.decoding.pricing.cost import Costs
@@ -35,7 +36,7 @@ from speczoo.decoding.drafters.registry import DrafterSpec
 from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.policy import make_policy
 from speczoo.decoding.prompt_checks import check_fits
-from speczoo.decoding.round import Finished, Generation, Plan, Round, run_round
+from speczoo.decoding.round import Finished, Generation, RoundPlan, Round, run_round
 from speczoo.decoding.types import MAX_K, Verdict
 from speczoo.decoding.verify.judge import judge, kept_rows
 from speczoo.decoding.verify.tree import TreeLayout
@@ -55,7 +56,7 @@ def first_token(g: Generation, logits: Tensor) -> None:
     g.start(sampling.pick(logits, g.sampling, g.rng).tolist()[0])
 
 
-def conclude(g: Generation, plan: Plan, logits: Tensor, hidden: list[Tensor], cache: Rollback, base: int,
+def conclude(g: Generation, plan: RoundPlan, logits: Tensor, hidden: list[Tensor], cache: Rollback, base: int,
              layout: TreeLayout | None = None) -> tuple[Verdict, int]:
     """The end of a round's verify, shared by the engine and the batch: the verdict on [a0] + plan.draft
     (decoding/verify/judge.py), the cache rolled back to `base` + a0 + the accepted tokens (a tree's
@@ -231,7 +232,7 @@ class Engine:
             g.stats.seconds = time.perf_counter() - t1
             g.stats.new_tokens = len(g.out)
 
-    def _verify(self, g: Generation, plan: Plan) -> tuple[Verdict, int]:
+    def _verify(self, g: Generation, plan: RoundPlan) -> tuple[Verdict, int]:
         """The target's verdict on [a0] + the plan's draft: one forward (a chain, S = K + 1; or the tree's
         N + 1 nodes with the tree mask and tree positions), then the shared verify and rollback."""
         base = self.cache.length

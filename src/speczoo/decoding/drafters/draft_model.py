@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from speczoo import sampling
-from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.decoding.pricing.cost import CvCurve
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.draft_head import ReducedHead

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from speczoo import sampling
-from speczoo.events import SamplingParams
+from speczoo.request import SamplingParams
 from speczoo.decoding.types import Draft, Verdict
 from speczoo.decoding.verify.greedy import verify_greedy, verify_tree_greedy
 from speczoo.decoding.verify.rejection import verify_sampling, verify_tree_sampling
