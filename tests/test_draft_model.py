@@ -11,8 +11,8 @@ from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
 from reference import (HashOracle, MarkovOracle, NoisyOracle, OracleModel,
-from offered import offered
                                     TokenCache, reference_greedy)
+from offered import offered
 
 
 def engine_with_draft(target_oracle, draft_oracle, max_seq=200):

@@ -9,8 +9,8 @@ from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
 from reference import (HashOracle, MarkovOracle, OracleModel, TokenCache,
-from offered import offered
                                     reference_greedy)
+from offered import offered
 
 
 def make_engine(oracle, max_seq=256, eos=()):
