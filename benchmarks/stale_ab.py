@@ -31,7 +31,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
-from speczoo.decoding.tuning import PRICING
 
 SHORT = {"draft": "D", "ngram": "N", "none": "-"}
 # Built-in questions (bench/data/questions.jsonl) where prompt lookup finds little and `auto` drafts with

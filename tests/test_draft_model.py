@@ -6,33 +6,10 @@ import random
 import torch
 
 from speczoo.request import GenerationRequest
-from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
-from speczoo.decoding.drafters.ngram import NgramDrafter
-from speczoo.decoding.engine import Engine
 from reference import (HashOracle, MarkovOracle, NoisyOracle, OracleModel,
                                     TokenCache, reference_greedy)
-from offered import offered
-
-
-def engine_with_draft(target_oracle, draft_oracle, max_seq=200):
-    draft_model = OracleModel(draft_oracle)
-    draft_cache = TokenCache(max_seq + 160)
-
-    def factory(req):
-        d = DraftModelDrafter(draft_model, draft_cache, req.sampling)
-        d.reset()
-        return d
-
-    drafters = {"ngram": lambda req: NgramDrafter(req.ngram), "draft": factory}
-    target = OracleModel(target_oracle)
-    return Engine(target, TokenCache(max_seq + 80), offered(drafters), [], max_seq), target, draft_model, draft_cache
-
-
-def generate(eng, **kw):
-    *_, done = eng.generate(GenerationRequest(**kw))
-    assert isinstance(done, Finished)
-    return done
+from oracle_engines import engine_with_draft, generate
 
 
 def test_draft_model_spec_equals_greedy_random_cases():

@@ -11,39 +11,12 @@ from speczoo.cache import KVCache
 from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
-from speczoo.training.eagle.pipeline import EagleTrainOptions, Target, train_eagle
-from speczoo.training.eagle.train import TrainConfig
-from speczoo.decoding.eagle.io import load_head
 from speczoo.decoding.engine import MAX_K, Engine
-from tiny import tiny_model, tiny_tensors
+from tiny_eagle import INVARIANT, PROMPT, VOCAB
 from offered import offered
-
-VOCAB = 128
-INVARIANT = "fp32-rows"
-PROMPT = [5, 17, 33, 2, 90, 61, 7, 7, 12, 40]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """(model, args, head): the tiny qwen2 target and a head trained on its features for 60 steps."""
-    torch.set_num_threads(1)
-    tmp = tmp_path_factory.mktemp("eagle")
-    corpus = tmp / "corpus"
-    corpus.mkdir()
-    g = torch.Generator().manual_seed(0)
-    for i in range(4):
-        (corpus / f"f{i}.txt").write_text(" ".join(str(int(x)) for x in torch.randint(0, 60, (500,), generator=g)))
-    model, args = tiny_model("qwen2", backend=INVARIANT, seed=3)
-    target = Target(name="tiny", model=model, tensors=tiny_tensors(args, seed=3),
-                    encode=lambda text: [b % (VOCAB - 1) for b in text.encode()], separator=VOCAB - 1)
-    opts = EagleTrainOptions(out=tmp / "run", corpus=[corpus], max_tokens=64 * 48, seq_len=64, shard_seqs=8,
-                             draft_vocab=VOCAB, train=TrainConfig(steps=80, batch=8, lr=3e-3, warmup=5,
-                                                                 checkpoint_every=80, progress=False))
-    rep = train_eagle(target, opts)
-    return model, args, load_head(rep.head_dir, model.embed)
 
 
 def engine(model, args, head, tree=None, max_seq=128) -> Engine:

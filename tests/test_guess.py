@@ -14,7 +14,7 @@ from speczoo.decoding.drafters.guess import Guesser
 from speczoo.decoding.drafters.ngram import NgramIndex
 from reference import MarkovOracle, NoisyOracle, OracleModel, TokenCache, reference_greedy
 
-from test_draft_model import engine_with_draft, generate
+from oracle_engines import engine_with_draft, generate
 
 FREE_ROWS = CvCurve.constant(1.0)           # rows cost nothing: guess whenever prompt lookup matches
 

@@ -13,7 +13,7 @@ from speczoo.decoding.drafters.registry import DrafterSpec
 from speczoo.decoding.engine import Engine
 from speczoo.decoding.round import Finished
 from speczoo.runtime import Runtime, load
-from test_tree_engine import ScriptedTree
+from hand_tree import ScriptedTree
 
 pytestmark = pytest.mark.real
 MODEL = "qwen2.5-coder-0.5b"

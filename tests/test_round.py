@@ -15,7 +15,6 @@ import torch
 from tiny import tiny_model
 from tiny_gguf import write_tiny_gguf
 
-from benchmarks.auto_replay import Recording, replay as auto_replay
 from speczoo.cache import KVCache
 from speczoo.events import DoneEvent, TokenEvent
 from speczoo.request import GenerationRequest
@@ -34,7 +33,7 @@ from speczoo.decoding.types import MAX_K
 from speczoo.textgen import generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.gguf_tokenizer import read_tokenizer
-from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and a head trained on it)
+from tiny_eagle import PROMPT
 from offered import offered
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
@@ -82,26 +81,8 @@ def unseen_last(rounds: list[Round]) -> list[Round]:
     return rounds[:-1] + [replace(rounds[-1], pending=-1)]
 
 
-def test_the_auto_replay_makes_the_engines_rounds():
-    """benchmarks/auto_replay.py's prompt-lookup replay, priced as the engine's costs, on the engine's run."""
-    model, args = tiny_model("qwen2", backend="fp32-rows", vocab=16)
-    costs = Costs(cv=CvCurve.measured(CV), draft_cost={"ngram": 0.0}, round_overhead=0.02)
-    eng = Engine(model, KVCache(args, 160, extra=MAX_K + 1), offered({"ngram": DRAFTERS["ngram"]}), eos_ids=[],
-                 max_seq=160, costs=costs)
-    live, done = engine_rounds(eng, GenerationRequest(prompt_ids=LOOPING, max_new_tokens=60, spec="ngram", k=6))
-    rec = Recording(prompt=LOOPING, out=done.ids, guess=done.ids, sure=[1.0] * 60, target_cv=CV, round_overhead=0.02)
-    res = auto_replay(rec, "ngram", k_max=6)
-    by: dict[str, int] = {}
-    for r in live:
-        name = r.drafter if r.drafted else "none"
-        by[name] = by.get(name, 0) + 1
-    assert res.lossless and res.rounds == len(live) and res.by_drafter == by
-    step = sum(costs.cv(1 + r.drafted) + 0.02 if r.drafted else 1.0 for r in live)
-    assert res.cost == pytest.approx(step)
-
-
 @pytest.mark.parametrize("tree", [None, TreeShape(depth=3, branch=2)], ids=["chain", "tree"])
-def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # noqa: F811 (the imported fixture)
+def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # trained: tests/conftest.py
     """decoding/eagle_replay.py against the engine's rounds under the same always-draft policy."""
     model, args, head = trained
     k = 6 if tree is None else 12

@@ -11,6 +11,7 @@ from speczoo.decoding.engine import Engine
 from reference import (HashOracle, MarkovOracle, OracleModel, TokenCache,
                                     reference_greedy)
 from offered import offered
+from oracle_engines import random_case
 
 
 def make_engine(oracle, max_seq=256, eos=()):
@@ -26,20 +27,6 @@ def run(eng, **kw):
     assert isinstance(done, Finished)
     assert sum((e.ids for e in events[:-1]), []) == done.ids
     return done
-
-
-def random_case(rng: random.Random):
-    vocab = rng.choice([2, 3, 5, 8, 20, 50])
-    oracle = (MarkovOracle(vocab, seed=rng.randrange(10**6)) if rng.random() < 0.5
-              else HashOracle(vocab, seed=rng.randrange(10**6), order=rng.choice([1, 2, 3])))
-    prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 40))]
-    if rng.random() < 0.3:                               # a prompt that repeats itself
-        prompt = prompt[: rng.randint(1, len(prompt))] * rng.randint(2, 4)
-    n = rng.randint(1, 60)
-    k = rng.choice([1, 2, 3, 4, 8])
-    order = rng.choice([1, 2, 3])
-    eos = {rng.randrange(vocab)} if rng.random() < 0.2 else set()
-    return oracle, prompt, n, k, order, eos
 
 
 def test_spec_equals_greedy_3000_random_cases():

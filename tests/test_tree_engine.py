@@ -26,62 +26,14 @@ from reference import (HashOracle, NoisyOracle, OracleModel, TokenCache,
                                     reference_greedy)
 from speczoo.decoding.verify.tree import TreeLayout
 from speczoo.decoding.types import Draft
-from test_engine_sampling import PARAMS, PROMPT, V, exact_joint
-from test_verify_sampling import chi_square_p
+from lossless_stats import PARAMS, PROMPT, V, chi_square_p, exact_joint
 from tiny import tiny_model
+from hand_tree import PARENT, ScriptedTree, tree_inputs
 from offered import offered
+from oracle_engines import random_case
 
 INVARIANT = "fp32-rows"
 ARCHS = ["qwen2", "gemma3"]
-
-
-class ScriptedTree(Drafter):
-    """Knows the target's greedy output; proposes a random tree of at most k nodes in which the true
-    continuation runs for a random depth along a random branch, among wrong branches."""
-
-    name = "tree"
-
-    def __init__(self, truth: list[int], vocab: int, seed: int = 0):
-        self.truth, self.vocab = truth, vocab
-        self.rng = random.Random(seed)
-        self.paths: list[list[int]] = []
-
-    def reset(self) -> None:
-        pass
-
-    def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
-        rng = self.rng
-        future = self.truth[len(context):]
-        good = rng.randint(0, min(k, len(future)))          # how deep the true branch goes
-        tokens: list[int] = []
-        parents: list[int] = []
-        frontier = [-1]
-        true_node = -1
-        while len(tokens) < k and frontier:
-            parent = rng.choice(frontier)
-            depth = 0 if parent == -1 else self._depth(parents, parent) + 1
-            if parent == true_node and depth < good and rng.random() < 0.5:
-                tok = future[depth]
-                true_node = len(tokens)
-            else:
-                tok = rng.randrange(self.vocab)
-            tokens.append(tok)
-            parents.append(parent)
-            frontier.append(len(tokens) - 1)
-        return Draft(tokens=tokens, parents=parents, drafter=self.name)
-
-    @staticmethod
-    def _depth(parents: list[int], node: int) -> int:
-        d = 0
-        while parents[node] != -1:
-            node, d = parents[node], d + 1
-        return d
-
-    def commit(self, accepted: int) -> None:
-        pass
-
-    def commit_path(self, path: list[int]) -> None:
-        self.paths.append(path)
 
 
 def model_engine(arch: str, backend: str, drafters: dict, max_seq: int = 96, vocab: int = 32):
@@ -169,9 +121,8 @@ def test_tree_path_equals_chain_path_when_the_tree_is_a_chain(arch):
 
 
 def test_tree_layout_matches_the_model_tests_hand_made_tree():
-    from test_models import PARENT, tree_inputs
     _, positions, mask = tree_inputs(9)
-    # test_models' tree has no a0 row: its nodes are rows 0..; ours put a0 first at position 9.
+    # the model tests' tree (hand_tree.py) has no a0 row: its nodes are rows 0..; ours put a0 first at 9.
     lay = TreeLayout.from_parents([p - 1 for p in PARENT[1:]])   # their node 0 is our a0
     assert torch.equal(lay.mask, mask)
     assert torch.equal(lay.positions(9), positions)
@@ -198,7 +149,6 @@ def oracle_engine(oracle, max_seq=256, eos=()):
 
 def test_ngram_tree_equals_greedy_on_1000_random_oracle_cases():
     """The property test of test_spec_property.py with the tree drafter."""
-    from test_spec_property import random_case
     rng = random.Random(4321)
     accepted = {"ngram": 0, "ngram-tree": 0}
     rounds = {"ngram": 0, "ngram-tree": 0}

@@ -8,7 +8,7 @@ disconnects) ends the generation and frees its state. Plain data: never imports 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
