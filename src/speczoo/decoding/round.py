@@ -122,7 +122,12 @@ Verifier = Callable[[Generation, RoundPlan], tuple[Verdict, int]]
 
 
 def run_round(g: Generation, verify: Verifier) -> Round:
-    """One round: choose and propose, verify and roll back, commit."""
+    """One round: choose and propose, verify and roll back, commit; the generation `g` advances by it.
+
+    verify: whoever owns the target (the engine's forward, or a replay's recording) turns the plan into
+            the verdict and the count of draft tokens judged. The round's time feeds g.meter, which hands
+            the policy re-calibrated costs every Pricing.recalibrate_every rounds.
+    """
     p = plan(g)
     if not p.verify:
         return settle(g, p, None, 0)
@@ -158,7 +163,11 @@ def plan(g: Generation) -> RoundPlan:
 
 def settle(g: Generation, p: RoundPlan, verdict: Verdict | None, judged: int) -> Round:
     """Tell the drafter and the policy what the target accepted; emit a0 and the accepted tokens (up to
-    an EOS); the target's own token becomes the next a0."""
+    an EOS); the target's own token becomes the next a0.
+
+    p: the round's plan; verdict: the target's (None: the last token of the budget, emitted unverified);
+    judged: the draft tokens the target ruled on (decoding/verify/__init__.py), what the policy counts.
+    """
     draft = p.draft
     if verdict is None:
         new, accepted, pending = [g.pending], 0, g.pending
