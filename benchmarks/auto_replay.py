@@ -51,6 +51,7 @@ from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.draft_model import agreeing_prefix, reduced_head
 from speczoo.decoding.drafters.guess import Guesser
+from speczoo.decoding.drafters.registry import BUILTIN, EAGLE_HEAD
 from speczoo.decoding.round import Generation, RoundPlan, run_round, verify_recorded
 from speczoo.decoding.tuning import DRAFTING, PRICING
 from speczoo.decoding.types import Draft
@@ -59,7 +60,8 @@ from benchmarks.replay_profiles import PROFILES, load_profile
 from benchmarks.replay_report import AUTO_FLOOR, print_report
 
 MODES = ("ngram", "draft", "auto")
-EAGLE_MODES = ("eagle", "eagle-tree")
+EAGLE_MODES = tuple(s.name for s in BUILTIN if s.takes_name == EAGLE_HEAD)
+NOT_AUTO = frozenset(s.name for s in BUILTIN if not s.auto)      # as the runtime's `auto` (their descriptors)
 
 
 @dataclass
@@ -165,7 +167,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
            auto_excludes: frozenset[str] = frozenset()) -> Replay:
     """Replay `mode` (ngram | draft | eagle | eagle-tree | auto) on the recording: the engine's own rounds
     (decoding/round.py), verified against the recorded greedy output; `auto` offers the EAGLE drafters too when `eagle` is
-    given, less `auto_excludes` (as the runtime's). controller: the Controller class (or a factory with
+    given, less `auto_excludes` (NOT_AUTO: as the runtime's). controller: the Controller class (or a factory with
     its signature) to judge: the default is the shipped one."""
     from speczoo.decoding.drafters.ngram import NgramDrafter
 
@@ -324,8 +326,6 @@ def main(argv: list[str] | None = None) -> int:
         recs = load_recordings(args.replay)
     else:
         recs = record_all(args)
-    from speczoo.runtime import AUTO_EXCLUDES
-
     heads = eagle_features(args.target, args.head, args.tree, recs, args.eagle_step) if args.head else {}
     modes = ("ngram", "draft", *(EAGLE_MODES if heads else ()), "auto")
     holds = True
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             priced = {n: replace(r, draft_step=args.draft_ratio) for n, r in priced.items()}
         title = "recordings' own costs" if profile is None else profile.describe()
         print(title if args.draft_ratio is None else f"{title} (draft step {args.draft_ratio:g})")
-        results = replay_all(priced, modes, args.k, heads, AUTO_EXCLUDES)
+        results = replay_all(priced, modes, args.k, heads, NOT_AUTO)
         holds &= print_report(priced, results, modes, args.each).holds
         print()
     if len(profiles) > 1:
