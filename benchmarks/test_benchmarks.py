@@ -21,8 +21,9 @@ from speczoo.decoding.engine import Engine
 from offered import offered
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
-                 if p.stem != "__init__" and "def main(" in p.read_text(encoding="utf-8"))
+SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")          # not their tests beside them
+                 if p.stem not in ("__init__", "conftest") and not p.stem.startswith("test_")
+                 and "def main(" in p.read_text(encoding="utf-8"))
 
 
 def test_every_script_is_found():
