@@ -100,6 +100,14 @@ def load(name: str, backend: str | None = None) -> LoadedModel:
 
 
 class Runtime:
+    """A loaded target ready to generate, with every drafter it can offer bound once, here.
+
+    target, draft: loaded models (`load`; draft None: no draft model, so no "draft" mode); max_seq: the
+    longest prompt + output; remeasure_costs: time the cost profiles now instead of reading the stored
+    ones; eagle_tree: the shape of "eagle-tree" proposals; eagle_head: the EAGLE head to draft with (a
+    name or directory; None: the newest installed for the target, if any).
+    """
+
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096,
                  remeasure_costs: bool = False, eagle_tree: TreeShape = TreeShape(), eagle_head: str | None = None):
         if max_seq < 2:
@@ -140,8 +148,8 @@ class Runtime:
         """Up to `n_slots` requests at once in one target forward per step (continuous batching,
         decoding/batch.py), each in a KV slot of `slot_bytes()`, `chunk` prompt rows per step; the same
         TokenEvent / DoneEvent stream per request as `generate`. Shares this runtime's model: use one
-        or the other at a time. Modes whose drafter shares one cache across requests (draft, EAGLE) are
-        refused in a batch."""
+        or the other at a time. Each drafter runs as its descriptor says (decoding/batch.py): prompt
+        lookup by name, the draft model lent to one greedy `auto` request at a time, EAGLE not at all."""
         slots = SlotCache(self.target.args, n_slots, self.max_seq + MAX_K + 1)
         return TextBatch(BatchEngine(self.engine, slots, chunk), self.tokenizer, self._check_ids)
 
