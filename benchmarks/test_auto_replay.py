@@ -233,7 +233,7 @@ def test_the_command_replays_a_file_under_profiles(tmp_path, capsys):
 
 
 def test_a_real_recording_holds_greedy_under_every_profile():
-    """A real recording (tests/data: the 1.5B's greedy answer to the suite's question 67, 192 tokens, and
+    """A real recording (benchmarks/data: the 1.5B's greedy answer to the suite's question 67, 192 tokens, and
     the 0.5B's teacher-forced guesses over it, recorded with `--suite 4 --gen 192`, with this machine's
     measured costs). Before the controller priced its probes and plans by the costs, `auto` ran at 0.94x
     greedy on it under dear-verify."""
