@@ -26,7 +26,7 @@ from speczoo.sampling import probs as sampling_probs
 from speczoo.decoding.types import Draft, Verdict
 from speczoo.decoding.verify.greedy import verify_greedy
 from speczoo.decoding.verify.rejection import verify_sampling
-from lossless_stats import L, N_SEQ, P_THRESHOLD, Oracle, lossless_p_values, oracles
+from lossless_stats import L, N_SEQ, P_THRESHOLD, Oracle, exact_target, lossless_p_values, oracles
 
 
 VerifyFn = Callable[[Draft, Tensor, torch.Generator], Verdict]
