@@ -47,7 +47,7 @@ def test_head_cache_holds_the_committed_rows(trained):
     made: list[EagleDrafter] = []
     factory = make_eagle_drafter(head, 128)
     eng = engine(model, args, head)
-    eng.drafters = {"eagle": lambda req: made.append(factory(req)) or made[-1]}
+    eng = eng.offer(*offered({"eagle": lambda req: made.append(factory(req)) or made[-1]}))
     done = run(eng, prompt_ids=PROMPT, max_new_tokens=30, spec="eagle", k=5)
     d = made[-1]
     committed = PROMPT + done.ids
@@ -257,7 +257,7 @@ def test_prompt_rows_are_fed_in_prefill_and_lag_counts_the_rest(trained):
         d.prefill = logged
         return d
     eng = engine(model, args, head)
-    eng.drafters = {"eagle": spy}
+    eng = eng.offer(*offered({"eagle": spy}))
     plain = run(eng, prompt_ids=PROMPT, max_new_tokens=20)
     assert run(eng, prompt_ids=PROMPT, max_new_tokens=20, spec="eagle", k=4).ids == plain.ids
     assert seen == [(len(PROMPT) - 1, len(PROMPT))]           # every prompt row but the last one, in prefill

@@ -58,7 +58,7 @@ def test_scripted_trees_are_lossless_on_tiny_models(arch, backend):
     plain = run(eng, prompt_ids=prompt, max_new_tokens=40)
     truth = prompt + plain.ids
     drafter = ScriptedTree(truth, vocab=32, seed=1)
-    eng.drafters = {"tree": lambda req: drafter}
+    eng = eng.offer(*offered({"tree": lambda req: drafter}))
     spec = run(eng, prompt_ids=prompt, max_new_tokens=40, spec="tree", k=12)
     assert spec.ids == plain.ids
     assert spec.stats.accepted > 10 and spec.stats.rounds < 35
@@ -72,7 +72,7 @@ def test_cache_after_tree_rounds_equals_a_fresh_prefill(arch):
     eng, model, args = model_engine(arch, INVARIANT, {})
     prompt = [7, 7, 2, 9, 11, 3, 5, 8, 13]
     truth = prompt + run(eng, prompt_ids=prompt, max_new_tokens=30).ids
-    eng.drafters = {"tree": lambda req: ScriptedTree(truth, vocab=32, seed=2)}
+    eng = eng.offer(*offered({"tree": lambda req: ScriptedTree(truth, vocab=32, seed=2)}))
     gen = eng.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=30, spec="tree", k=10))
     committed = list(prompt)
     checked = 0
