@@ -58,7 +58,6 @@ from speczoo.decoding.tuning import BATCHING
 from speczoo.decoding.types import MAX_K
 
 
-
 @dataclass(eq=False)
 class BatchedRequest:
     """One request in the batch. events: what its steps produced and the consumer has not taken yet
@@ -119,7 +118,7 @@ class _Work:
     seq: BatchedRequest
     feed: Feed
     logits_at: int = -1                # first of its rows in the forward's logits (-1: needs none)
-    plan: RoundPlan | None = None           # a round (None: a prompt chunk)
+    plan: RoundPlan | None = None      # a round (None: a prompt chunk)
     layout: TreeLayout | None = None
     base: int = 0                      # its slot's length before the forward
     logits: Tensor | None = None       # its rows' logits [n, V] once the forward ran
