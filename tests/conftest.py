@@ -1,29 +1,4 @@
-"""Fixtures shared by several test files (opt-in: a file names them in `pytestmark`)."""
+"""The shared fixtures (tests/fixtures.py) for the tests here. Helpers that are not fixtures live in helper
+modules (tiny.py, reference.py, offered.py, ...), never in a test file: no test file imports another."""
 
-import os
-
-import pytest
-import torch
-
-# The speczoo home the test session was started with (CI gives each run a fresh one; a developer's
-# default is ~/.cache/speczoo): where the real models were pulled.
-SESSION_SPECZOO_HOME = os.environ.get("SPECZOO_HOME")
-
-
-@pytest.fixture
-def one_thread():
-    """Tiny tensors: OpenMP's thread hand-offs cost more than the math on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture
-def session_home(monkeypatch):
-    """The speczoo home the session started with, for real-model tests in a file whose autouse fixture
-    points SPECZOO_HOME at a temporary one: their pulls are then the session's, reused."""
-    if SESSION_SPECZOO_HOME is None:
-        monkeypatch.delenv("SPECZOO_HOME", raising=False)
-    else:
-        monkeypatch.setenv("SPECZOO_HOME", SESSION_SPECZOO_HOME)
+from fixtures import one_thread, session_home, trained  # noqa: F401  (fixtures are found by name in a conftest)

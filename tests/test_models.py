@@ -12,6 +12,7 @@ from torch import nn
 from speczoo.cache import KVCache
 from speczoo.kernels import backends, linear
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
+from hand_tree import PARENT, tree_inputs, tree_paths
 from tiny import tiny_args, tiny_model, tiny_tensors
 
 ARCHS = ["qwen2", "gemma3"]
@@ -99,32 +100,6 @@ def test_rollback_equals_recompute(arch, backend):
         assert torch.equal(got, ref)
     else:
         assert_close(got, ref)
-
-
-# A hand-made token tree after the prefix: parent of each node (-1: root), node tokens.
-PARENT = [-1, 0, 0, 1, 2, 4, 4]
-TREE_TOKENS = [5, 17, 99, 3, 42, 8, 64]
-
-
-def tree_paths():
-    paths = []
-    for i in range(len(PARENT)):
-        p, node = [], i
-        while node >= 0:
-            p.append(node)
-            node = PARENT[node]
-        paths.append(p[::-1])
-    return paths
-
-
-def tree_inputs(l0):
-    paths = tree_paths()
-    s = len(PARENT)
-    mask = torch.zeros(s, s, dtype=torch.bool)
-    for i, p in enumerate(paths):
-        mask[i, p] = True
-    positions = torch.tensor([l0 + len(p) - 1 for p in paths])
-    return torch.tensor(TREE_TOKENS), positions, mask
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -294,8 +269,6 @@ def test_unknown_arch_and_backend_are_errors():
         build_model(args, {}, "fp32")
     with pytest.raises(ValueError, match="unknown linear backend"):
         tiny_model("qwen2", backend="nope")
-
-
 
 
 @pytest.mark.real

@@ -16,7 +16,8 @@ from typing import Iterable, TextIO
 
 from speczoo.decoding.prompt_checks import fits
 from speczoo.errors import SpeczooError
-from speczoo.events import DoneEvent, GenerationRequest, SamplingParams, Stats, TokenEvent
+from speczoo.events import DoneEvent, Stats, TokenEvent
+from speczoo.request import GenerationRequest, SamplingParams
 
 # An empty reasoning block after the generation prompt: reasoning models (Qwen3, DeepSeek-R1 style
 # templates) then answer directly instead of thinking first.

@@ -289,7 +289,7 @@ class DecoderBase(nn.Module):
         """tokens, positions: [S] int64. Writes K/V at slots [L0, L0+S), advances cache.length by S.
 
         keys (optional): the slots each row attends to, in order, instead of the prefix [0, L0) and the
-        chain (or tree_mask) over the new rows: independent sequences packed in one cache (packed.py).
+        chain (or tree_mask) over the new rows: independent sequences packed in one cache (greedy_many.py).
         dest (optional, with keys): the cache slot each row's K/V goes to, int64 [S], instead of
         [L0, L0+S); cache.length is then left alone (the caller keeps each sequence's length: rows of
         several sequences, each in its own slot range, in one forward).
