@@ -289,8 +289,8 @@ def test_load_model_from_bundle_with_and_without_stored_packing(arch, tmp_path):
 
 
 def test_unknown_arch_and_backend_are_errors():
-    args = replace(tiny_args("qwen2"), arch="llama")
-    with pytest.raises(ValueError, match="unsupported architecture"):
+    args = replace(tiny_args("qwen2"), arch="mamba")
+    with pytest.raises(ValueError, match="'mamba' is not supported; speczoo runs qwen2, qwen3, llama, phi3"):
         build_model(args, {}, "fp32")
     with pytest.raises(ValueError, match="unknown linear backend"):
         tiny_model("qwen2", backend="nope")
