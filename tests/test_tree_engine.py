@@ -1,6 +1,6 @@
 """Token trees through the engine: one tree forward per round, compaction, greedy losslessness.
 
-Tiny random models (both architectures; the gemma one with its sliding window) and oracles. A scripted
+Tiny random models (every architecture; the gemma ones with their sliding windows) and oracles. A scripted
 drafter proposes trees that hide the target's true continuation among wrong branches, so that the
 accepted path is often not the first branch and the compaction really moves K/V rows.
 """
@@ -28,10 +28,9 @@ from speczoo.decoding.tree import TreeLayout
 from speczoo.decoding.types import Draft
 from test_engine_sampling import PARAMS, PROMPT, V, exact_joint
 from test_verify_sampling import chi_square_p
-from tiny import tiny_model
+from tiny import ARCHS, tiny_model
 
 INVARIANT = "fp32-rows"
-ARCHS = ["qwen2", "gemma3"]
 
 
 class ScriptedTree(Drafter):
@@ -98,7 +97,7 @@ def run(eng, **kw) -> Finished:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("backend", ["fp32", INVARIANT])
+@pytest.mark.parametrize("backend", ["fp32", INVARIANT, "q4"])     # q4: the compiled kernels and blocks
 def test_scripted_trees_are_lossless_on_tiny_models(arch, backend):
     eng, _, _ = model_engine(arch, backend, {})
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
