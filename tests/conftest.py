@@ -1,7 +1,13 @@
 """Fixtures shared by several test files (opt-in: a file names them in `pytestmark`)."""
 
+import os
+
 import pytest
 import torch
+
+# The speczoo home the test session was started with (CI gives each run a fresh one; a developer's
+# default is ~/.cache/speczoo): where the real models were pulled.
+SESSION_SPECZOO_HOME = os.environ.get("SPECZOO_HOME")
 
 
 @pytest.fixture
@@ -11,3 +17,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def session_home(monkeypatch):
+    """The speczoo home the session started with, for real-model tests in a file whose autouse fixture
+    points SPECZOO_HOME at a temporary one: their pulls are then the session's, reused."""
+    if SESSION_SPECZOO_HOME is None:
+        monkeypatch.delenv("SPECZOO_HOME", raising=False)
+    else:
+        monkeypatch.setenv("SPECZOO_HOME", SESSION_SPECZOO_HOME)

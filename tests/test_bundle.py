@@ -482,8 +482,7 @@ REAL_PROMPT, REAL_GREEDY = "def fibonacci(n):\n    ", [421, 308, 2651, 220, 15, 
 
 
 @pytest.mark.real
-def test_real_bundle_is_lean_and_runs_as_before(monkeypatch):
-    monkeypatch.delenv("SPECZOO_HOME", raising=False)     # the user's speczoo home: the pull is reused
+def test_real_bundle_is_lean_and_runs_as_before(session_home):
     from speczoo.packed import greedy_packed
     from speczoo.runtime import load
     from speczoo.zoo.source import kept_gguf

@@ -177,3 +177,29 @@ def test_real_gemma_metadata_and_orientation():
         if name == "token_embd.weight":
             assert t.shape == (262144, 640)
             break
+
+
+def test_the_plain_map_reader_reads_what_ggufs_own_reader_reads(tmp_path):
+    """open_gguf is gguf.GGUFReader over a plain ndarray view of the map: every field and tensor the same."""
+    args = tiny_args("qwen2")
+    path = tmp_path / "t.gguf"
+    write_gguf(path, args, tiny_tensors(args, seed=2))
+    ours, theirs = open_gguf(path), gguf.GGUFReader(path)
+    assert type(ours.data) is np.ndarray and isinstance(ours.data.base, np.memmap)     # zero-copy view
+    assert list(ours.fields) == list(theirs.fields)
+    assert all(ours.fields[k].contents() == theirs.fields[k].contents() for k in theirs.fields)
+    assert [(t.name, t.tensor_type, t.shape.tolist()) for t in ours.tensors] == \
+        [(t.name, t.tensor_type, t.shape.tolist()) for t in theirs.tensors]
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(ours.tensors, theirs.tensors))
+
+
+def test_a_truncated_gguf_is_a_clear_error(tmp_path):
+    args = tiny_args("qwen2")
+    path = tmp_path / "t.gguf"
+    write_gguf(path, args, tiny_tensors(args, seed=2))
+    whole = path.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    for keep in (2, 2000, len(whole) - 100):         # in the magic, in the metadata, in the tensor data
+        cut.write_bytes(whole[:keep])
+        with pytest.raises(ValueError, match="is not a readable GGUF file"):
+            open_gguf(cut)

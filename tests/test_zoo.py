@@ -445,14 +445,9 @@ def test_cli_pull_models_tokenize(tmp_path, capsys):
 REAL_SMALL = ["qwen2.5-coder-0.5b", "gemma-3-270m"]
 
 
-@pytest.fixture
-def real_home(monkeypatch):
-    monkeypatch.delenv("SPECZOO_HOME", raising=False)     # the user's speczoo home: pulls are reused
-
-
 @pytest.mark.real
 @pytest.mark.parametrize("name", REAL_SMALL)
-def test_real_pull_verify_load(real_home, name):
+def test_real_pull_verify_load(session_home, name):
     r = pull(name, progress=False)
     check = check_bundle(r.bundle)
     assert check.ok and check.source_verified, check.reason

@@ -32,7 +32,9 @@ QWEN_MERGES = ["Ġ t", "h e", "Ġt he", "l l", "ll o", "he llo", "Ġ w", "o r", 
                "Ġ hello", "i n", "Ġ in", "d e", "de f"]
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 GEMMA_PIECES = ["▁", "h", "e", "l", "o", "w", "r", "d", "t", "i", "n", "f", "he", "ll", "llo", "hello", "▁hello",
-                "▁w", "or", "▁wor", "▁world", "▁t", "▁the", "in", "▁in", "  ", "   ", "日"]
+                "▁w", "or", "▁wor", "▁world", "▁t", "▁the", "in", "▁in", "日"]
+# Runs of spaces: user-defined tokens spelled with real spaces, right after the specials (as Gemma files have them).
+GEMMA_SPACES = ["  ", "   "]
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
 
 
@@ -48,14 +50,16 @@ def qwen_vocab() -> tuple[list[str], list[int], list[str]]:
 
 
 def gemma_vocab() -> tuple[list[str], list[int], list[float]]:
-    """(tokens, token types, scores): specials, a user-defined newline, 256 byte pieces, some pieces."""
-    tokens = GEMMA_SPECIALS + ["\n"] + [f"<0x{b:02X}>" for b in range(256)] + GEMMA_PIECES
-    types = [3] * len(GEMMA_SPECIALS) + [4] + [6] * 256 + [1] * len(GEMMA_PIECES)
-    scores = [0.0] * (len(GEMMA_SPECIALS) + 1 + 256) + [-float(i) for i in range(len(GEMMA_PIECES))]
+    """(tokens, token types, scores): specials, user-defined newline and space runs, 256 byte pieces, some
+    pieces (scores falling with position, as in Gemma files)."""
+    user = ["\n", *GEMMA_SPACES]
+    tokens = GEMMA_SPECIALS + user + [f"<0x{b:02X}>" for b in range(256)] + GEMMA_PIECES
+    types = [3] * len(GEMMA_SPECIALS) + [4] * len(user) + [6] * 256 + [1] * len(GEMMA_PIECES)
+    scores = [-1000.0] * (len(GEMMA_SPECIALS) + len(user)) + [0.0] * 256 + [-float(i) for i in range(len(GEMMA_PIECES))]
     return tokens, types, scores
 
 
-def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool) -> int:
+def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool | str) -> int:
     if arch == "qwen2":
         tokens, types, merges = qwen_vocab()
         w.add_tokenizer_model("gpt2")
@@ -66,7 +70,7 @@ def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool) -> int:
         w.add_bos_token_id(tokens.index("<|endoftext|>"))
         w.add_eos_token_id(tokens.index("<|im_end|>"))
         w.add_add_bos_token(False)
-        if chat_template:
+        if chat_template is True:
             w.add_chat_template(CHATML)
     else:
         tokens, types, scores = gemma_vocab()
@@ -81,12 +85,15 @@ def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool) -> int:
         w.add_pad_token_id(0)
         w.add_add_bos_token(True)
         w.add_add_space_prefix(False)
+    if isinstance(chat_template, str):
+        w.add_chat_template(chat_template)
     return len(tokens)
 
 
 def write_tiny_gguf(path: Path, arch: str, seed: int = 0, tied: bool = True, quantize: bool = True,
-                    chat_template: bool = True) -> tuple[Path, dict[str, torch.Tensor]]:
-    """A tiny `arch` GGUF; returns (path, the fp32 tensors as the reader will dequantize them)."""
+                    chat_template: bool | str = True) -> tuple[Path, dict[str, torch.Tensor]]:
+    """A tiny `arch` GGUF; returns (path, the fp32 tensors as the reader will dequantize them).
+    chat_template: True writes ChatML (qwen2 only), a string writes that template, False none."""
     vocab = len(qwen_vocab()[0]) if arch == "qwen2" else len(gemma_vocab()[0])
     args = tiny_args(arch, vocab=vocab, tie_embeddings=tied)
     tensors = tiny_tensors(args, seed, tied=tied)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,23 +23,13 @@ from speczoo.models.args import ModelArgs
 from speczoo.models.loader import LINEAR_WEIGHT_PATTERN, dequantize, linear_weight_sources
 from speczoo.models.meta import GGUFMeta
 from speczoo.models.registry import SUPPORTED_ARCHS, arch_class
+from speczoo.zoo.gguf_file import open_gguf
 
 __all__ = ["LINEAR_WEIGHT_PATTERN", "linear_weight_sources", "gguf_model_args", "iter_gguf_tensors",
            "iter_gguf_blocks", "gguf_quant_summary", "open_gguf", "SUPPORTED_ARCHS"]
 
 # Token texts that end a turn (llama.cpp treats them as end-of-generation too).
-_EOG_TEXTS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<|end_of_text|>", "<eos>", "<|end|>",
-              "<|eom_id|>")
-
-
-def open_gguf(path: Path):
-    """A gguf.GGUFReader on `path` (memory-mapped), with a clear error when the file is absent."""
-    import gguf
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"GGUF file {path} does not exist")
-    return gguf.GGUFReader(path)
+_EOG_TEXTS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<|end_of_text|>", "<eos>")
 
 
 def _field(reader, key: str, default=None):

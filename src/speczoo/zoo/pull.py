@@ -173,6 +173,8 @@ def open_gguf_source(path: Path, log: Callable[[str], None] = _log, label: str |
     reader = open_gguf(path)
     log(f"reading the tokenizer of {label or Path(path).name}")
     built = tokenizer_from_gguf(reader)
+    for note in built.warnings:
+        log(f"warning: {label or Path(path).name}: {note}")
     return SourceContent(
         args=gguf_model_args(reader), quantization=gguf_quant_summary(reader),
         tokenizer=Tokenizer(built.tokenizer, built.config, built.chat_template),
@@ -192,15 +194,28 @@ def open_hf_source(hf_dir: Path) -> SourceContent:
 
 
 def _chat_template(src: SourceContent, name: str, fallback: str | None, log: Callable[[str], None]) -> str | None:
-    """Give a source without a chat template the builtin one (`fallback`, else by architecture)."""
-    if src.tokenizer.chat_template is not None:
-        return src.template_source
-    fallback = fallback or arch_class(src.args.arch).CHAT_TEMPLATE   # the architecture's builtin one
-    if fallback is None:
+    """Keep the source's chat template when it renders; else a builtin (the registry's `fallback`, the
+    architecture's, or the one whose turn markers the vocabulary holds), said in the log. Returns the
+    manifest's chat_template_source."""
+    tok = src.tokenizer
+    builtin = fallback or arch_class(src.args.arch).CHAT_TEMPLATE or tok.builtin_template_name()
+    if tok.chat_template is not None:
+        problem = tok.chat_template_problem()
+        if problem is None:
+            return src.template_source
+        if builtin is None:
+            log(f"warning: {name}: the source's chat template cannot render a one-message chat ({problem}); "
+                "speczoo has no builtin template for this model, so chat requests will fail with that error: "
+                "send plain completion prompts")
+            return src.template_source
+        log(f"warning: {name}: the source's chat template cannot render a one-message chat ({problem}); "
+            f"using speczoo's builtin {builtin!r} template instead")
+    elif builtin is None:
         return None
-    log(f"{name}: the source has no chat template; using speczoo's builtin {fallback!r} template")
-    src.tokenizer.chat_template = BUILTIN_CHAT_TEMPLATES[fallback]
-    return f"builtin:{fallback}"
+    else:
+        log(f"{name}: the source has no chat template; using speczoo's builtin {builtin!r} template")
+    tok.chat_template = BUILTIN_CHAT_TEMPLATES[builtin]
+    return f"builtin:{builtin}"
 
 
 def _file_sizes(d: Path) -> dict[str, int]:
