@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from tiny import tiny_model
+from tiny import greedy, tiny_model
 from tiny_gguf import write_arch_gguf
 
 from speczoo.cache import KVCache
@@ -32,16 +32,6 @@ def ours_from_gguf(path, backend: str = "fp32"):
     r = open_gguf(path)
     args = gguf_model_args(r)
     return build_model(args, dict(iter_gguf_tensors(r)), backend), args
-
-
-def greedy(model, args, prompt: torch.Tensor, n: int) -> list[int]:
-    c = KVCache(args, 64)
-    logits = model(prompt, torch.arange(len(prompt)), c).logits[-1]
-    out = []
-    for _ in range(n):
-        out.append(int(logits.argmax()))
-        logits = model(torch.tensor(out[-1:]), torch.tensor([c.length]), c).logits[-1]
-    return out
 
 
 def reference(path, args, **config):

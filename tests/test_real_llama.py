@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny import greedy
 
 from speczoo.bench.parity import default_text, perplexity, run_ours
 from speczoo.cache import KVCache
@@ -36,16 +37,6 @@ def smollm2():
         yield gguf_model_args(r), dict(iter_gguf_tensors(r)), path
 
 
-def _greedy(model, args, prompt: torch.Tensor, n: int) -> list[int]:
-    c = KVCache(args, 128)
-    logits = model(prompt, torch.arange(len(prompt)), c).logits[-1]
-    out = []
-    for _ in range(n):
-        out.append(int(logits.argmax()))
-        logits = model(torch.tensor(out[-1:]), torch.tensor([c.length]), c).logits[-1]
-    return out
-
-
 def test_real_smollm2_metadata(smollm2):
     args, tensors, _ = smollm2
     assert (args.arch, args.n_layers, args.dim, args.n_heads, args.n_kv_heads, args.head_dim, args.vocab_size) == \
@@ -68,7 +59,7 @@ def test_real_smollm2_matches_transformers(smollm2):
         assert torch.equal(got.argmax(-1), want.argmax(-1))
         assert float((got - want).abs().max()) < 2e-3
         gen = ref.generate(IDS[None, :8], max_new_tokens=24, do_sample=False, min_new_tokens=24)[0, 8:].tolist()
-        assert _greedy(ours, args, IDS[:8], 24) == gen
+        assert greedy(ours, args, IDS[:8], 24) == gen
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     text = torch.tensor(tok(default_text()).input_ids[:512])
     fp32 = run_ours(ours, text, 128)

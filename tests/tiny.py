@@ -150,3 +150,18 @@ def tree_mask(parents: list[int]) -> Tensor:
             mask[i, j] = True
             j = parents[j]
     return mask
+
+
+def greedy(model, args: ModelArgs, prompt: Tensor, n: int) -> list[int]:
+    """The model's greedy continuation of `prompt` [S] (int64), n tokens: a prefill, then one decode step
+    per token through the KV cache."""
+    from speczoo.cache import KVCache
+
+    c = KVCache(args, len(prompt) + n + 8)
+    logits = model(prompt, torch.arange(len(prompt)), c).logits[-1]
+    out: list[int] = []
+    for _ in range(n):
+        out.append(int(logits.argmax()))
+        logits = model(torch.tensor(out[-1:]), torch.tensor([c.length]), c).logits[-1]
+    return out
+

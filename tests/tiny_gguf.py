@@ -90,6 +90,18 @@ def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool | str) -
     return len(tokens)
 
 
+def _sizes(w: gguf.GGUFWriter, args: ModelArgs, context_length: int) -> None:
+    """The hyper-parameters every architecture's converter writes."""
+    w.add_block_count(args.n_layers)
+    w.add_context_length(context_length)
+    w.add_embedding_length(args.dim)
+    w.add_feed_forward_length(args.ffn_dim)
+    w.add_head_count(args.n_heads)
+    w.add_head_count_kv(args.n_kv_heads)
+    w.add_rope_freq_base(args.rope_theta)
+    w.add_layer_norm_rms_eps(args.norm_eps)
+
+
 def write_tiny_gguf(path: Path, arch: str, seed: int = 0, tied: bool = True, quantize: bool = True,
                     chat_template: bool | str = True) -> tuple[Path, dict[str, torch.Tensor]]:
     """A tiny `arch` GGUF; returns (path, the fp32 tensors as the reader will dequantize them).
@@ -98,14 +110,7 @@ def write_tiny_gguf(path: Path, arch: str, seed: int = 0, tied: bool = True, qua
     args = tiny_args(arch, vocab=vocab, tie_embeddings=tied)
     tensors = tiny_tensors(args, seed, tied=tied)
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(args.n_layers)
-    w.add_context_length(4096)
-    w.add_embedding_length(args.dim)
-    w.add_feed_forward_length(args.ffn_dim)
-    w.add_head_count(args.n_heads)
-    w.add_head_count_kv(args.n_kv_heads)
-    w.add_rope_freq_base(args.rope_theta)
-    w.add_layer_norm_rms_eps(args.norm_eps)
+    _sizes(w, args, 4096)
     if arch == "gemma3":
         w.add_key_length(args.head_dim)
         w.add_value_length(args.head_dim)
@@ -227,14 +232,7 @@ def _converter_rows(name: str, t: torch.Tensor, args: ModelArgs) -> tuple[torch.
 
 
 def _arch_metadata(w: gguf.GGUFWriter, args: ModelArgs, tensors: dict[str, torch.Tensor]) -> None:
-    w.add_block_count(args.n_layers)
-    w.add_context_length(args.context_length)
-    w.add_embedding_length(args.dim)
-    w.add_feed_forward_length(args.ffn_dim)
-    w.add_head_count(args.n_heads)
-    w.add_head_count_kv(args.n_kv_heads)
-    w.add_rope_freq_base(args.rope_theta)
-    w.add_layer_norm_rms_eps(args.norm_eps)
+    _sizes(w, args, args.context_length)
     w.add_key_length(args.head_dim)
     w.add_value_length(args.head_dim)
     w.add_rope_dimension_count(args.head_dim)
@@ -261,20 +259,11 @@ def write_arch_gguf(path: Path, arch: str, quant: str = "F32", seed: int = 0, ro
     extra: tensors added to (or replacing) the random ones.
     Returns (path, the args, the fp32 tensors the model should read: the file's values, dequantized, in
     the model's row order)."""
-    tokens, types, merges = qwen_vocab()
-    args = tiny_args(arch, vocab=len(tokens), **overrides)
+    args = tiny_args(arch, vocab=len(qwen_vocab()[0]), **overrides)
     tensors = {**tiny_tensors(args, seed, tied=args.tie_embeddings, rope_factors=rope_factors), **(extra or {})}
     w = gguf.GGUFWriter(str(path), arch)
     _arch_metadata(w, args, tensors)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(tokens.index("<|endoftext|>"))
-    w.add_eos_token_id(tokens.index("<|im_end|>"))
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    _write_tokenizer(w, "qwen2", chat_template=True)             # the byte-level BPE vocabulary, ChatML
     expected = {}
     for name, t in tensors.items():
         written, order = _converter_rows(name, t, args)
