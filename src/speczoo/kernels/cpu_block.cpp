@@ -193,11 +193,11 @@ static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64
 // Blocks n in a row over x [S, D] (the residual stream, in place), each with the same arithmetic as a
 // call of its own. layers: n x 7 int64 (pointers as int64): norm1, norm2 [D]; lin: 4 x 8 int64 (qkv, wo,
 // gate_up, down; see linear_at); kc, vc [Hkv, C, Dh] of that block's layer; qnorm, knorm [Dh] or 0 (no
-// per-head norm of q and k; rmsnorm_row in place, after the qkv bias, before the rotation). cos_k/sin_k, cos_q/sin_q
-// [S, Dh] (the query pair has the query scale folded in); row s's key and value go to cache slot l0 + s, or
-// dst[s] when dst is not null; lo/hi/off/idx: the key plan of kernels/attention.py (read after every row
-// of the block is written). Returns 0; -1 when scratch could not be allocated; -2 on an invalid key plan;
-// -3 when a block's shapes do not fit together or the cache.
+// per-head norm of q and k; rmsnorm_row in place, after the qkv bias, before the rotation). cos_k/sin_k,
+// cos_q/sin_q [S, Dh] (the query pair has the query scale folded in); row s's key and value go to cache
+// slot l0 + s, or dst[s] when dst is not null; lo/hi/off/idx: the key plan of kernels/attention.py (read
+// after every row of the block is written). Returns 0; -1 when scratch could not be allocated; -2 on an
+// invalid key plan; -3 when a block's shapes do not fit together or the cache.
 SZ_API int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps,
                               const float* cos_k, const float* sin_k, const float* cos_q, const float* sin_q,
                               int64_t H, int64_t Hkv, int64_t Dh, int64_t C, int64_t l0, const int64_t* dst,

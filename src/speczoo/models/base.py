@@ -1,7 +1,7 @@
 """Pieces every decoder model shares: RMSNorm, RoPE with explicit positions, attention over the KV cache.
 
-models/decoder.py wires these into the blocks every architecture file configures. Two attention schemes give the same
-result up to round-off:
+models/decoder.py wires these into the blocks every architecture file configures. Two attention schemes
+give the same result up to round-off:
   * batched (`invariant=False`): one SDPA call over all S query rows with a boolean mask; fast, for the
     fp32/bf16 reference backends, which are not batch-invariant anyway;
   * row by row (`invariant=True`): each query row attends with shapes that depend only on the keys it

@@ -161,11 +161,12 @@ class Decoder(DecoderBase):
         self.embed = tensors["token_embd.weight"]      # [V, D] fp32 rows: a Tensor or an EncodedEmbedding
         # gemma: the embedding times sqrt(D), an fp32 scalar as transformers has it
         self.embed_scale = torch.tensor(args.embed_scale, dtype=torch.float32) if args.embed_scale != 1.0 else None
-        self.layers = nn.ModuleList(Block(self.LAYOUT, args, i, tensors, backend, packed) for i in range(args.n_layers))
+        self.layers = nn.ModuleList(Block(self.LAYOUT, args, i, tensors, backend, packed)
+                                    for i in range(args.n_layers))
         self.norm = RMSNorm(tensors["output_norm.weight"], args.norm_eps)
         head_src = "output.weight" if "output.weight" in tensors else "token_embd.weight"
         self.lm_head = make_linear("output.weight", tensors, backend, packed, source=head_src)
-        factors = tensors[self.ROPE_FACTORS] if self.ROPE_FACTORS is not None and self.ROPE_FACTORS in tensors else None
+        factors = tensors.get(self.ROPE_FACTORS) if self.ROPE_FACTORS is not None else None   # [Dh/2] or None
         self.ropes = {sliding: Rope(args.head_dim, args.rope_local_theta if sliding else args.rope_theta,
                                     factors=factors, scale=args.rope_scale, mscale=args.rope_attn_factor,
                                     limit=args.rope_max_positions)

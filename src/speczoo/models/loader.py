@@ -41,6 +41,7 @@ _DEQUANT_ROWS = 1024                            # rows of GGUF blocks dequantize
 _HEAD_ROWS = 1024                               # rows of a tied head decoded and packed at a time at load
 ROW_LOOKUP = ("token_embd.weight",)             # read by the model only row by row: kept encoded at load
 
+
 def packed_weights_file(backend: str) -> str:
     return f"weights-{backend}.safetensors"
 

@@ -35,7 +35,8 @@ def arch_class(name: str) -> type[Decoder]:
     try:
         return ARCHS[name]
     except KeyError:
-        raise ValueError(f"architecture {name!r} is not supported; speczoo runs {', '.join(SUPPORTED_ARCHS)}") from None
+        raise ValueError(f"architecture {name!r} is not supported; speczoo runs "
+                         f"{', '.join(SUPPORTED_ARCHS)}") from None
 
 
 _BLOCK_LINEARS = sorted({name for cls in ARCHS.values() for name in cls.linear_weights()})

@@ -48,6 +48,7 @@ from speczoo.zoo import source as S
 from speczoo.zoo.registry import ZooModel, resolve
 from speczoo.zoo.weights import SourceTensor, UnpackedWriter, bundle_source, iter_source, open_reference, source_names
 
+
 @dataclass
 class PullResult:
     name: str

