@@ -1,7 +1,7 @@
 """Record llama.cpp's token ids for the real-model tokenizer tests: tests/data/llama_tokenize.json.
 
     SPECZOO_LLAMA_BIN=/path/to/llama.cpp/build/bin python -m benchmarks.llama_tokenize_ids \\
-        smollm2=SmolLM2-135M-Instruct.Q4_1.gguf qwen2.5-coder-0.5b=... gemma-3-270m=...
+        smollm2-135m=SmolLM2-135M-Instruct.Q4_1.gguf qwen2.5-coder-0.5b=... gemma-3-270m=...
 
 For each GGUF (named as tests/real_ggufs.py names it): its sha256; llama.cpp's ids (`llama-tokenize`,
 special tokens parsed, no BOS) for tests/data/tokenizer_sample.txt, in full; and for the first 30,000

@@ -128,24 +128,27 @@ def test_end_of_turn_tokens_join_eos(tmp_path):
 
 
 def test_unsupported_arch_is_a_clear_error(tmp_path):
-    path = tmp_path / "llama.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
+    path = tmp_path / "mamba.gguf"
+    w = gguf.GGUFWriter(str(path), "mamba")
     w.add_block_count(1)
     w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(ValueError, match="'llama' is not supported"):
+    with pytest.raises(ValueError, match="'mamba' is not supported; speczoo runs qwen2, qwen3, llama, phi3, gemma2, "
+                                         "gemma3"):
         gguf_model_args(open_gguf(path))
     with pytest.raises(FileNotFoundError):
         open_gguf(tmp_path / "absent.gguf")
 
 
 def test_linear_weight_pattern():
-    for name in ("blk.0.attn_q.weight", "blk.11.ffn_down.weight", "output.weight", "token_embd.weight"):
+    for name in ("blk.0.attn_q.weight", "blk.11.ffn_down.weight", "output.weight", "token_embd.weight",
+                 "blk.3.attn_qkv.weight"):
         assert LINEAR_WEIGHT_PATTERN.match(name), name
-    for name in ("blk.0.attn_q.bias", "blk.0.attn_norm.weight", "blk.0.attn_q_norm.weight", "output_norm.weight"):
+    for name in ("blk.0.attn_q.bias", "blk.0.attn_norm.weight", "blk.0.attn_q_norm.weight", "output_norm.weight",
+                 "rope_freqs.weight", "rope_factors_short.weight", "blk.0.post_ffw_norm.weight"):
         assert not LINEAR_WEIGHT_PATTERN.match(name), name
 
 

@@ -1,6 +1,6 @@
 """Token trees through the engine: one tree forward per round, compaction, greedy losslessness.
 
-Tiny random models (both architectures; the gemma one with its sliding window) and oracles. A scripted
+Tiny random models (every architecture; the gemma ones with their sliding windows) and oracles. A scripted
 drafter proposes trees that hide the target's true continuation among wrong branches, so that the
 accepted path is often not the first branch and the compaction really moves K/V rows.
 """
@@ -27,13 +27,12 @@ from reference import (HashOracle, NoisyOracle, OracleModel, TokenCache,
 from speczoo.decoding.verify.tree import TreeLayout
 from speczoo.decoding.types import Draft
 from lossless_stats import PARAMS, PROMPT, V, chi_square_p, exact_joint
-from tiny import tiny_model
+from tiny import ARCHS, tiny_model
 from hand_tree import PARENT, ScriptedTree, tree_inputs
 from offered import offered
 from oracle_engines import random_case
 
 INVARIANT = "fp32-rows"
-ARCHS = ["qwen2", "gemma3"]
 
 
 def model_engine(arch: str, backend: str, drafters: dict, max_seq: int = 96, vocab: int = 32):
@@ -51,7 +50,7 @@ def run(eng, **kw) -> Finished:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("backend", ["fp32", INVARIANT])
+@pytest.mark.parametrize("backend", ["fp32", INVARIANT, "q4"])     # q4: the compiled kernels and blocks
 def test_scripted_trees_are_lossless_on_tiny_models(arch, backend):
     eng, _, _ = model_engine(arch, backend, {})
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]

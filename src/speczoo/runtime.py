@@ -156,7 +156,8 @@ class Runtime:
     def cannot_batch(self) -> str | None:
         """Why this runtime cannot `batch` (None: it can)."""
         if self.target.args.sliding_window > 0:
-            return f"{self.name} has sliding-window layers (Gemma 3), which a batch's slot cache cannot hold"
+            return (f"{self.name} has sliding-window layers ({self.target.args.arch}), which a batch's slot cache "
+                    "cannot hold")
         return None
 
     def slot_bytes(self) -> int:

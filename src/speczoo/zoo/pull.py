@@ -41,14 +41,12 @@ from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, get_backend
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import read_unpacked, stored_linear_sources, unpacked_names, with_tied_head
+from speczoo.models.registry import arch_class
 from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
 from speczoo.zoo import bundle as B
 from speczoo.zoo import source as S
 from speczoo.zoo.registry import ZooModel, resolve
 from speczoo.zoo.weights import SourceTensor, UnpackedWriter, bundle_source, iter_source, open_reference, source_names
-
-# A local source without a chat template gets the builtin one of its architecture (recorded in the manifest).
-ARCH_CHAT_TEMPLATES = {"gemma3": "gemma"}
 
 
 @dataclass
@@ -201,7 +199,7 @@ def _chat_template(src: SourceContent, name: str, fallback: str | None, log: Cal
     architecture's, or the one whose turn markers the vocabulary holds), said in the log. Returns the
     manifest's chat_template_source."""
     tok = src.tokenizer
-    builtin = fallback or ARCH_CHAT_TEMPLATES.get(src.args.arch) or tok.builtin_template_name()
+    builtin = fallback or arch_class(src.args.arch).CHAT_TEMPLATE or tok.builtin_template_name()
     if tok.chat_template is not None:
         problem = tok.chat_template_problem()
         if problem is None:
