@@ -69,7 +69,8 @@ def test_pick_is_the_full_rows_argmax_with_its_probability():
     head = ReducedHead(model, 64)
     for keep in ([], [5, 200, 131]):
         head.keep(keep)
-        rows = model(torch.tensor([3, 200, 7, 9]), torch.arange(4), KVCache(args, 16), readout=Readout(head=head)).logits
+        rows = model(torch.tensor([3, 200, 7, 9]), torch.arange(4), KVCache(args, 16),
+                     readout=Readout(head=head)).logits
         rows = torch.cat([rows, rows[:1].clone(), rows[:1].clone()])
         top = 130 if keep else 10
         rows[-2, top] = rows[-2].max() + 5.0                          # the max among the prompt's strips

@@ -79,7 +79,8 @@ def test_bad_input():
     assert greedy_many(model, [], 4) == []
     cache = KVCache(args, 8)
     with pytest.raises(ValueError, match="rows"):
-        model(torch.tensor([1, 2]), torch.arange(2), cache, attend=Packed(KeyRows.from_rows([(0, 1)]), torch.tensor([0])))
+        model(torch.tensor([1, 2]), torch.arange(2), cache,
+              attend=Packed(KeyRows.from_rows([(0, 1)]), torch.tensor([0])))
     gemma, _ = tiny_model("gemma3", backend=INVARIANT)
     with pytest.raises(ValueError, match="sliding-window"):
         greedy_many(gemma, [[1, 2]], 3)
