@@ -297,10 +297,6 @@ class Tokenizer:
         return [(self.backend.id_to_token(i), i in specials) for i in range(n)]
 
 
-def _token_words(entry: tuple[str | None, bool]) -> str:
-    token, special = entry
-    return f"{token!r}" + (" (special)" if special else "")
-
     @cached_property
     def _byte_of(self) -> dict[str, int]:
         """A byte-level piece's characters -> the bytes they stand for."""
@@ -324,6 +320,11 @@ def _token_words(entry: tuple[str | None, bool]) -> str:
 
     def incremental_decoder(self, skip_special: bool = False) -> IncrementalDecoder:
         return IncrementalDecoder(self, skip_special)
+
+
+def _token_words(entry: tuple[str | None, bool]) -> str:
+    token, special = entry
+    return f"{token!r}" + (" (special)" if special else "")
 
 
 class IncrementalDecoder:
