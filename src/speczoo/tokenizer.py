@@ -260,6 +260,8 @@ class Tokenizer:
         (names: what to call the two in the lines). Empty: the same tokens at the same ids (padding past
         `text_vocab_size` aside), the same special tokens, merges, pre-tokenizer, normalizer and decoder, so
         every text gets the same ids from both."""
+        if other is self:
+            return []
         a, b = json.loads(self.backend.to_str()), json.loads(other.backend.to_str())
         out = []
         for key, what in (("normalizer", "normalizers differ"),
@@ -295,7 +297,6 @@ class Tokenizer:
         """(token, special) of ids 0..n-1: what a token is and whether it is a special one."""
         specials = self.special_ids
         return [(self.backend.id_to_token(i), i in specials) for i in range(n)]
-
 
     @cached_property
     def _byte_of(self) -> dict[str, int]:
