@@ -38,15 +38,19 @@ GEMMA_SPACES = ["  ", "   "]
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
 
 
-def qwen_vocab() -> tuple[list[str], list[int], list[str]]:
-    """(tokens, token types, merges): the 256 byte-alphabet letters, the merge results, the specials."""
+def qwen_vocab(pad_to: int | None = None) -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token types, merges): the 256 byte-alphabet letters, the merge results, the specials, then
+    (pad_to) "[PAD<id>]" tokens of type UNUSED up to pad_to ids, as llama.cpp's converter pads a vocabulary
+    to its embedding's rows."""
     tokens = [byte_alphabet()[b] for b in range(256)]
     for m in QWEN_MERGES:
         joined = m.replace(" ", "")
         if joined not in tokens:
             tokens.append(joined)
     types = [1] * len(tokens) + [3] * len(QWEN_SPECIALS)
-    return tokens + QWEN_SPECIALS, types, QWEN_MERGES
+    tokens += QWEN_SPECIALS
+    pads = [f"[PAD{i}]" for i in range(len(tokens), pad_to or 0)]
+    return tokens + pads, types + [5] * len(pads), QWEN_MERGES
 
 
 def gemma_vocab() -> tuple[list[str], list[int], list[float]]:
@@ -59,9 +63,9 @@ def gemma_vocab() -> tuple[list[str], list[int], list[float]]:
     return tokens, types, scores
 
 
-def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool | str) -> int:
+def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool | str, pad_to: int | None = None) -> int:
     if arch == "qwen2":
-        tokens, types, merges = qwen_vocab()
+        tokens, types, merges = qwen_vocab(pad_to)
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre("qwen2")
         w.add_token_list(tokens)
@@ -103,19 +107,25 @@ def _sizes(w: gguf.GGUFWriter, args: ModelArgs, context_length: int) -> None:
 
 
 def write_tiny_gguf(path: Path, arch: str, seed: int = 0, tied: bool = True, quantize: bool = True,
-                    chat_template: bool | str = True) -> tuple[Path, dict[str, torch.Tensor]]:
+                    chat_template: bool | str = True, pad_to: int | None = None) -> tuple[Path, dict[str, torch.Tensor]]:
     """A tiny `arch` GGUF; returns (path, the fp32 tensors as the reader will dequantize them).
-    chat_template: True writes ChatML (qwen2 only), a string writes that template, False none."""
+    chat_template: True writes ChatML (qwen2 only), a string writes that template, False none.
+    pad_to (qwen2 only): zero embedding (and LM head) rows and "[PAD<id>]" tokens up to this many ids
+    (qwen_vocab), the other tensors those of the unpadded model."""
     vocab = len(qwen_vocab()[0]) if arch == "qwen2" else len(gemma_vocab()[0])
-    args = tiny_args(arch, vocab=vocab, tie_embeddings=tied)
-    tensors = tiny_tensors(args, seed, tied=tied)
+    tensors = tiny_tensors(tiny_args(arch, vocab=vocab, tie_embeddings=tied), seed, tied=tied)
+    for name in ("token_embd.weight", "output.weight"):
+        if pad_to and name in tensors:
+            t = tensors[name]
+            tensors[name] = torch.cat((t, t.new_zeros(pad_to - vocab, t.shape[1])))
+    args = tiny_args(arch, vocab=max(vocab, pad_to or 0), tie_embeddings=tied)
     w = gguf.GGUFWriter(str(path), arch)
     _sizes(w, args, 4096)
     if arch == "gemma3":
         w.add_key_length(args.head_dim)
         w.add_value_length(args.head_dim)
         w.add_sliding_window(args.sliding_window)
-    _write_tokenizer(w, arch, chat_template)
+    _write_tokenizer(w, arch, chat_template, pad_to)
     out = {}
     for name, t in tensors.items():
         a = t.numpy().astype(np.float32)

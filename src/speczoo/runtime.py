@@ -4,8 +4,10 @@
 measures or reads their cost profiles, resolves the EAGLE head, binds every built-in drafter's
 descriptor to what it loaded (decoding/drafters/registry.py: a drafter with nothing to draft with is
 not offered) and builds the KV caches and the engine, once: no request changes what is offered. The runtime is not thread-safe: one generation at a time (the
-server serializes requests through its worker), or one batch of them (`batch`). It never downloads anything: a model that is not
-pulled is an error that names the pull command.
+server serializes requests through its worker), or one batch of them (`batch`). It never downloads anything: a zoo model that is
+not pulled is an error that names the pull command. A local GGUF file or Hugging Face directory named by path (a target or a
+--draft) that is not pulled yet is pulled first, with the pull's progress, as `speczoo pull PATH` would: the user named a file
+already on disk, and converting it is part of running it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from torch import nn
 
 from speczoo.cache import KVCache
+from speczoo.errors import NotPulledError
 from speczoo.events import DoneEvent, TokenEvent
 from speczoo.request import GenerationRequest
 from speczoo.kernels import native
@@ -38,6 +41,7 @@ from speczoo.slots import SlotCache
 from speczoo.textgen import TextBatch, generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
+from speczoo.zoo.registry import resolve
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
 
 
@@ -88,9 +92,26 @@ def _note_slow_default(name: str, backend: str) -> None:
           f"loads then use", file=sys.stderr, flush=True)
 
 
+def bundle_of(name: str, backend: str | None = None) -> Path:
+    """The bundle of a zoo name, bundle directory or local path; a local GGUF file or HF directory not
+    pulled yet is pulled now (packing `backend`), its progress on stderr. NotPulledError for a zoo model
+    that is not pulled: downloading it is the user's call (`speczoo pull NAME`)."""
+    try:
+        return find_bundle(name)
+    except NotPulledError:
+        if resolve(name).kind == "zoo":
+            raise
+    from speczoo.zoo.pull import pull
+
+    print(f"speczoo: {name} is not pulled yet; pulling it now, as `speczoo pull {name}` does", file=sys.stderr,
+          flush=True)
+    return pull(name, backend=backend).bundle
+
+
 def load(name: str, backend: str | None = None) -> LoadedModel:
-    """Load one pulled model (zoo name or local path) with `backend` (default: default_backend)."""
-    path = find_bundle(name)
+    """Load one model (zoo name, bundle directory or local path: `bundle_of`) with `backend` (default:
+    default_backend)."""
+    path = bundle_of(name, backend)
     if backend is None:
         backend = default_backend(path)
         _note_slow_default(name, backend)

@@ -238,6 +238,67 @@ class Tokenizer:
         return frozenset(i for i, t in self.backend.get_added_tokens_decoder().items() if t.special)
 
     @cached_property
+    def text_vocab_size(self) -> int:
+        """Every id some text encodes to lies below this; the ids from here up are padding, which no text
+        produces (the "[PAD151665]" tokens a GGUF converter adds to round a vocabulary up to its embedding's
+        rows; most vocabularies have none). Found from the end: an id is padding when it is not an added token
+        and its own text encodes to other ids."""
+        added = self.backend.get_added_tokens_decoder()
+        n = self.vocab_size
+        while n > 0 and n - 1 not in added and n - 1 not in self.encode(self.decode([n - 1])):
+            n -= 1
+        return n
+
+    def describe(self) -> str:
+        """This tokenizer in a few words, for a message: its kind, its size, how it ends a turn."""
+        kind = "byte-level BPE" if self.config["byte_decoding"] == "byte_level" else "SentencePiece-style BPE"
+        ends = " / ".join(repr(self.backend.id_to_token(i)) for i in self.eos_ids[:3])
+        return f"{kind} of {self.text_vocab_size:,} tokens, end of sequence {ends or 'none'}"
+
+    def differences(self, other: Tokenizer, names: tuple[str, str] = ("this", "other")) -> list[str]:
+        """How `other` turns text into ids differently from this tokenizer, one line per kind of difference
+        (names: what to call the two in the lines). Empty: the same tokens at the same ids (padding past
+        `text_vocab_size` aside), the same special tokens, merges, pre-tokenizer, normalizer and decoder, so
+        every text gets the same ids from both."""
+        if other is self:
+            return []
+        a, b = json.loads(self.backend.to_str()), json.loads(other.backend.to_str())
+        out = []
+        for key, what in (("normalizer", "normalizers differ"),
+                          ("pre_tokenizer", "pre-tokenizers differ (how text is split into words before BPE)"),
+                          ("decoder", "decoders differ (how ids become text)"),
+                          ("post_processor", "the tokens added around a text (BOS/EOS) differ")):
+            if a[key] != b[key]:
+                out.append(what)
+        if self.config["byte_decoding"] != other.config["byte_decoding"]:
+            out.append(f"ids map to bytes differently: {names[0]} {self.config['byte_decoding']}, "
+                       f"{names[1]} {other.config['byte_decoding']}")
+        model_a, model_b = a.pop("model"), b.pop("model")
+        merges_a, merges_b = model_a.pop("merges", []), model_b.pop("merges", [])
+        model_a.pop("vocab"), model_b.pop("vocab")
+        keys = [k for k in sorted(model_a.keys() | model_b.keys()) if model_a.get(k) != model_b.get(k)]
+        if keys:
+            out.append(f"tokenizer models differ: {names[0]} {({k: model_a.get(k) for k in keys})}, "
+                       f"{names[1]} {({k: model_b.get(k) for k in keys})}")
+        if merges_a != merges_b:
+            out.append(f"merge rules differ: {names[0]} has {len(merges_a):,}, {names[1]} {len(merges_b):,}")
+        n, m = self.text_vocab_size, other.text_vocab_size
+        if n != m:
+            out.append(f"text can produce ids 0..{n - 1:,} with {names[0]} but 0..{m - 1:,} with {names[1]}")
+        mine, theirs = self._id_table(min(n, m)), other._id_table(min(n, m))
+        wrong = [i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y]
+        if wrong:
+            i = wrong[0]
+            out.append(f"tokens differ: id {i} is {_token_words(mine[i])} in {names[0]}, {_token_words(theirs[i])} "
+                       f"in {names[1]} ({len(wrong):,} of the first {min(n, m):,} ids differ)")
+        return out
+
+    def _id_table(self, n: int) -> list[tuple[str | None, bool]]:
+        """(token, special) of ids 0..n-1: what a token is and whether it is a special one."""
+        specials = self.special_ids
+        return [(self.backend.id_to_token(i), i in specials) for i in range(n)]
+
+    @cached_property
     def _byte_of(self) -> dict[str, int]:
         """A byte-level piece's characters -> the bytes they stand for."""
         return {c: b for b, c in byte_alphabet().items()}
@@ -260,6 +321,11 @@ class Tokenizer:
 
     def incremental_decoder(self, skip_special: bool = False) -> IncrementalDecoder:
         return IncrementalDecoder(self, skip_special)
+
+
+def _token_words(entry: tuple[str | None, bool]) -> str:
+    token, special = entry
+    return f"{token!r}" + (" (special)" if special else "")
 
 
 class IncrementalDecoder:

@@ -17,8 +17,10 @@ CHAT_ON = "on"
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """Options every command that loads a runtime shares."""
-    p.add_argument("--draft", default=None, help="draft model (zoo name) for --spec draft/auto "
-                   "(default: the zoo's draft for the target, if it has one)")
+    p.add_argument("--draft", default=None, metavar="NAME_OR_PATH",
+                   help="draft model for --spec draft/auto: a zoo name, or the path of a GGUF file (or Hugging Face "
+                        "directory), pulled on first use; it must share the target's tokenizer (`speczoo check-pair "
+                        "DRAFT TARGET`). Default: the zoo's draft for the target, if it has one")
     p.add_argument("--backend", default=None, help="linear backend (default: the fast batch-invariant one)")
     p.add_argument("--max-seq", type=int, default=4096, help="KV cache capacity in tokens")
     add_threads_arg(p)

@@ -9,12 +9,15 @@ It stops on its own confidence (`floors`, set by the controller): once the produ
 probabilities it gave its tokens (the argmax's softmax probability, or q of the sampled token) falls
 below the floor, one more draft step is unlikely to pay. The stop depends on the draft alone, so the
 verify rules stay exact. Where the text copies itself, a step also takes the ids prompt lookup guesses
-the draft will say (guess.py): the same chain in fewer forwards.
+the draft will say (guess.py): the same chain in fewer forwards. A draft whose embedding has other row
+counts than the target's (padding past one shared tokenizer, decoding/pair.py) works in the target's ids
+(SharedVocab): it proposes only ids the target has, and is fed a stand-in for an id it has no row for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -42,14 +45,37 @@ def agreeing_prefix(fed: list[int], context: list[int], hint: int = 0) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class SharedVocab:
+    """A draft and a target whose embeddings have different row counts over one tokenizer (the rows past
+    the ids text produces are padding). The drafter then works in the target's ids: its logits are cut, or
+    padded with -inf, to the target's rows, so it proposes (greedy or sampled, q a distribution over the
+    target's vocabulary) only ids the target has; an id the target says that the draft has no row for
+    (a padding id no text produces) is fed to the draft as STAND_IN, which can only cost acceptance."""
+
+    draft: int     # rows of the draft's embedding and LM head
+    target: int    # rows of the target's
+
+    STAND_IN = 0
+
+    def fit(self, logits: torch.Tensor) -> torch.Tensor:  # [R, draft] -> [R, target]
+        if self.draft >= self.target:
+            return logits[:, : self.target]
+        return torch.cat((logits, logits.new_full((logits.shape[0], self.target - self.draft), -torch.inf)), 1)
+
+    def feedable(self, ids: list[int]) -> list[int]:
+        return [i if i < self.draft else self.STAND_IN for i in ids]
+
+
 class DraftModelDrafter(Drafter):
     name = "draft"
     stops_on_confidence = True
 
     def __init__(self, model, cache, params: SamplingParams | None = None,
                  generator: torch.Generator | None = None, head: ReducedHead | None = None,
-                 guesser: Guesser | None = None):
+                 guesser: Guesser | None = None, vocab: SharedVocab | None = None):
         self.model = model
+        self.vocab = vocab                # the draft's and the target's rows when they differ (None: the same)
         self.cache = cache
         self.head = head                  # a reduced-vocabulary head for proposals (None: the model's own)
         self.guesser = guesser            # prompt-lookup guesses fed along with a step (None: none)
@@ -67,13 +93,15 @@ class DraftModelDrafter(Drafter):
             self.guesser.reset()
 
     def _forward(self, ids: list[int], rows: int = 1) -> torch.Tensor:  # -> logits [rows, V] of the last rows
+        """V: the target's vocabulary (see SharedVocab)."""
         start = self.cache.length
-        tokens = torch.tensor(ids, dtype=torch.long)
+        tokens = torch.tensor(ids if self.vocab is None else self.vocab.feedable(ids), dtype=torch.long)
         positions = torch.arange(start, start + len(ids), dtype=torch.long)
         self.fed.extend(ids)
         self.forwards += 1
         out = self.model(tokens, positions, self.cache, readout=Readout(logit_rows=slice(-rows, None), head=self.head))
-        return out.logits[-rows:]                       # (a model may give every row; an oracle does)
+        logits = out.logits[-rows:]                     # (a model may give every row; an oracle does)
+        return logits if self.vocab is None else self.vocab.fit(logits)
 
     def _agreeing(self, context: list[int]) -> int:
         """Within a request the context only grows, so the scan starts where the last sync left off."""
@@ -166,7 +194,8 @@ def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRA
                        ) -> Callable[[GenerationRequest], DraftModelDrafter]:
     """A factory the engine calls per request: one draft cache, reused (reset) across requests.
 
-    draft, target: loaded models (runtime.LoadedModel: .model, .args, .name) of the same tokenizer.
+    draft, target: loaded models (runtime.LoadedModel: .model, .args, .name) of the same tokenizer (their
+    row counts may differ by padding: SharedVocab).
     max_seq: the longest sequence a request may reach (prompt + output).
     head_vocab: propose from a reduced head over the first `head_vocab` ids plus the prompt's own
     (draft_head.py) when the draft's LM head is a compiled kernel; None: the full head.
@@ -175,9 +204,8 @@ def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRA
     """
     from speczoo.cache import KVCache
 
-    if draft.args.vocab_size > target.args.vocab_size:
-        raise ValueError(f"draft {draft.name} has a larger vocabulary ({draft.args.vocab_size}) than target "
-                         f"{target.name} ({target.args.vocab_size}): not a pair; see `speczoo check-pair`")
+    sizes = (draft.args.vocab_size, target.args.vocab_size)
+    vocab = SharedVocab(*sizes) if sizes[0] != sizes[1] else None
     cache = KVCache(draft.args, max_seq, extra=DRAFTING.draft_cache_margin)
     head = reduced_head(draft.model, head_vocab)
 
@@ -185,7 +213,7 @@ def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRA
         gen = None if req.sampling.greedy else sampling.make_generator(
             None if req.sampling.seed is None else req.sampling.seed + 1)
         guesser = Guesser(rows, guess_max) if rows is not None and guess_max > 0 else None
-        d = DraftModelDrafter(draft.model, cache, req.sampling, gen, head, guesser)
+        d = DraftModelDrafter(draft.model, cache, req.sampling, gen, head, guesser, vocab)
         d.reset()
         return d
 
