@@ -55,6 +55,7 @@ from speczoo.decoding.drafters.registry import BUILTIN, EAGLE_HEAD
 from speczoo.decoding.round import Generation, RoundPlan, run_round, verify_recorded
 from speczoo.decoding.tuning import DRAFTING, PRICING
 from speczoo.decoding.types import Draft
+from speczoo.models.forward import Readout
 
 from benchmarks.replay_profiles import PROFILES, load_profile
 from benchmarks.replay_report import AUTO_FLOOR, print_report
@@ -266,8 +267,8 @@ def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recor
         ids = rec.prompt + rec.out
         cache = KVCache(t.args, len(ids) + 1)
         with torch.no_grad():
-            fwd = t.model(torch.tensor(ids), torch.arange(len(ids)), cache, hidden_layers=head.cfg.target_layers,
-                          logit_rows=slice(-1, None))
+            fwd = t.model(torch.tensor(ids), torch.arange(len(ids)), cache,
+                          readout=Readout(logit_rows=slice(-1, None), hidden_layers=head.cfg.target_layers))
         out[name] = EagleReplay(head=head, step=step, tree=TreeShape(depth, branch), features=fwd.hidden)
     return out
 

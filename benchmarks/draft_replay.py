@@ -68,6 +68,7 @@ def teacher(rt, prompt_ids: list[int], gen: int) -> Teacher:
     from speczoo.decoding.drafters.draft_model import reduced_head
     from speczoo.cache import KVCache
     from speczoo.request import GenerationRequest
+    from speczoo.models.forward import Readout
 
     out = run_request(rt, GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=gen, spec="ngram")).ids
     seq = prompt_ids + out
@@ -75,8 +76,8 @@ def teacher(rt, prompt_ids: list[int], gen: int) -> Teacher:
     if head is not None:
         head.keep(prompt_ids)
     cache = KVCache(rt.draft.args, len(seq) + 1)
-    logits = rt.draft.model(torch.tensor(seq), torch.arange(len(seq)), cache,
-                            logit_rows=slice(len(prompt_ids) - 1, len(seq) - 1), head=head).logits   # [n, V]
+    readout = Readout(logit_rows=slice(len(prompt_ids) - 1, len(seq) - 1), head=head)   # the n generated rows
+    logits = rt.draft.model(torch.tensor(seq), torch.arange(len(seq)), cache, readout=readout).logits   # [n, V]
     top = logits.softmax(-1).max(-1)
     return Teacher(out=out, guess=top.indices.tolist(), sure=top.values.tolist())
 

@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from speczoo.decoding.eagle.config import head_config_for
     from speczoo.decoding.eagle.head import EagleHead
     from speczoo.eagle_drafters import head_step_ms
+    from speczoo.models.forward import Readout
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.eagle_speed", description=__doc__.split("\n")[0])
     p.add_argument("target")
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             cache.reset()
             t0 = time.perf_counter()
             with torch.no_grad():
-                t.model(tokens, torch.arange(args.seq_len), cache, hidden_layers=cfg.target_layers)
+                t.model(tokens, torch.arange(args.seq_len), cache, readout=Readout(hidden_layers=cfg.target_layers))
             rates.append(args.seq_len / (time.perf_counter() - t0))
         print(f"features: {max(rates):.0f} tok/s (best of 2 forwards of {args.seq_len} tokens)")
     head = EagleHead(cfg, t.model.embed.to_dense()).to(args.device)

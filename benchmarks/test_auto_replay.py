@@ -28,6 +28,7 @@ from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import MAX_K, Engine
 from speczoo.decoding.pricing.cost import Costs, CvCurve
+from speczoo.models.forward import Readout
 from offered import offered
 from tiny import tiny_model
 from tiny_eagle import PROMPT
@@ -103,7 +104,7 @@ def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # trained: t
     ids = PROMPT + done.ids
     with torch.no_grad():
         hidden = model(torch.tensor(ids), torch.arange(len(ids)), KVCache(args, len(ids) + 1),
-                       hidden_layers=head.cfg.target_layers).hidden
+                       readout=Readout(hidden_layers=head.cfg.target_layers)).hidden
     rec = recording(done.ids, done.ids, prompt=PROMPT, draft_step=0.0)
     eagle = EagleReplay(head=head, step=0.0, tree=tree or TreeShape(), features=hidden)
     spy: list[tuple[str, int]] = []

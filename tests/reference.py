@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from speczoo.errors import CacheFullError
+from speczoo.models.forward import CHAIN, EVERY_ROW, Attend, Packed, Readout, Tree
 
 
 def _h(*xs: int) -> int:
@@ -89,24 +90,27 @@ class OracleOut:
 
 
 class OracleModel:
-    """An oracle behind the model forward contract: a causal chain, or a token tree given a tree mask
-    (row i then sees the committed slots and the rows tree_mask[i] marks, and its position must be
-    the committed length + its depth, as a real model's would be)."""
+    """An oracle behind the model forward contract: a causal chain, or a token tree given as Tree(mask)
+    (row i then sees the committed slots and the rows mask[i] marks, and its position must be
+    the committed length + its depth, as a real model's would be). It gives every row's logits and no
+    hidden states, whatever the readout asks."""
 
     def __init__(self, oracle):
         self.oracle = oracle
         self.forwards = 0
 
-    def __call__(self, tokens: Tensor, positions: Tensor, cache: TokenCache, *, tree_mask: Tensor | None = None,
-                 **_: object) -> OracleOut:
+    def __call__(self, tokens: Tensor, positions: Tensor, cache: TokenCache, *, attend: Attend = CHAIN,
+                 readout: Readout = EVERY_ROW) -> OracleOut:
+        if isinstance(attend, Packed):
+            raise TypeError("OracleModel runs one sequence (a chain or a tree); packed rows need SlotOracle")
         ids = tokens.tolist()
         l0 = cache.length
         if l0 + len(ids) > cache.capacity:
             raise CacheFullError(f"cache full: {l0} + {len(ids)} > {cache.capacity}")
-        if tree_mask is None:
-            seen = [list(range(i + 1)) for i in range(len(ids))]
+        if isinstance(attend, Tree):
+            seen = [attend.mask[i].nonzero().flatten().tolist() for i in range(len(ids))]
         else:
-            seen = [tree_mask[i].nonzero().flatten().tolist() for i in range(len(ids))]
+            seen = [list(range(i + 1)) for i in range(len(ids))]
         want = [l0 + len(rows) - 1 for rows in seen]
         if positions.tolist() != want:
             raise AssertionError(f"positions {positions.tolist()} do not follow the cache length {l0} "

@@ -13,6 +13,7 @@ import torch
 from speczoo.cache import KVCache
 from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.models.args import ModelArgs
+from speczoo.models.forward import EVERY_ROW, Packed, Readout
 from speczoo.slots import SlotCache
 from speczoo.decoding.batch import BatchEngine
 from speczoo.decoding.pricing.batch_view import batch_view
@@ -40,7 +41,7 @@ MAX_SEQ = 128
 
 
 class SlotOracle:
-    """An oracle behind the batched forward contract (keys, dest): each row's token id is stored in the
+    """An oracle behind the batched forward contract (Packed keys and dest): each row's token id is stored in the
     KV cache itself (layer 0, head 0, dim 0), so the SlotCache's truncate and compact move it as they
     move real K/V, and a row's context is exactly the cache rows it attends to, in order."""
 
@@ -55,15 +56,15 @@ class SlotOracle:
         return ModelArgs(arch="qwen2", vocab_size=vocab, dim=1, n_layers=1, n_heads=1, n_kv_heads=1,
                          head_dim=1, ffn_dim=1)
 
-    def __call__(self, tokens, positions, kv, *, keys, dest, logit_rows=None, **_):
+    def __call__(self, tokens, positions, kv, *, attend: Packed, readout: Readout = EVERY_ROW):
         store = kv.k[0][0, :, 0]                                   # [C] token ids as floats
-        store[dest] = tokens.float()
+        store[attend.dest] = tokens.float()
         contexts = []
         for i in range(tokens.shape[0]):
-            ctx = store[keys.slots(i)].long().tolist()
+            ctx = store[attend.keys.slots(i)].long().tolist()
             assert int(positions[i]) == len(ctx) - 1, "a row's position must follow its own context"
             contexts.append(ctx)
-        rows = range(len(contexts)) if logit_rows is None else logit_rows.tolist()
+        rows = range(len(contexts)) if readout.logit_rows is None else readout.logit_rows.tolist()
         self.forwards += 1
         return OracleOut(torch.stack([self.oracle.logits(contexts[r]) for r in rows]))
 

@@ -12,6 +12,7 @@ from tiny import tiny_model, tree_mask
 from speczoo.cache import KVCache
 from speczoo.kernels.block import NativeBlock, NativeStack
 from speczoo.models.base import Rotation, plan_attention
+from speczoo.models.forward import Readout, Tree
 
 FAST = ("q4", "q8")
 COMPILED = ("qwen2", "llama", "qwen3", "phi3")      # the architectures whose blocks the compiled block runs
@@ -64,10 +65,10 @@ def test_compiled_block_equals_the_torch_composition(backend, arch):
     for native in (True, False):
         c = KVCache(args, 64)
         if native:
-            out = model(t, torch.arange(20), c, hidden_layers=[0, 1, 2])
+            out = model(t, torch.arange(20), c, readout=Readout(hidden_layers=[0, 1, 2]))
         else:
             with without_native(model):
-                out = model(t, torch.arange(20), c, hidden_layers=[0, 1, 2])
+                out = model(t, torch.arange(20), c, readout=Readout(hidden_layers=[0, 1, 2]))
         outs.append(out)
         caches.append(c)
     a, b = outs
@@ -95,7 +96,7 @@ def test_compiled_block_tree_rows_equal_the_decode_of_their_path(arch):
             j = parents[j]
     c = KVCache(args, 64)
     model(prefix, torch.arange(10), c)
-    tree = model(nodes, torch.tensor(depth) + 10, c, tree_mask=mask).logits
+    tree = model(nodes, torch.tensor(depth) + 10, c, attend=Tree(mask)).logits
     for leaf, path in ((2, [0, 1, 2]), (3, [0, 3])):
         c2 = KVCache(args, 64)
         model(prefix, torch.arange(10), c2)
@@ -168,10 +169,10 @@ def _forwards(model, args) -> list:
     """A prefill with hidden states captured mid-stack and at the end, a decode step, a chain verify and
     a tree verify: the logits, hidden states and cache contents of each."""
     c = KVCache(args, 64)
-    outs = [model(toks(20), torch.arange(20), c, hidden_layers=[0, 1, -1])]
-    outs.append(model(toks(1, seed=2), torch.tensor([20]), c, hidden_layers=[1]))
+    outs = [model(toks(20), torch.arange(20), c, readout=Readout(hidden_layers=[0, 1, -1]))]
+    outs.append(model(toks(1, seed=2), torch.tensor([20]), c, readout=Readout(hidden_layers=[1])))
     outs.append(model(toks(5, seed=3), torch.arange(21, 26), c))
-    outs.append(model(toks(4, seed=4), torch.tensor([26, 27, 28, 27]), c, tree_mask=tree_mask([-1, 0, 1, 0])))
+    outs.append(model(toks(4, seed=4), torch.tensor([26, 27, 28, 27]), c, attend=Tree(tree_mask([-1, 0, 1, 0]))))
     return [o.logits for o in outs] + [h for o in outs for h in o.hidden] + [c._k.clone(), c._v.clone()]
 
 

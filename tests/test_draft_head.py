@@ -15,6 +15,7 @@ from speczoo.decoding.drafters.draft_head import ReducedHead
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
+from speczoo.models.forward import Readout
 from offered import offered
 
 
@@ -48,11 +49,11 @@ def test_reduced_head_keeps_common_and_prompt_ids_only():
     head = ReducedHead(model, 64)
     t = torch.tensor([3, 200, 7])
     full = model(t, torch.arange(3), KVCache(args, 16)).logits
-    red = model(t, torch.arange(3), KVCache(args, 16), head=head).logits
+    red = model(t, torch.arange(3), KVCache(args, 16), readout=Readout(head=head)).logits
     assert torch.equal(red[:, :64], full[:, :64])
     assert torch.isneginf(red[:, 64:]).all()
     head.keep([5, 200, 131])                                           # strips 12 (192..207) and 8 (128..143)
-    red = model(t, torch.arange(3), KVCache(args, 16), head=head).logits
+    red = model(t, torch.arange(3), KVCache(args, 16), readout=Readout(head=head)).logits
     kept = torch.zeros(256, dtype=torch.bool)
     kept[:64] = kept[128:144] = kept[192:208] = True
     assert torch.equal(red[:, kept], full[:, kept])
@@ -68,7 +69,8 @@ def test_pick_is_the_full_rows_argmax_with_its_probability():
     head = ReducedHead(model, 64)
     for keep in ([], [5, 200, 131]):
         head.keep(keep)
-        rows = model(torch.tensor([3, 200, 7, 9]), torch.arange(4), KVCache(args, 16), head=head).logits
+        rows = model(torch.tensor([3, 200, 7, 9]), torch.arange(4), KVCache(args, 16),
+                     readout=Readout(head=head)).logits
         rows = torch.cat([rows, rows[:1].clone(), rows[:1].clone()])
         top = 130 if keep else 10
         rows[-2, top] = rows[-2].max() + 5.0                          # the max among the prompt's strips

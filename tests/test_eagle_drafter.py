@@ -12,6 +12,7 @@ from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
 from speczoo.decoding.engine import MAX_K, Engine
+from speczoo.models.forward import Readout
 from tiny_eagle import INVARIANT, PROMPT, VOCAB
 from offered import offered
 
@@ -55,7 +56,7 @@ def test_head_cache_holds_the_committed_rows(trained):
     assert n + sum(p.shape[0] for p in d.pending) == d.observed      # the rest awaits the next proposal
     assert n >= len(committed) - 8
     out = model(torch.tensor(committed[:n]), torch.arange(n), KVCache(args, 128),
-                hidden_layers=head.cfg.target_layers)
+                readout=Readout(hidden_layers=head.cfg.target_layers))
     fresh = KVCache(head.kv_args(), 128)
     head.step(torch.tensor(committed[1:n + 1]), head.fuse(torch.cat(out.hidden, -1)), torch.arange(1, n + 1), fresh)
     torch.testing.assert_close(d.cache.k[0][:, :n], fresh.k[0][:, :n], atol=1e-4, rtol=1e-4)
@@ -66,7 +67,7 @@ def feed(head, model, args, context: list[int], tree=None) -> EagleDrafter:
     """A drafter that has observed the target's features of every position but the last of `context`."""
     d = EagleDrafter(head, KVCache(head.kv_args(), 128), tree=tree)
     out = model(torch.tensor(context[:-1]), torch.arange(len(context) - 1), KVCache(args, 128),
-                hidden_layers=head.cfg.target_layers)
+                readout=Readout(hidden_layers=head.cfg.target_layers))
     d.observe(out.hidden)
     return d
 

@@ -11,6 +11,7 @@ from speczoo.decoding.eagle.io import load_head
 from speczoo.training.eagle.pipeline import EagleTrainOptions, Target, train_eagle
 from speczoo.training.eagle.train import TrainConfig
 from speczoo.zoo.heads import find_head, heads_for
+from speczoo.models.forward import Readout
 from tiny import tiny_args, tiny_model, tiny_tensors
 
 VOCAB = 128
@@ -98,7 +99,8 @@ def test_features_hold_the_targets_hidden_states(tmp_path, corpus):
     data = FeatureSet(tmp_path / "a" / "features")
     feats, ids, top1 = data.get([2])
     from speczoo.cache import KVCache
-    out = target.model(ids[0], torch.arange(64), KVCache(target.model.args, 64), hidden_layers=(0, 0, 1))
+    out = target.model(ids[0], torch.arange(64), KVCache(target.model.args, 64),
+                       readout=Readout(hidden_layers=(0, 0, 1)))
     torch.testing.assert_close(feats[0], torch.cat(out.hidden, -1).to(torch.bfloat16).float())
     assert torch.equal(top1[0], out.logits.argmax(-1))
     assert tiny_args("qwen2").dim * 3 == feats.shape[-1]

@@ -8,6 +8,7 @@ from speczoo.cache import KVCache
 from speczoo.request import GenerationRequest
 from speczoo.kernels.attention import KeyRows
 from speczoo.greedy_many import greedy_many
+from speczoo.models.forward import LAST_ROW, Packed
 from tiny import tiny_model
 
 INVARIANT = "fp32-rows"
@@ -17,7 +18,7 @@ def alone(model, prompt: list[int], n: int, ends=()) -> list[int]:
     """The obviously-correct loop: prefill, then one token per forward."""
     cache = KVCache(model.args, len(prompt) + n + 1)
     with torch.no_grad():
-        logits = model(torch.tensor(prompt), torch.arange(len(prompt)), cache, logit_rows=slice(-1, None)).logits
+        logits = model(torch.tensor(prompt), torch.arange(len(prompt)), cache, readout=LAST_ROW).logits
         out = [int(logits[0].argmax())]
         while len(out) < n and out[-1] not in ends:
             pos = len(prompt) + len(out) - 1
@@ -56,12 +57,12 @@ def test_rows_see_only_their_own_sequence():
     cache = KVCache(args, 16)
     with torch.no_grad():
         model(torch.tensor(a + b), torch.tensor([0, 1, 2, 3, 0, 1, 2, 3]), cache,
-              keys=KeyRows.from_rows([(0, i + 1) for i in range(4)] + [(4, 5 + i) for i in range(4)]))
+              attend=Packed(KeyRows.from_rows([(0, i + 1) for i in range(4)] + [(4, 5 + i) for i in range(4)]),
+                            torch.arange(8)))
         own = model(torch.tensor([7]), torch.tensor([4]), cache,
-                    keys=KeyRows.from_rows([torch.tensor([4, 5, 6, 7, 8])])).logits
-        cache.truncate(8)
-        mixed = model(torch.tensor([7]), torch.tensor([4]), cache,
-                      keys=KeyRows.from_rows([torch.tensor([0, 1, 2, 3, 8])])).logits
+                    attend=Packed(KeyRows.from_rows([torch.tensor([4, 5, 6, 7, 8])]), torch.tensor([8]))).logits
+        mixed = model(torch.tensor([7]), torch.tensor([4]), cache,     # rewrites slot 8, seeing sequence a
+                      attend=Packed(KeyRows.from_rows([torch.tensor([0, 1, 2, 3, 8])]), torch.tensor([8]))).logits
     ref = KVCache(args, 8)
     with torch.no_grad():
         model(torch.tensor(b), torch.arange(4), ref)
@@ -77,11 +78,9 @@ def test_bad_input():
         greedy_many(model, [[1], []], 4)
     assert greedy_many(model, [], 4) == []
     cache = KVCache(args, 8)
-    with pytest.raises(ValueError, match="not both"):
-        model(torch.tensor([1, 2]), torch.arange(2), cache, tree_mask=torch.ones(2, 2, dtype=torch.bool),
-              keys=KeyRows.from_rows([(0, 1), (0, 2)]))
     with pytest.raises(ValueError, match="rows"):
-        model(torch.tensor([1, 2]), torch.arange(2), cache, keys=KeyRows.from_rows([(0, 1)]))
+        model(torch.tensor([1, 2]), torch.arange(2), cache,
+              attend=Packed(KeyRows.from_rows([(0, 1)]), torch.tensor([0])))
     gemma, _ = tiny_model("gemma3", backend=INVARIANT)
     with pytest.raises(ValueError, match="sliding-window"):
         greedy_many(gemma, [[1, 2]], 3)

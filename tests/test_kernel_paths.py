@@ -24,6 +24,7 @@ from speczoo.cache import KVCache
 from speczoo.kernels import attention, native
 from speczoo.kernels.pack import pack_q4, pack_q8
 from speczoo.kernels.quantized import Q4Backend, Q8Backend
+from speczoo.models.forward import Tree
 from speczoo.models.registry import arch_class
 
 PATHS = [p for p in native.runnable_paths() if p.simd]
@@ -93,7 +94,7 @@ def _forwards(model, args) -> list[torch.Tensor]:
     c = KVCache(args, 64)
     outs = [model(toks[:20], torch.arange(20), c).logits, model(toks[20:21], torch.tensor([20]), c).logits,
             model(toks[21:26], torch.arange(21, 26), c).logits,
-            model(toks[26:30], torch.tensor([26, 27, 28, 27]), c, tree_mask=tree_mask([-1, 0, 1, 0])).logits]
+            model(toks[26:30], torch.tensor([26, 27, 28, 27]), c, attend=Tree(tree_mask([-1, 0, 1, 0]))).logits]
     return outs + [c._k.clone(), c._v.clone()]
 
 

@@ -11,6 +11,8 @@ from torch import nn
 
 from speczoo.cache import KVCache
 from speczoo.kernels import backends, linear
+from speczoo.kernels.attention import KeyRows
+from speczoo.models.forward import LAST_ROW, Packed, Readout, Tree
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from hand_tree import PARENT, tree_inputs, tree_paths
 from real_models import BY_ARCH
@@ -38,14 +40,14 @@ def assert_close(a, b):
 def test_shapes_and_hidden(arch):
     model, args = tiny_model(arch)
     c = KVCache(args, 32)
-    out = model(toks(7), torch.arange(7), c, hidden_layers=[0, -1, 1])
+    out = model(toks(7), torch.arange(7), c, readout=Readout(hidden_layers=[0, -1, 1]))
     assert out.logits.shape == (7, args.vocab_size) and out.logits.dtype == torch.float32
     assert [h.shape for h in out.hidden] == [(7, args.dim)] * 3
     assert c.length == 7
     assert model(toks(2), torch.arange(7, 9), c).hidden == []
     assert c.length == 9
     with pytest.raises(ValueError, match="out of range"):
-        model(toks(1), torch.tensor([9]), c, hidden_layers=[args.n_layers])
+        model(toks(1), torch.tensor([9]), c, readout=Readout(hidden_layers=[args.n_layers]))
     assert c.length == 9
 
 
@@ -53,9 +55,9 @@ def test_shapes_and_hidden(arch):
 def test_hidden_is_residual_stream_after_layer(arch):
     model, args = tiny_model(arch)
     t = toks(6)
-    out = model(t, torch.arange(6), KVCache(args, 16), hidden_layers=[0, args.n_layers - 1])
+    out = model(t, torch.arange(6), KVCache(args, 16), readout=Readout(hidden_layers=[0, args.n_layers - 1]))
     one, a1 = tiny_model(arch, n_layers=1)           # same seed: same first-layer weights
-    first = one(t, torch.arange(6), KVCache(a1, 16), hidden_layers=[0])
+    first = one(t, torch.arange(6), KVCache(a1, 16), readout=Readout(hidden_layers=[0]))
     torch.testing.assert_close(out.hidden[0], first.hidden[0], atol=1e-6, rtol=1e-6)
     # the last hidden state through the final norm and the LM head (and gemma2's final soft-cap) gives the logits
     want = model.lm_head(model.norm(out.hidden[1]))
@@ -113,7 +115,7 @@ def test_tree_rows_equal_linear_forward_of_each_path(arch, backend):
     c = KVCache(args, 32)
     model(prefix, torch.arange(9), c)
     tokens, positions, mask = tree_inputs(9)
-    tree = model(tokens, positions, c, tree_mask=mask).logits
+    tree = model(tokens, positions, c, attend=Tree(mask)).logits
     assert c.length == 9 + len(PARENT)
     for i, path in enumerate(tree_paths()):
         seq = torch.cat([prefix, tokens[path]])
@@ -136,7 +138,7 @@ def test_compact_equals_recompute(arch, backend):
     c = KVCache(args, 32)
     model(prefix, torch.arange(9), c)
     tokens, positions, mask = tree_inputs(9)
-    model(tokens, positions, c, tree_mask=mask)
+    model(tokens, positions, c, attend=Tree(mask))
     accepted = tree_paths()[5]                       # [0, 2, 4, 5]: not the first branch
     c.compact([9 + n for n in accepted], 9)
     c.truncate(9 + len(accepted))
@@ -154,8 +156,41 @@ def test_tree_mask_must_include_the_diagonal():
     model, args = tiny_model("qwen2")
     c = KVCache(args, 16)
     with pytest.raises(ValueError, match="diagonal"):
-        model(toks(3), torch.arange(3), c, tree_mask=torch.zeros(3, 3, dtype=torch.bool))
+        model(toks(3), torch.arange(3), c, attend=Tree(torch.zeros(3, 3, dtype=torch.bool)))
     assert c.length == 0
+
+
+def test_a_wrong_combination_of_forward_options_cannot_be_built():
+    """How the rows attend is one value (Chain, Tree or Packed), so a tree mask with packed keys, or cache
+    slots (dest) without the keys they go with, cannot be written; each value refuses bad parts when it is
+    built, and the forward refuses one that does not fit its tokens or cache, before writing anything."""
+    model, args = tiny_model("qwen2", backend=INVARIANT)
+    c = KVCache(args, 8)
+    keys = KeyRows.from_rows([(0, 1), (0, 2)])
+    with pytest.raises(TypeError, match="tree_mask"):          # the old loose keywords are gone
+        model(toks(2), torch.arange(2), c, tree_mask=torch.ones(2, 2, dtype=torch.bool), keys=keys)
+    with pytest.raises(TypeError, match="dest"):               # packed rows need their cache slots
+        Packed(keys)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="square"):
+        Tree(torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool"):
+        Tree(torch.eye(2))
+    with pytest.raises(ValueError, match="one per row"):
+        Packed(keys, torch.tensor([0]))
+    with pytest.raises(ValueError, match="int64"):
+        Packed(keys, torch.tensor([0, 1], dtype=torch.int32))
+    with pytest.raises(ValueError, match=">= 0"):
+        Packed(keys, torch.tensor([-1, 0]))
+    with pytest.raises(ValueError, match="logit_rows"):
+        Readout(logit_rows=[0, 1])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="hidden_layers"):
+        Readout(hidden_layers=[0.5])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="for 3 tokens"):
+        model(toks(3), torch.arange(3), c, attend=Tree(torch.ones(2, 2, dtype=torch.bool)))
+    with pytest.raises(ValueError, match=rf"\[0, {c.capacity}\)"):
+        model(toks(2), torch.arange(2), c, attend=Packed(keys, torch.tensor([0, c.capacity])))
+    assert c.length == 0 and not c._k.any()
+    assert Readout(hidden_layers=[0, -1]).hidden_layers == (0, -1)
 
 
 @pytest.mark.parametrize("invariant", [False, True])
@@ -183,12 +218,12 @@ def test_batch_invariance_across_forward_sizes(arch, backend):
     model, args = tiny_model(arch, backend=backend)
     t = toks(40)
     c = KVCache(args, 64)
-    whole = model(t, torch.arange(40), c, hidden_layers=[1])          # one prefill of 40 rows
+    whole = model(t, torch.arange(40), c, readout=Readout(hidden_layers=[1]))          # one prefill of 40 rows
     for sizes in ([1] * 7 + [2, 5, 9, 17], [17, 9, 5, 2, 1, 1, 1, 1, 1, 1, 1]):
         c = KVCache(args, 64)
         logits, hidden, at = [], [], 0
         for s in sizes:
-            out = model(t[at:at + s], torch.arange(at, at + s), c, hidden_layers=[1])
+            out = model(t[at:at + s], torch.arange(at, at + s), c, readout=Readout(hidden_layers=[1]))
             logits.append(out.logits)
             hidden.append(out.hidden[0])
             at += s
@@ -203,7 +238,7 @@ def test_logit_rows_selects_rows(arch):
     t = toks(8)
     ref = full(model, args, t)
     c = KVCache(args, 16)
-    last = model(t, torch.arange(8), c, logit_rows=slice(-1, None)).logits
+    last = model(t, torch.arange(8), c, readout=LAST_ROW).logits
     assert last.shape == (1, args.vocab_size) and c.length == 8
     torch.testing.assert_close(last, ref[-1:])
 
@@ -298,7 +333,7 @@ def test_real_model_is_batch_invariant_with_the_fast_backend(arch):
         assert torch.equal(torch.cat(parts), whole)
         tokens, positions, mask = tree_inputs(24)
         c.truncate(24)
-        tree = model(tokens, positions, c, tree_mask=mask).logits
+        tree = model(tokens, positions, c, attend=Tree(mask)).logits
         for i, path_nodes in enumerate(tree_paths()):
             c.truncate(24)
             for j, node in enumerate(path_nodes):

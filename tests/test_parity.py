@@ -7,6 +7,7 @@ import torch
 from speczoo.bench.parity import (ParityReport, ReferenceParity, compare_to_reference, format_report,
                                   perplexity, run_ours)
 from speczoo.cache import KVCache
+from speczoo.models.forward import Tree
 from speczoo.models.loader import build_model
 from speczoo.zoo.gguf import gguf_model_args, iter_gguf_tensors, open_gguf
 from real_models import GEMMA_NAME, QWEN_NAME, gguf_of
@@ -87,7 +88,7 @@ def test_real_tree_rows_are_bit_identical_to_sequential_decode():
                 last = model(node_tokens[node:node + 1], torch.tensor([36 + j]), c).logits[0]
             seq.append(last)
         c.truncate(36)
-        tree = model(node_tokens, positions, c, tree_mask=mask).logits
+        tree = model(node_tokens, positions, c, attend=Tree(mask)).logits
     for i in range(len(paths)):
         assert torch.equal(tree[i], seq[i]), f"tree row {i}"
 

@@ -26,6 +26,7 @@ from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.drafters.registry import DRAFT, DrafterSpec
 from speczoo.decoding.eagle_replay import Always, replay as eagle_replay
 from speczoo.decoding.engine import Engine
+from speczoo.models.forward import Readout
 from speczoo.decoding.policy import make_policy
 from reference import OracleModel, TokenCache
 from speczoo.decoding.round import Finished, Generation, Round, run_round, verify_recorded
@@ -94,7 +95,7 @@ def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # trained: t
     ids = PROMPT + g.out
     with torch.no_grad():
         hidden = model(torch.tensor(ids), torch.arange(len(ids)), KVCache(args, len(ids) + 1),
-                       hidden_layers=head.cfg.target_layers).hidden
+                       readout=Readout(hidden_layers=head.cfg.target_layers)).hidden
     res = eagle_replay(head, ids, hidden, len(PROMPT), k, tree)
     assert (res.rounds, res.drafted, res.accepted) == (g.stats.rounds, g.stats.drafted, g.stats.accepted)
     assert res.accepted > 5

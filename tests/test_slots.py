@@ -11,6 +11,7 @@ import torch
 
 from speczoo.cache import KVCache
 from speczoo.errors import CacheFullError
+from speczoo.models.forward import Tree
 from speczoo.slots import Feed, SlotCache, forward_batch
 from tiny import tiny_model, tree_mask
 
@@ -33,7 +34,7 @@ class Alone:
         for i, p in enumerate(parents):
             depth.append(0 if p < 0 else depth[p] + 1)
         return self.model(torch.tensor(tokens), torch.tensor([l0 + d for d in depth]), self.cache,
-                          tree_mask=tree_mask(parents)).logits
+                          attend=Tree(tree_mask(parents))).logits
 
 
 def random_tree(rng: random.Random, n: int) -> list[int]:

@@ -25,6 +25,7 @@ from speczoo.cache import KVCache
 from speczoo.decoding.drafters.eagle import TreeShape
 from speczoo.decoding.eagle.head import EagleHead
 from speczoo.decoding.eagle.io import load_head
+from speczoo.models.forward import LAST_ROW
 from speczoo.zoo.heads import HeadEntry, find_head, heads_for
 
 
@@ -104,11 +105,11 @@ def _target_stepper(model, args, context: int) -> Callable[[], float]:
     g = torch.Generator().manual_seed(0)
     cache = KVCache(args, context + 2)
     tokens = torch.randint(0, args.vocab_size, (context + 1,), generator=g)
-    model(tokens[:context], torch.arange(context), cache, logit_rows=slice(-1, None))
+    model(tokens[:context], torch.arange(context), cache, readout=LAST_ROW)
 
     def step() -> float:
         t0 = time.perf_counter()
-        model(tokens[context:], torch.tensor([context]), cache, logit_rows=slice(-1, None))
+        model(tokens[context:], torch.tensor([context]), cache, readout=LAST_ROW)
         ms = (time.perf_counter() - t0) * 1000
         cache.truncate(context)
         return ms

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
+from speczoo.models.forward import LAST_ROW
 from speczoo.slots import Feed, SlotCache, forward_batch
 
 
@@ -45,7 +46,7 @@ def greedy_many(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     out: list[list[int]] = []
     with torch.no_grad():
         for slot, p in zip(slots, prompts):                    # each prompt prefilled alone, in its slot
-            logits = forward_batch(model, cache, [Feed(slot, list(p))], logit_rows=slice(-1, None))[0].logits
+            logits = forward_batch(model, cache, [Feed(slot, list(p))], LAST_ROW)[0].logits
             out.append([int(logits[0].argmax())])
         live = [b for b, o in enumerate(out) if not _done(o, ends, max_new_tokens)]
         while live:

@@ -36,6 +36,7 @@ from speczoo.cache import KVCache
 from speczoo.errors import CacheFullError
 from speczoo.kernels.attention import KeyRows
 from speczoo.models.args import ModelArgs
+from speczoo.models.forward import EVERY_ROW, Packed, Readout
 
 
 @dataclass(frozen=True)
@@ -217,11 +218,11 @@ def _path(parents: list[int], i: int) -> list[int]:
     return path[::-1]
 
 
-def forward_batch(model, cache: SlotCache, feeds: Sequence[Feed], **kwargs):
+def forward_batch(model, cache: SlotCache, feeds: Sequence[Feed], readout: Readout = EVERY_ROW):
     """One target forward over every feed's rows (their K/V written into their own slots), then each fed
     slot's length advanced. Returns the model's ForwardOut; feed j's logits are `out.logits[batch.rows[j]]`
-    with `batch` the second value."""
+    with `batch` the second value (when `readout` asks for every row's logits)."""
     batch = cache.plan(feeds)
-    out = model(batch.tokens, batch.positions, cache.kv, keys=batch.keys, dest=batch.dest, **kwargs)
+    out = model(batch.tokens, batch.positions, cache.kv, attend=Packed(batch.keys, batch.dest), readout=readout)
     cache.commit(feeds)
     return out, batch

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from speczoo.models.forward import Readout
 from speczoo.request import GenerationRequest
 from speczoo.slots import Feed, SlotCache, forward_batch
 from speczoo.decoding.pricing.batch_view import batch_view
@@ -252,7 +253,7 @@ class BatchEngine:
         prefill = any(w.plan is None for w in work)
         t = time.perf_counter()
         out, _ = forward_batch(self.engine.target, self.slots, [w.feed for w in work],
-                               logit_rows=torch.tensor(want or [at - 1], dtype=torch.long))
+                               Readout(logit_rows=torch.tensor(want or [at - 1], dtype=torch.long)))
         meter = self.engine.meter
         if meter is not None and not prefill:        # a decode step's time: c_v of the step's rows
             meter.forward(at, time.perf_counter() - t)

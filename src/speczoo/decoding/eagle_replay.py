@@ -23,6 +23,7 @@ from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape
 from speczoo.decoding.eagle.head import EagleHead
 from speczoo.decoding.round import Generation, RoundPlan, run_round, verify_recorded
 from speczoo.decoding.types import Verdict
+from speczoo.models.forward import LAST_ROW, Readout
 
 
 @dataclass
@@ -90,10 +91,11 @@ def greedy_with_features(model, prompt: list[int], n: int, layers: tuple[int, ..
     cache = KVCache(model.args, len(prompt) + n + 1)
     ids = list(prompt)
     with torch.no_grad():
-        logits = model(torch.tensor(prompt), torch.arange(len(prompt)), cache, logit_rows=slice(-1, None)).logits
+        logits = model(torch.tensor(prompt), torch.arange(len(prompt)), cache, readout=LAST_ROW).logits
         for _ in range(n):
             ids.append(int(logits[-1].argmax()))
             logits = model(torch.tensor(ids[-1:]), torch.tensor([len(ids) - 1]), cache).logits
         cache.reset()
-        out = model(torch.tensor(ids), torch.arange(len(ids)), cache, hidden_layers=layers, logit_rows=slice(-1, None))
+        out = model(torch.tensor(ids), torch.arange(len(ids)), cache,
+                    readout=Readout(logit_rows=slice(-1, None), hidden_layers=layers))
     return ids, out.hidden

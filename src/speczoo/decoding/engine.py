@@ -40,6 +40,7 @@ from speczoo.decoding.round import Finished, Generation, RoundPlan, Round, run_r
 from speczoo.decoding.types import MAX_K, Verdict
 from speczoo.decoding.verify.judge import judge, kept_rows
 from speczoo.decoding.verify.tree import TreeLayout
+from speczoo.models.forward import Readout, Tree
 
 
 class Rollback(Protocol):
@@ -166,7 +167,7 @@ class Engine:
         start = self.cache.length
         tokens = torch.tensor(ids, dtype=torch.long)
         positions = torch.arange(start, start + len(ids), dtype=torch.long)
-        return self.target(tokens, positions, self.cache, hidden_layers=layers, logit_rows=logit_rows)
+        return self.target(tokens, positions, self.cache, readout=Readout(logit_rows=logit_rows, hidden_layers=layers))
 
     def score(self, ids: list[int]) -> torch.Tensor:
         """The target's logits [V] for the token after `ids` (a fresh prefill; for diagnostics)."""
@@ -242,7 +243,7 @@ class Engine:
             return conclude(g, plan, fwd.logits, fwd.hidden, self.cache, base)
         layout = TreeLayout.from_parents(plan.draft.parents)
         fwd = self.target(torch.tensor(tokens, dtype=torch.long), layout.positions(base), self.cache,
-                          tree_mask=layout.mask, hidden_layers=g.taps.layers)          # logits [N+1, V]
+                          attend=Tree(layout.mask), readout=Readout(hidden_layers=g.taps.layers))   # logits [N+1, V]
         return conclude(g, plan, fwd.logits, fwd.hidden, self.cache, base, layout)
 
     def _drafter_names(self, spec: str) -> list[str]:

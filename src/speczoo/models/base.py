@@ -23,11 +23,12 @@ from torch import Tensor, nn
 
 from speczoo.kernels import attention
 from speczoo.kernels.linear import LinearBackend
+from speczoo.models.forward import CHAIN, EVERY_ROW, Attend, Packed, Readout, Tree
 
 
 @dataclass
 class ForwardOut:
-    logits: Tensor          # [S, V] fp32 (or [R, V] for the R rows asked for by `logit_rows`)
+    logits: Tensor          # [S, V] fp32 (or [R, V] for the R rows a Readout's `logit_rows` asks for)
     hidden: list[Tensor]    # [S, D] residual stream after each layer index asked for, in order; [] if none
 
 
@@ -263,37 +264,24 @@ class DecoderBase(nn.Module):
     def __init__(self):
         super().__init__()
 
-    def _check(self, tokens: Tensor, positions: Tensor, cache, tree_mask: Tensor | None,
-               keys: attention.KeyRows | None = None, dest: Tensor | None = None) -> None:
+    def _check(self, tokens: Tensor, positions: Tensor, cache, attend: Attend) -> None:
         if tokens.dim() != 1 or positions.shape != tokens.shape:
             raise ValueError(f"tokens and positions must both be [S]; got {tuple(tokens.shape)} and "
                              f"{tuple(positions.shape)}")
         s = tokens.shape[0]
         if s == 0:
             raise ValueError("forward needs at least one token")
-        if tree_mask is not None:
-            if tree_mask.shape != (s, s) or tree_mask.dtype != torch.bool:
-                raise ValueError(f"tree_mask must be a [S, S] bool tensor with S={s}; got "
-                                 f"{tuple(tree_mask.shape)} {tree_mask.dtype}")
-            if not bool(tree_mask.diagonal().all()):
-                raise ValueError("tree_mask must let every row see itself (its diagonal must be True)")
-        if keys is not None:
-            if tree_mask is not None:
-                raise ValueError("give either a tree_mask or explicit keys, not both")
-            if keys.n_rows != s:
-                raise ValueError(f"the explicit keys have {keys.n_rows} rows for {s} tokens")
+        if isinstance(attend, Tree) and attend.mask.shape[0] != s:
+            raise ValueError(f"the Tree's mask is [{attend.mask.shape[0]}, {attend.mask.shape[0]}] for {s} tokens")
+        if isinstance(attend, Packed) and attend.keys.n_rows != s:
+            raise ValueError(f"the Packed keys have {attend.keys.n_rows} rows for {s} tokens")
         if cache.args.n_layers != self.args.n_layers or cache.args.head_dim != self.args.head_dim \
                 or cache.args.n_kv_heads != self.args.n_kv_heads:
             raise ValueError("this KV cache was built for a different model; make one with KVCache(model.args, ...)")
-        if dest is None:
+        if not isinstance(attend, Packed):
             cache.check_room(s)
-            return
-        if keys is None:
-            raise ValueError("rows written at explicit cache slots (dest) need explicit attention keys")
-        if dest.shape != (s,) or dest.dtype != torch.int64:
-            raise ValueError(f"dest must be an int64 [S={s}] tensor of cache slots; got {tuple(dest.shape)} {dest.dtype}")
-        if s and (int(dest.min()) < 0 or int(dest.max()) >= cache.capacity):
-            raise ValueError(f"dest slots must lie in [0, {cache.capacity}) of the cache")
+        elif int(attend.dest.max()) >= cache.capacity:
+            raise ValueError(f"Packed dest slots must lie in [0, {cache.capacity}) of the cache")
 
     def _hidden_slots(self, hidden_layers: Sequence[int]) -> dict[int, list[int]]:
         slots: dict[int, list[int]] = {}
@@ -305,41 +293,34 @@ class DecoderBase(nn.Module):
             slots.setdefault(li, []).append(k)
         return slots
 
-    def forward(self, tokens: Tensor, positions: Tensor, cache, *, tree_mask: Tensor | None = None,
-                hidden_layers: Sequence[int] = (), logit_rows: Tensor | slice | None = None,
-                head: nn.Module | None = None, keys: attention.KeyRows | None = None,
-                dest: Tensor | None = None) -> ForwardOut:
-        """tokens, positions: [S] int64. Writes K/V at slots [L0, L0+S), advances cache.length by S.
+    def forward(self, tokens: Tensor, positions: Tensor, cache, *, attend: Attend = CHAIN,
+                readout: Readout = EVERY_ROW) -> ForwardOut:
+        """tokens, positions: [S] int64. Writes the rows' K/V into the cache and returns their logits.
 
-        keys (optional): the slots each row attends to, in order, instead of the prefix [0, L0) and the
-        chain (or tree_mask) over the new rows: independent sequences packed in one cache (greedy_many.py).
-        dest (optional, with keys): the cache slot each row's K/V goes to, int64 [S], instead of
-        [L0, L0+S); cache.length is then left alone (the caller keeps each sequence's length: rows of
-        several sequences, each in its own slot range, in one forward).
-
-        logit_rows (optional): rows of the output whose logits are wanted (e.g. slice(-1, None) after a
-        prefill); the default computes logits for every row.
-        head (optional): a stand-in for the LM head over the final-normed rows [R, D] -> [R, V] (a
-        drafter's reduced-vocabulary head); the default is the model's own.
+        attend: how the new rows attend and where their K/V go (models/forward.py): Chain() (the default)
+        or Tree(mask) write at slots [L0, L0+S) and advance cache.length by S; Packed(keys, dest) writes
+        at dest and leaves cache.length alone.
+        readout: which rows' logits [R, V], through which head, and which layers' hidden states [S, D].
         """
-        self._check(tokens, positions, cache, tree_mask, keys, dest)
+        self._check(tokens, positions, cache, attend)
         l0 = cache.length
-        slots = self._hidden_slots(hidden_layers)
-        hidden: list[Tensor | None] = [None] * len(hidden_layers)
-        at = l0 if dest is None else dest
-        x = self._run_layers(tokens, positions, cache, at, tree_mask, slots, hidden, keys)   # [S, D]
-        if dest is None:
+        slots = self._hidden_slots(readout.hidden_layers)
+        hidden: list[Tensor | None] = [None] * len(readout.hidden_layers)
+        packed = isinstance(attend, Packed)
+        at = attend.dest if packed else l0
+        x = self._run_layers(tokens, positions, cache, at, attend, slots, hidden)   # [S, D]
+        if not packed:
             cache.length = l0 + tokens.shape[0]
-        if logit_rows is not None:
-            x = x[logit_rows]
-        logits = (head if head is not None else self.lm_head)(self.norm(x))   # [S, V]
+        if readout.logit_rows is not None:
+            x = x[readout.logit_rows]
+        logits = (readout.head if readout.head is not None else self.lm_head)(self.norm(x))   # [R, V]
         cap = self.args.final_logit_softcap
         if cap > 0:
             logits = torch.tanh(logits / cap) * cap
         return ForwardOut(logits=logits, hidden=hidden)  # type: ignore[arg-type]
 
-    def _run_layers(self, tokens, positions, cache, at, tree_mask, slots, hidden, keys) -> Tensor:
-        """The blocks over the embedded tokens; at: l0, or the rows' cache slots [S] (see forward)."""
+    def _run_layers(self, tokens, positions, cache, at, attend: Attend, slots, hidden) -> Tensor:
+        """The blocks over the embedded tokens; at: l0, or the rows' cache slots [S] (Packed's dest)."""
         raise NotImplementedError
 
 

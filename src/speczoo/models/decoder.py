@@ -29,6 +29,7 @@ from speczoo.kernels.linear import LinearBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, Rotation, apply_rope, attend,
                                  default_query_scale, make_linear, plan_attention, plan_keys, write_kv)
+from speczoo.models.forward import Attend, Packed, Tree
 from speczoo.models.meta import GGUFMeta
 
 
@@ -199,17 +200,21 @@ class Decoder(DecoderBase):
             self._stack = NativeStack.build(natives)
         return self._stack
 
-    def _run_layers(self, tokens, positions, cache, at, tree_mask, slots, hidden, keys) -> Tensor:
-        if keys is not None and True in self.ropes:
+    def _run_layers(self, tokens, positions, cache, at, attend: Attend, slots, hidden) -> Tensor:
+        if isinstance(attend, Packed) and True in self.ropes:
             raise ValueError("explicit attention keys (packed sequences) are not supported for models with "
                              f"sliding-window layers ({self.ARCH})")
         pos = positions.tolist()
         top = max(pos)
+        tree_mask = attend.mask if isinstance(attend, Tree) else None       # [S, S] bool, or None for a chain
         rots, plans = {}, {}
         for sliding, rope in self.ropes.items():
             rots[sliding] = Rotation.at(rope, positions, top, self.q_scale)
-            plans[sliding] = (plan_keys(keys, self.invariant) if keys is not None else plan_attention(
-                at, pos, positions, tree_mask, self.args.sliding_window if sliding else 0, self.invariant))
+            if isinstance(attend, Packed):
+                plans[sliding] = plan_keys(attend.keys, self.invariant)
+            else:
+                plans[sliding] = plan_attention(at, pos, positions, tree_mask,
+                                                self.args.sliding_window if sliding else 0, self.invariant)
         x = self.embed[tokens].float()                                  # [S, D]
         if self.embed_scale is not None:
             x = x * self.embed_scale

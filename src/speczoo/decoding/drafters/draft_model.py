@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from speczoo import sampling
+from speczoo.models.forward import Readout
 from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.decoding.pricing.cost import CvCurve
 from speczoo.decoding.drafters.base import Drafter
@@ -98,7 +99,7 @@ class DraftModelDrafter(Drafter):
         positions = torch.arange(start, start + len(ids), dtype=torch.long)
         self.fed.extend(ids)
         self.forwards += 1
-        out = self.model(tokens, positions, self.cache, logit_rows=slice(-rows, None), head=self.head)
+        out = self.model(tokens, positions, self.cache, readout=Readout(logit_rows=slice(-rows, None), head=self.head))
         logits = out.logits[-rows:]                     # (a model may give every row; an oracle does)
         return logits if self.vocab is None else self.vocab.fit(logits)
 

@@ -36,6 +36,7 @@ from speczoo.cache import KVCache
 from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.tuning import PRICING, Pricing
 from speczoo.kernels import native
+from speczoo.models.forward import Readout
 
 
 @dataclass
@@ -158,7 +159,7 @@ class _Forwards:
         """Milliseconds of one forward over s rows through the series' head, then rolled back."""
         toks, pos = self._tokens(s)
         start = time.perf_counter()
-        self.model(toks, pos, self.cache, head=self.series[name].head)
+        self.model(toks, pos, self.cache, readout=Readout(head=self.series[name].head))
         dt = (time.perf_counter() - start) * 1000
         self.cache.truncate(self.context)
         return dt

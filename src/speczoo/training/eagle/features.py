@@ -32,6 +32,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from speczoo.cache import KVCache
+from speczoo.models.forward import Readout
 
 MANIFEST = "manifest.json"
 CORPUS_SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt")
@@ -132,7 +133,7 @@ def extract(model, chunks: Iterable[list[int]], want: FeatureManifest, out_dir: 
             progress: bool = True) -> ExtractStats:
     """Fill out_dir with feature shards until it holds max_tokens tokens (or the corpus ends).
 
-    model: a speczoo target (forward(tokens, positions, cache, hidden_layers=...)). Shards already in
+    model: a speczoo target (forward(tokens, positions, cache, readout=Readout(hidden_layers=...))). Shards already in
     out_dir are kept when its manifest matches `want`; a mismatch raises ValueError.
     """
     out_dir = Path(out_dir)
@@ -168,7 +169,7 @@ def extract(model, chunks: Iterable[list[int]], want: FeatureManifest, out_dir: 
         tokens = torch.tensor(chunk, dtype=torch.long)                       # [L]
         cache.reset()
         with torch.no_grad():
-            out = model(tokens, torch.arange(seq_len), cache, hidden_layers=layers)
+            out = model(tokens, torch.arange(seq_len), cache, readout=Readout(hidden_layers=layers))
         feats.append(torch.cat(out.hidden, dim=-1).to(torch.bfloat16))       # [L, 3D]
         ids.append(tokens.to(torch.int32))
         top1.append(out.logits.argmax(-1).to(torch.int32))                  # [L]
