@@ -20,6 +20,7 @@ from tiny_gguf import write_tiny_gguf, write_tiny_hf_dir
 from speczoo import cli
 from speczoo.errors import IntegrityError, NotPulledError, SpeczooError, UnknownModelError
 from speczoo.kernels import backends, linear
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from speczoo.tokenizer import Tokenizer
@@ -82,8 +83,8 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     assert result.action == "pulled" and result.name == f"tiny-{arch}"
     b = result.bundle
     assert b == home / "bundles" / f"tiny-{arch}"
-    for f in ("manifest.json", "config.json", "unpacked.safetensors", "weights-q4.safetensors", "tokenizer.json",
-              "tokenizer_config.json", "chat_template.jinja"):
+    for f in ("manifest.json", "config.json", "unpacked.safetensors", f"weights-{DEFAULT_FAST_BACKEND}.safetensors",
+              "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         assert (b / f).is_file(), f
     assert not (b / "weights.safetensors").exists()              # fp32 weights are rebuilt on demand
     m = read_manifest(b)
@@ -92,6 +93,10 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     assert m.architecture == arch and m.format_version == FORMAT_VERSION and m.created and not m.legacy
     assert m.quantization == {"F32": len(tensors) - 3 * (arch == "qwen2"), **({"Q8_0": 3} if arch == "qwen2" else {})}
     assert m.chat_template_source == ("gguf" if arch == "qwen2" else "builtin:gemma")
+    # the packing table: each source type's linear weights in the kernel format the policy gives it
+    rows = {(r["source_type"], r["format"]): r["tensors"] for r in m.packing[DEFAULT_FAST_BACKEND]}
+    n_linear = len(linear_weight_sources(tensors))
+    assert rows == ({("F32", "q8"): n_linear - 3, ("Q8_0", "q8"): 3} if arch == "qwen2" else {("F32", "q8"): n_linear})
     assert source_gguf(b) == path and find_bundle(str(path)) == b and find_bundle(b) == b
     # fp32 weights under GGUF names, rebuilt from the source: what the reader dequantizes
     stored = reference_tensors(b)
@@ -348,7 +353,8 @@ def test_hf_directory_with_untied_head(tmp_path):
     hf_dir, expected = write_tiny_hf_dir(tmp_path / "hf", "qwen2", tied=False,
                                          tokenizer_json=tok_bundle / "tokenizer.json")
     b = pull(str(hf_dir), progress=False, log=lambda m: None).bundle
-    assert "output.weight" in reference_tensors(b) and "output.weight.qs" in _read(b / "weights-q4.safetensors")
+    assert "output.weight" in reference_tensors(b)
+    assert "output.weight.w8" in _read(b / f"weights-{DEFAULT_FAST_BACKEND}.safetensors")     # HF fp32 -> q8
     assert not ModelArgs.from_json(b / "config.json").tie_embeddings
 
 

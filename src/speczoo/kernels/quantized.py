@@ -1,4 +1,5 @@
-"""Batch-invariant integer linear backends: "q8", "q4", "q4mix" (compiled kernels), "q8_torch", "q4_torch".
+"""Batch-invariant integer linear backends: "q8", "q4", "mixed", "q4mix" (compiled kernels), "q8_torch",
+"q4_torch".
 
 All four quantize activations per row (sa = amax|x[s]| / 127, round half to even), accumulate integer
 products exactly and apply fp32 scales in one fixed order, so row i of an S-row forward is bit-identical
@@ -269,12 +270,55 @@ class Q4TorchBackend(LinearBackend):
         return Q4Torch(packed, bias)
 
 
+# The compiled kernel formats a weight may be stored in, by name: the parts of its packing and its module.
+# A bundle of the "mixed" backend holds each weight in one of these, recognised at build by its parts.
+KERNEL_FORMATS: dict[str, tuple[tuple[str, ...], type[nn.Module]]] = {"q4": (Q4_PARTS, Q4Native),
+                                                                       "q8": (Q8_PARTS, Q8Native)}
+
+
+def build_kernel(packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels) -> nn.Module:
+    """The compiled module of a packing in any of KERNEL_FORMATS."""
+    return KERNEL_FORMATS[kernel_format(packed)][1](packed, bias, lib)
+
+
+def kernel_format(packed: dict[str, Tensor]) -> str:
+    """The name of the kernel format whose parts `packed` holds (an error naming the known ones if none)."""
+    for name, (parts, _) in KERNEL_FORMATS.items():
+        if set(packed) == set(parts):
+            return name
+    raise ValueError(f"a packed weight with parts {sorted(packed)} is in no kernel format speczoo knows "
+                     f"({ {n: list(p) for n, (p, _) in KERNEL_FORMATS.items()} }); re-pull the model "
+                     "(speczoo pull NAME --force)")
+
+
+class MixedBackend(LinearBackend):
+    """Each weight in its own compiled kernel format, chosen at pull time and read back from its parts.
+
+    The pull picks the format of each weight from its source's type (zoo/policy.py: the format that holds
+    it exactly, else the nearest above it) and stores that packing; build() reads which format from the
+    parts. pack() of a bare fp32 weight, whose source type nobody knows, packs q8 (the table's F32 row).
+    """
+
+    name = "mixed"
+    stored = True
+    batch_invariant = True
+
+    def __init__(self, path: native.KernelPath | None = None):
+        self.path = path  # None: the path chosen for this CPU
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q8(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return build_kernel(packed, bias, native.kernels(self.path))
+
+
 class Q4MixBackend(LinearBackend):
     """q4 for weights that sit on a 4-bit grid (a Q4_K GGUF's tensors repack almost exactly), q8 for the rest.
 
     pack() quantizes to q4 and keeps it when its relative weight error is under `max_q4_error`, else packs
-    q8 (a Q4_K_M file's Q6_K tensors: ~7.5% error at 4 bits, ~1.2% at 8). build() reads which one from the
-    parts, so the choice is made once, at pull time, and stored.
+    q8 (a Q4_K_M file's Q6_K tensors: ~7.5% error at 4 bits, ~1.2% at 8). Superseded by "mixed", which
+    chooses by the source's type without the search; kept so that its bundles load and re-pack the same.
     """
 
     name = "q4mix"
@@ -293,5 +337,4 @@ class Q4MixBackend(LinearBackend):
         return packed if err <= self.max_q4_error else pack_q8(weight)
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
-        lib = native.kernels(self.path)
-        return Q4Native(packed, bias, lib) if "qs" in packed else Q8Native(packed, bias, lib)
+        return build_kernel(packed, bias, native.kernels(self.path))

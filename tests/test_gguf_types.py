@@ -1,0 +1,109 @@
+"""Every GGUF type a user may hold pulls and runs: a tiny qwen2 whose every 2-D tensor (the linear weights
+and the tied embedding) is of one type, written with gguf's quantizer where it has one and with random
+blocks of the type where it has none (tests/tiny_gguf.py `typed_blocks`).
+
+For each type: the pull puts each weight in the kernel format zoo/policy.py's table gives it and says so
+in the manifest; the fp32 reference is gguf's own values, bit for bit; and the logits of the default
+("mixed") backend equal those of a reference that quantizes activations as the kernels do but keeps the
+source's exact fp32 weights ("fp32-act8"), within the bound of the weight's format: fp32 rounding where the
+format holds the type exactly (Q4_K -> q4); where it does not (q8), the logits are bit for bit those of
+q8 packed from the exact fp32 values (no other loss on the way), within Q8_LOGIT_BOUND of the reference,
+and the measured weight error is under q8's ceiling. So a format that silently lost precision, or a
+transcode one code off, fails here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny_gguf import write_tiny_gguf
+from torch import Tensor, nn
+
+from speczoo.cache import KVCache
+from speczoo.kernels import backends, linear
+from speczoo.kernels.quantized import quantize_rows
+from speczoo.models.args import ModelArgs
+from speczoo.models.loader import build_model
+from speczoo.zoo.bundle import read_manifest
+from speczoo.zoo.policy import POLICY, PackRow
+from speczoo.zoo.pull import pull
+from speczoo.zoo.weights import load_model, reference_tensors
+
+DIMS = dict(dim=256, n_heads=4, head_dim=64, n_kv_heads=2, ffn_dim=512, n_layers=2)
+EXACT_BOUND = 1e-4          # relative rms of the logits: fp32 rounding of the same products in another order
+Q8_ERROR_CEILING = 0.03     # q8's per-row int8 on these 256- and 512-wide rows: about 1%, never 3%
+Q8_LOGIT_BOUND = 0.08       # q8 weights and int8 activations through 2 layers and the head: 1.5-5% measured
+
+
+class Act8Linear(nn.Module):
+    """The kernels' activation quantization (int8, one scale per row) on exact fp32 weights."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None):
+        super().__init__()
+        self.weight, self.bias = weight, bias
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] -> [S, N]
+        xq, sa = quantize_rows(x.reshape(-1, x.shape[-1]))
+        y = F.linear(xq.float(), self.weight) * sa[:, None]
+        y = y if self.bias is None else y + self.bias
+        return y.view(*x.shape[:-1], -1)
+
+
+class Act8Backend(linear.LinearBackend):
+    name = "fp32-act8"
+    batch_invariant = True
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return {"weight": weight.float()}
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Act8Linear(packed["weight"], bias)
+
+
+if Act8Backend.name not in backends.BACKENDS:
+    backends.register(Act8Backend())
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("SPECZOO_HOME", str(h))
+    return h
+
+
+def _quiet(msg: str) -> None:
+    pass
+
+
+def _logits(model, n: int = 12) -> Tensor:
+    tokens = (torch.arange(n) * 37 + 5) % model.args.vocab_size
+    return model(tokens, torch.arange(n), KVCache(model.args, max_seq=32)).logits     # [S, V]
+
+
+def _rel(a: Tensor, b: Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("kind", sorted(POLICY))
+def test_every_type_pulls_into_its_format_and_runs_within_its_bound(tmp_path, home, kind):
+    path, want = write_tiny_gguf(tmp_path / f"{kind}.gguf", "qwen2", seed=3, linear_type=kind, **DIMS)
+    bundle = pull(str(path), progress=False, log=_quiet).bundle
+    m = read_manifest(bundle)
+    rule = POLICY[kind]
+    rows = [PackRow.from_json(r) for r in m.packing["mixed"]]
+    assert [(r.source_type, r.format, r.exact) for r in rows] == [(kind, rule.format, rule.exact)]
+    assert rows[0].tensors == 7 * DIMS["n_layers"] + 1          # 7 linears a layer + the tied head
+
+    ref = reference_tensors(bundle)                              # gguf's values, bit for bit
+    assert all(torch.equal(ref[k].view(torch.int32), want[k].view(torch.int32)) for k in want)
+
+    fast, exact_weights = _logits(load_model(bundle, "mixed")), _logits(load_model(bundle, "fp32-act8"))
+    err = _rel(fast, exact_weights)
+    if rule.exact:
+        assert rows[0].err2 == 0.0 and err < EXACT_BOUND, (kind, err)
+    else:
+        assert rule.format == "q8"
+        assert 0.0 < rows[0].relative_error < Q8_ERROR_CEILING, (kind, rows[0].relative_error)
+        assert torch.equal(fast, _logits(build_model(ModelArgs.from_json(bundle / "config.json"), ref, "q8")))
+        assert err < Q8_LOGIT_BOUND, (kind, err)
