@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from speczoo.errors import SpeczooError
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import LINEAR_WEIGHT_PATTERN, dequantize, linear_weight_sources
 
@@ -27,18 +28,34 @@ __all__ = ["LINEAR_WEIGHT_PATTERN", "linear_weight_sources", "gguf_model_args", 
            "iter_gguf_blocks", "gguf_quant_summary", "open_gguf", "SUPPORTED_ARCHS"]
 
 SUPPORTED_ARCHS = ("qwen2", "gemma3")
+
+
+class CorruptGGUFError(SpeczooError):
+    """A GGUF file that cannot be read: truncated, or not GGUF at all."""
 # Token texts that end a turn (llama.cpp treats them as end-of-generation too).
 _EOG_TEXTS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<|end_of_text|>", "<eos>")
 
 
 def open_gguf(path: Path):
-    """A gguf.GGUFReader on `path` (memory-mapped), with a clear error when the file is absent."""
+    """A gguf.GGUFReader on `path` (memory-mapped), with a clear error when the file is absent, truncated or
+    corrupt (gguf's reader fails on those with an IndexError or a numpy reshape message)."""
     import gguf
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file {path} does not exist")
-    return gguf.GGUFReader(path)
+    size = path.stat().st_size
+    try:
+        reader = gguf.GGUFReader(path)
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError) as exc:
+        raise CorruptGGUFError(f"{path} ({size:,} bytes) is not a readable GGUF file: it is truncated or corrupt "
+                               f"(gguf's reader says: {exc}). Download or copy it again and check its sha256 "
+                               "against the publisher's") from exc
+    if end > size:
+        raise CorruptGGUFError(f"{path} is truncated: its tensors end at byte {end:,} and the file has {size:,}. "
+                               "Download or copy it again")
+    return reader
 
 
 def _field(reader, key: str, default=None):
