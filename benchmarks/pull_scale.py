@@ -6,7 +6,7 @@ For each type, writes a GGUF with random weights in Llama-3.1-8B's exact shapes 
 32 heads / 8 KV heads of 128, FFN 14336, vocabulary 128256, an untied output) under the qwen2
 architecture, which speczoo pulls today (the shapes and types set the pull's cost, not the architecture;
 qwen2 adds 3 small biases per layer), then runs `SPECZOO_HOME=DIR/home speczoo pull FILE --quiet` and
-reports its wall time, CPU time and peak memory. Q4_K_M is llama.cpp's mix (Q4_K everywhere but Q6_K
+reports its wall time, CPU time and peak memory (anonymous, and the GGUF's mapped pages apart). Q4_K_M is llama.cpp's mix (Q4_K everywhere but Q6_K
 for the output and for attn_v / ffn_down in the layers its use_more_bits picks); Q8_0 and F16 are
 uniform. Weights are random blocks of each type with sane scales, repeated every 256 rows (the pull's
 cost does not depend on the values). The GGUF (5-16 GB) and the bundle are deleted afterwards unless
@@ -21,7 +21,9 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -41,9 +43,9 @@ def _more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def tensor_plan(kind: str, layers: int) -> list[tuple[str, tuple[int, int] | tuple[int], str]]:
-    """(name, torch shape [out, in] or [n], GGUF type) of every tensor, in file order."""
-    s = dict(SHAPES, layers=layers)
+def tensor_plan(kind: str, s: dict[str, int]) -> list[tuple[str, tuple[int, int] | tuple[int], str]]:
+    """(name, torch shape [out, in] or [n], GGUF type) of every tensor, in file order, for shapes `s`."""
+    layers = s["layers"]
     d, kv = s["dim"], s["kv_heads"] * s["head_dim"]
 
     def lin(role: str, i: int | None = None) -> str:
@@ -87,12 +89,12 @@ def _data(shape: tuple, kind: str, rng: np.random.Generator, tiles: dict) -> np.
     return np.tile(tile, (n // TILE_ROWS + 1, 1))[:n]
 
 
-def write_gguf(path: Path, kind: str, layers: int) -> float:
-    """Write the model; returns its size in bytes."""
+def write_gguf(path: Path, kind: str, shapes: dict[str, int] = SHAPES) -> float:
+    """Write a model of `shapes` (default Llama-3.1-8B's) in `kind`; returns its size in bytes."""
     rng = np.random.default_rng(0)
-    s = dict(SHAPES, layers=layers)
+    s = shapes
     w = gguf.GGUFWriter(str(path), "qwen2")
-    w.add_block_count(layers)
+    w.add_block_count(s["layers"])
     w.add_context_length(8192)
     w.add_embedding_length(s["dim"])
     w.add_feed_forward_length(s["ffn"])
@@ -108,7 +110,7 @@ def write_gguf(path: Path, kind: str, layers: int) -> float:
     w.add_token_types([1] * (len(tokens) - 2) + [3, 3])
     w.add_token_merges(["x 0"])
     w.add_eos_token_id(len(tokens) - 1)
-    plan = tensor_plan(kind, layers)
+    plan = tensor_plan(kind, s)
     tiles: dict = {}
     for name, shape, t in plan:
         probe = _data(shape, t, rng, tiles)[:1] if len(shape) == 2 else _data(shape, t, rng, tiles)
@@ -125,6 +127,33 @@ def write_gguf(path: Path, kind: str, layers: int) -> float:
     return path.stat().st_size
 
 
+def _sample_memory(pid: int) -> tuple[dict[str, int], Callable[[], None]]:
+    """The largest RssAnon and RssFile (bytes) of process `pid`, read from /proc every 0.2 s until the
+    returned callable is called."""
+    peak = {"RssAnon": 0, "RssFile": 0}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.2):
+            try:
+                lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+            except OSError:
+                return
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key in peak:
+                    peak[key] = max(peak[key], int(value.split()[0]) * 1024)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+
+    def stop() -> None:
+        done.set()
+        t.join()
+
+    return peak, stop
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", type=Path, required=True, help="where the GGUF and SPECZOO_HOME go (not the repo)")
@@ -137,21 +166,27 @@ def main() -> None:
     for kind in args.types.split(","):
         path = args.dir / f"llama8b-shapes-{kind}.gguf"
         t0 = time.perf_counter()
-        size = write_gguf(path, kind, args.layers)
+        size = write_gguf(path, kind, dict(SHAPES, layers=args.layers))
         print(f"{kind}: wrote {path} ({size / 1e9:.2f} GB) in {time.perf_counter() - t0:.0f} s", flush=True)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        load0 = os.getloadavg()[0]
         t0 = time.perf_counter()
-        run = subprocess.run([sys.executable, "-m", "speczoo.cli", "pull", "--quiet", "--force", str(path)],
-                             env={**os.environ, "SPECZOO_HOME": str(home)}, capture_output=True, text=True)
+        run = subprocess.Popen([sys.executable, "-m", "speczoo.cli", "pull", "--quiet", "--force", str(path)],
+                               env={**os.environ, "SPECZOO_HOME": str(home)}, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        peak, stop = _sample_memory(run.pid)
+        out = run.communicate()[0]
+        stop()
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        print(run.stdout + run.stderr, flush=True)
+        print(out, flush=True)
         bundle = home / "bundles" / local_bundle_name(path)
         on_disk = sum(f.stat().st_size for f in bundle.iterdir()) if bundle.is_dir() else 0
         print(f"{kind}: pull {'ok' if run.returncode == 0 else f'FAILED ({run.returncode})'}: wall {wall:.0f} s, "
-              f"CPU {cpu:.0f} s, peak RSS {after.ru_maxrss / 1e6:.1f} GB (largest child so far), "
-              f"bundle {on_disk / 1e9:.2f} GB; load average at the end {os.getloadavg()[0]:.1f}", flush=True)
+              f"CPU {cpu:.0f} s, peak memory {peak['RssAnon'] / 1e9:.1f} GB anonymous + {peak['RssFile'] / 1e9:.1f} GB "
+              f"of mapped file pages, bundle {on_disk / 1e9:.2f} GB; load average {load0:.1f} at the start, "
+              f"{os.getloadavg()[0]:.1f} at the end", flush=True)
         if not args.keep:
             path.unlink()
             shutil.rmtree(bundle, ignore_errors=True)

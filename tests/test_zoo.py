@@ -316,6 +316,24 @@ def test_existing_bundle_gets_packed_weights_added(tmp_path):
     assert pull(str(path), backend="test-stored", progress=False, log=lambda m: None).action == "already"
 
 
+def test_a_plain_pull_replaces_the_old_defaults_q4_packing_and_keeps_a_named_one(tmp_path):
+    path, tensors = write_tiny_gguf(tmp_path / "m.gguf", "qwen2")
+    b = pull(str(path), backend="q4_torch", progress=False, log=lambda m: None).bundle   # (no compiler needed)
+    (b / "weights-q4_torch.safetensors").rename(b / "weights-q4.safetensors")
+    m = read_manifest(b)                                   # as a speczoo before format 4 left it by default
+    m.packed_backends, m.packing, m.format_version = ["q4"], {}, 3
+    m.files["weights-q4.safetensors"] = m.files.pop("weights-q4_torch.safetensors")
+    m.write(b)
+    r = pull(str(path), progress=False, log=lambda m: None)
+    m = read_manifest(b)
+    assert r.action == "packed" and "removed its q4 packing" in r.message and m.format_version == FORMAT_VERSION
+    assert m.packed_backends == [DEFAULT_FAST_BACKEND] and not (b / "weights-q4.safetensors").exists()
+    assert set(m.packing) == {DEFAULT_FAST_BACKEND} and check_bundle(b).ok
+    assert pull(str(path), backend="q4_torch", progress=False, log=lambda m: None).action == "packed"
+    assert pull(str(path), progress=False, log=lambda m: None).action == "already"       # a named one stays
+    assert read_manifest(b).packed_backends == sorted([DEFAULT_FAST_BACKEND, "q4_torch"])
+
+
 # ---------------------------------------------------------------- Hugging Face directories
 
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3"])

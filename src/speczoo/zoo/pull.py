@@ -7,14 +7,18 @@
 The assembled GGUF is written under a temporary name while it is hashed and used only when its sha256
 matches the pin; the bundle is built in a temporary directory and renamed into place at the end. So an
 interrupted or failed pull leaves nothing half-made, and a mismatch (truncated or tampered data) raises
-IntegrityError naming both hashes. The conversion streams the source tensor by tensor: a linear weight is
-dequantized to fp32 and packed for the bundle's backend, every other tensor is copied in its source's
+IntegrityError naming both hashes. A GGUF that cannot be read (truncated, corrupt) or holds a tensor type
+nobody decodes is refused before anything is written. The conversion streams the source tensor by tensor:
+a linear weight is packed for the bundle's backend (the default "mixed": in the kernel format its GGUF
+type maps to, zoo/policy.py, straight from its blocks, decoded a chunk of rows at a time, the error of
+each mapping measured into the manifest's packing table), every other tensor is copied in its source's
 encoding (zoo/weights.py); fp32 weights are never written. A zoo model's assembled GGUF is removed once
 its bundle is made (zoo/source.py assembles it again when something needs the file) unless `keep_gguf`.
 A second pull of a verified bundle converts nothing: it slims a format-1 bundle, drops a stored tied LM
-head that its backend now packs at load (format 2), adds a missing packing, and removes a GGUF left in
-the downloads. This module never holds all of a model's tensors in memory and
-never skips a check.
+head that its backend now packs at load (format 2), adds a missing packing (replacing the old default's
+q4 by the default's, when no backend is named), and removes a GGUF left in the downloads. The temporary
+directory of a pull killed midway is removed by the next pull of that model. This module never holds all
+of a model's tensors in memory and never skips a check.
 """
 
 from __future__ import annotations
@@ -47,8 +51,13 @@ from speczoo.zoo import bundle as B
 from speczoo.zoo import source as S
 from speczoo.zoo.registry import ZooModel, resolve
 from speczoo.zoo.policy import PackedTensor, PackReport, PackRow, check_types, pack_tensor
-from speczoo.zoo.weights import SourceTensor, UnpackedWriter, bundle_source, iter_source, source_names
+from speczoo.zoo.weights import (SourceTensor, UnpackedWriter, bundle_source, iter_reader, iter_source,
+                                 source_names)
 
+# The default backend before "mixed" (bundle formats up to 3): a bundle of that age holding only this packing
+# was packed by default, and a pull that names no backend replaces it by the default's (which the runtime
+# loads first anyway), instead of keeping both.
+OLD_DEFAULT_BACKEND = "q4"
 # A local source without a chat template gets the builtin one of its architecture (recorded in the manifest).
 ARCH_CHAT_TEMPLATES = {"gemma3": "gemma"}
 
@@ -191,7 +200,7 @@ def open_gguf_source(path: Path, log: Callable[[str], None] = _log, label: str |
         args=gguf_model_args(reader), quantization=gguf_quant_summary(reader),
         tokenizer=Tokenizer(built.tokenizer, built.config, built.chat_template),
         template_source="gguf" if built.chat_template is not None else None,
-        tensor_names=source_names("gguf", path), tensors=iter_source("gguf", path))
+        tensor_names=list(types), tensors=iter_reader(reader))
 
 
 def open_hf_source(hf_dir: Path) -> SourceContent:
@@ -304,6 +313,22 @@ def pack_bundle(bundle_dir: Path, backend: LinearBackend, progress: bool = True)
     m.write(bundle_dir)
 
 
+def drop_packing(bundle_dir: Path, backend: str) -> int:
+    """Remove the bundle's stored packing of `backend` (the manifest first, so that a bundle whose file is
+    left behind never names it). Returns the bytes freed."""
+    bundle_dir = Path(bundle_dir)
+    m = B.read_manifest(bundle_dir)
+    f = bundle_dir / B.packed_weights_file(backend)
+    m.packed_backends = [b for b in m.packed_backends if b != backend]
+    m.files.pop(f.name, None)
+    m.packing.pop(backend, None)
+    m.format_version = B.FORMAT_VERSION
+    m.write(bundle_dir)
+    freed = f.stat().st_size if f.is_file() else 0
+    f.unlink(missing_ok=True)
+    return freed
+
+
 def slim_bundle(bundle_dir: Path, log: Callable[[str], None] = _log) -> int:
     """Turn a format-1 bundle into a lean one: write unpacked.safetensors from the source, check that it
     decodes to the fp32 weights.safetensors holds, switch the manifest, remove weights.safetensors.
@@ -400,8 +425,10 @@ def _zoo_gguf_after(model: ZooModel, keep_gguf: bool, progress: bool, log: Calla
 
 
 def _reuse(src, final: Path, impl: LinearBackend | None, keep_gguf: bool, progress: bool,
-           log: Callable[[str], None]) -> PullResult | None:
-    """Bring a verified existing bundle up to date (slim, pack, drop the GGUF); None when it must be rebuilt."""
+           log: Callable[[str], None], by_default: bool) -> PullResult | None:
+    """Bring a verified existing bundle up to date (slim, pack, drop the GGUF); None when it must be rebuilt.
+    by_default: `impl` is the default backend, nobody named one; a packing the old default made is then
+    replaced by the new one's."""
     t0 = time.perf_counter()
     if src.kind == "zoo":
         S.install_packages(src.model, log)
@@ -428,6 +455,10 @@ def _reuse(src, final: Path, impl: LinearBackend | None, keep_gguf: bool, progre
         pack_bundle(final, impl, progress)
         done.append(f"added {impl.name} packed weights")
         action = "packed" if action == "already" else action
+        if by_default and m.format_version < 4 and m.packed_backends == [OLD_DEFAULT_BACKEND]:
+            freed = drop_packing(final, OLD_DEFAULT_BACKEND)
+            done.append(f"removed its {OLD_DEFAULT_BACKEND} packing, the default before {impl.name} (freed "
+                        f"{freed / 1e9:.2f} GB; `speczoo pull {src.name} --backend {OLD_DEFAULT_BACKEND}` makes it again)")
     tail = _zoo_gguf_after(src.model, keep_gguf, progress, log) if src.kind == "zoo" else ""
     if done:
         message = f"{src.name}: " + ", ".join(done) + tail
@@ -446,10 +477,11 @@ def pull(name_or_path: str, backend: str | None = None, force: bool = False, pro
     """Make sure `name_or_path` has a verified, lean bundle; see the module docstring."""
     t0 = time.perf_counter()
     src = resolve(name_or_path)
-    impl = _stored_backend(backend or (src.model.backend if src.model is not None else None), log)
+    named = backend or (src.model.backend if src.model is not None else None)
+    impl = _stored_backend(named, log)
     final = B.bundle_dir_for(src.name)
     if final.exists() and not force:
-        result = _reuse(src, final, impl, keep_gguf, progress, log)
+        result = _reuse(src, final, impl, keep_gguf, progress, log, by_default=named is None)
         if result is not None:
             return result
     if src.kind == "zoo":
