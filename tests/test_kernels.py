@@ -13,7 +13,7 @@ from speczoo.kernels import native
 from speczoo.kernels.backends import BACKENDS, DEFAULT_FAST_BACKEND, get_backend
 from speczoo.kernels.pack import (Q4Codes, pack_q4, pack_q4_codes, pack_q8, q4_groups, quantize_q4, quantize_q8,
                                   unpack_q4, unpack_q8)
-from speczoo.kernels.quantized import Q4Backend, Q8Backend, quantize_rows
+from speczoo.kernels.quantized import Q4Backend, Q8Backend, quantize_blocks
 
 INT_BACKENDS = ("q8", "q4", "q8_torch", "q4_torch")
 TWINS = (("q8", "q8_torch"), ("q4", "q4_torch"))
@@ -248,12 +248,24 @@ def test_q4_stores_no_padding_groups_and_reads_padded_packings_alike(k, packed_c
     assert m.qs.shape == packed["qs"].shape                  # the padding is dropped at load
 
 
-def test_activation_quantization_is_per_row():
-    x = _acts(5, 100)
-    xq, sa = quantize_rows(x)
-    xq1, sa1 = quantize_rows(x[2:3])
-    assert torch.equal(xq[2], xq1[0]) and torch.equal(sa[2], sa1[0])
-    assert xq.dtype == torch.int8 and xq.abs().max().item() == 127
+def test_activation_quantization_is_per_block_of_a_row():
+    x = _acts(5, 600)                                          # blocks of 256, 256 and 88 inputs
+    xq, sa = quantize_blocks(x)
+    assert xq.shape == (5, 600) and sa.shape == (5, 3) and xq.dtype == torch.int8
+    xq1, sa1 = quantize_blocks(x[2:3])
+    assert torch.equal(xq[2], xq1[0]) and torch.equal(sa[2], sa1[0])          # rows are independent
+    for b, (k0, k1) in enumerate(((0, 256), (256, 512), (512, 600))):
+        assert torch.equal(xq[:, k0:k1].abs().amax(1), torch.full((5,), 127, dtype=torch.int8))
+        assert torch.equal(sa[:, b], x[:, k0:k1].abs().amax(1) / 127.0)
+    y = x.clone()
+    y[:, 300] = 1e3                                            # an outlier costs only its own block resolution
+    yq, ya = quantize_blocks(y)
+    assert torch.equal(yq[:, :256], xq[:, :256]) and torch.equal(yq[:, 512:], xq[:, 512:])
+    assert not torch.equal(yq[:, 256:512], xq[:, 256:512])
+    z = torch.zeros(2, 300)
+    z[1, 280] = 2.0                                            # all-zero blocks quantize to zeros, scale 0
+    zq, za = quantize_blocks(z)
+    assert torch.equal(za, torch.tensor([[0.0, 0.0], [0.0, 2.0 / 127.0]])) and int(zq.abs().sum()) == 127
 
 
 def test_bad_shapes_and_inputs_are_clear_errors():

@@ -139,7 +139,8 @@ static void fill_normal(Rng& r, float* p, int64_t n, float scale) {
 }
 
 // Activation rows [S, ldx] (K used); special rows: row 2 all zeros (S >= 5), row 4 all exact ties of the
-// rounding (S >= 9: amax = 127 * 1.0, so x / scale lands on k + 0.5 and must round half to even).
+// rounding (S >= 9: every block of 32 inputs, so every activation block, holds -127 and nothing larger,
+// its scale is 1.0, and x / scale lands on k + 0.5 and must round half to even).
 static std::vector<float> make_acts(Rng& r, int64_t S, int64_t K, int64_t ldx) {
     std::vector<float> x((size_t)(S * ldx));
     for (int64_t s = 0; s < S; ++s)
@@ -148,7 +149,7 @@ static std::vector<float> make_acts(Rng& r, int64_t S, int64_t K, int64_t ldx) {
         for (int64_t k = 0; k < K; ++k) x[2 * ldx + k] = 0.0f;
     if (S >= 9)
         for (int64_t k = 0; k < K; ++k)
-            x[4 * ldx + k] = k == K / 2 ? -127.0f : (float)(r.below(254) - 127) + (r.below(2) ? 0.5f : -0.5f);
+            x[4 * ldx + k] = k % 32 == 16 || k == K - 1 ? -127.0f : (float)(r.below(253) - 126) + (r.below(2) ? 0.5f : -0.5f);
     return x;
 }
 

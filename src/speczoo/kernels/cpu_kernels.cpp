@@ -1,5 +1,6 @@
 // speczoo CPU linear kernels: y[S, N] = x[S, K] @ W[N, K]^T (+ bias), int8 activations quantized per
-// row, int8 ("q8") or 4-bit ("q4") weights, int32 accumulation, fp32 scales applied in a fixed order.
+// block of 256 inputs of a row, int8 ("q8") or 4-bit ("q4") weights, int32 accumulation, fp32 scales
+// applied in a fixed order.
 //
 // Batch invariance is the contract: every output element y[s, n] is computed by one thread with one
 // fixed sequence of operations that depends only on row s of x and column n of W, never on S, on the
@@ -9,23 +10,29 @@
 // cpu_tiles.h holds each path's integer tiles). Compile with -ffp-contract=off: a fused multiply-add
 // would round differently from the reference.
 //
+// Activations: row s, block b (inputs 256b .. 256b + 255): sa[b, s] = amax|x[s, block]| / 127,
+// xq = round_half_even(x / sa) clamped to [-127, 127] (0 if sa == 0). The scale is the block's own, as
+// llama.cpp's Q8_K has it: one outlier costs only its block the resolution (a row scale cost the whole row
+// it), and a block is still row-local, so batch invariance holds. Stored quad-major so that one pointer
+// plus constant offsets reaches every row of a tile:
+//   xw i32 [KP/4, S]: word (kq, s) holds xq[s, 4kq .. 4kq+3];  xg i32 [KP/64, S]: word (p, s) holds the
+//   int16 pair (sum of xq[s] over group 2p, over group 2p+1);  sa f32 [KB, S];  xsum i32 [KB, S]: the sum
+//   of xq[s] over block b.
+//
 // Weight layouts (built by speczoo/kernels/pack.py; NB = ceil(N/16) strips of 16 output columns):
 //   q8: w8 u8 [NB, KP/4, 16, 4] = q + 128 (q in [-127, 127]), KP = K rounded up to 32;
 //       sw f32 [NB*16] per-column scale.
-//       y = ((float)(sum_k xq*q) * sa[s]) * sw[n]  (+ bias[n])
+//       F = sum_b (float)(sum_{k in b} xq*q) * sa[b, s]      (b in order, from 0.0f)
+//       y = F * sw[n]  (+ bias[n])
 //   q4: groups of 32 along K, G = 2 * ceil(K / 64) of them (K rounded up to a pair of groups, not to a
 //       super-block); super-blocks of 8 groups (KB = ceil(G / 8); the last may hold fewer, never 0 or an
 //       odd number); w = D*sc_g*q - Dm*m_g, q in [0, 15]
 //       qs u8 [NB, G groups, 4 j, 16 col, 4 i]: low nibble q[k = 32g + 4j + i], high nibble k + 16
 //       sc u8 [NB, G, 16]; mn u8 [NB, G/2 pairs, 16 col, 2] (m of groups 2p, 2p+1)
 //       dd f32 [NB, KB, 2, 16] (D then Dm)
-//       F = sum_b (float)(sum_g sc_g * sum_{k in g} xq*q) * D_b        (b in order, from 0.0f; g in b)
-//       M = sum_b (float)(sum_g m_g * sum_{k in g} xq) * Dm_b          (b in order, from 0.0f)
-//       y = (F - M) * sa[s]  (+ bias[n])
-// Activations: sa = amax|x[s]| / 127, xq = round_half_even(x / sa) clamped to [-127, 127] (0 if sa == 0),
-// stored quad-major so that one pointer plus constant offsets reaches every row of a tile:
-//   xw i32 [KP/4, S]: word (kq, s) holds xq[s, 4kq .. 4kq+3];  xg i32 [KP/64, S]: word (p, s) holds the
-//   int16 pair (sum of xq[s] over group 2p, over group 2p+1);  sa f32 [S];  xsum i32 [S] = sum of xq[s].
+//       F = sum_b ((float)(sum_g sc_g * sum_{k in g} xq*q) * D_b - (float)(sum_g m_g * sum_{k in g} xq) * Dm_b)
+//           * sa[b, s]                                          (b in order, from 0.0f; g in b)
+//       y = F  (+ bias[n])
 
 #include <math.h>
 #include <stdint.h>
@@ -37,10 +44,11 @@
 #define SZ_PF 12  // q4: software prefetch distance in super-blocks (2 KiB of codes each), into L2
 #endif
 #include "cpu_tiles.h"
-#define SZ_KBLOCK 64  // q8: quads (4 inputs) per k-block; one k-block of a strip stays in L1 across row tiles
+// q8: quads (4 inputs) per k-block, one activation block; one k-block of a strip stays in L1 across row tiles
+#define SZ_KBLOCK (SZ_ABLOCK / 4)
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 8; }
+SZ_API int sz_abi_version(void) { return 9; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;
@@ -49,39 +57,43 @@ SZ_API int sz_openmp(void) {
 #endif
 }
 
-// ---------------------------------------------------------------- activation quantization (per row)
-static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64_t s, int32_t* xw, int32_t* xg,
-                         float* sa, int32_t* xsum) {
+// ---------------------------------------------------------------- activation quantization (per block)
+// Row s, block b (inputs 256b .. 256b + 255; the last block of a row may be shorter, the padding past K
+// quantizes to zeros): sa[b, s] = amax / 127 over the block, xq = round_half_even(x / sa) in [-127, 127]
+// (all zeros where sa == 0), xsum[b, s] = the block's sum of xq.
+static void quantize_block(const float* x, int64_t K, int64_t k0, int64_t k1, int64_t S, int64_t s, int32_t* xw,
+                           int32_t* xg, float* sa, int32_t* xsum) {
+    const int64_t b = k0 / SZ_ABLOCK, kend = K < k0 + SZ_ABLOCK ? K : k0 + SZ_ABLOCK;  // inputs read: [k0, kend)
 #if defined(SZ_PATH_AVX512VNNI)
     __m512 vmax = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += 16) {
-        const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
+    for (int64_t k = k0; k < kend; k += 16) {
+        const __mmask16 m = kend - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (kend - k)) - 1);
         vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + k)));
     }
     const float amax = _mm512_reduce_max_ps(vmax);
 #else
     V16 vmax = v_zero();  // the max is exact, so the lane split cannot change it
-    for (int64_t k = 0; k < K; k += 16) vmax = v_max(vmax, v_abs(v_loadn(x + k, (int)(K - k))));
+    for (int64_t k = k0; k < kend; k += 16) vmax = v_max(vmax, v_abs(v_loadn(x + k, (int)(kend - k))));
     const float amax = v_max_lanes(vmax);
 #endif
     const float scale = amax / 127.0f;
-    sa[s] = scale;
-    int32_t total = 0;
-    if (!(scale > 0.0f)) {  // an all-zero row quantizes to zeros
-        for (int64_t kq = 0; kq < KP / 4; ++kq) xw[kq * S + s] = 0;
-        for (int64_t p = 0; p < KP / 64; ++p) xg[p * S + s] = 0;
-        xsum[s] = 0;
+    sa[b * S + s] = scale;
+    if (!(scale > 0.0f)) {  // an all-zero block (or one wholly past K) quantizes to zeros
+        for (int64_t kq = k0 / 4; kq < k1 / 4; ++kq) xw[kq * S + s] = 0;
+        for (int64_t p = k0 / 64; p < k1 / 64; ++p) xg[p * S + s] = 0;
+        xsum[b * S + s] = 0;
         return;
     }
+    int32_t total = 0;
 #if defined(SZ_PATH_AVX512VNNI)
     const __m512 vs = _mm512_set1_ps(scale);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-    for (int64_t k0 = 0; k0 < KP; k0 += 64) {  // one pair of groups per step
+    for (int64_t p0 = k0; p0 < k1; p0 += 64) {  // one pair of groups per step
         int32_t gsum[2];
         for (int h = 0; h < 2; ++h) {
             __m512i gacc = _mm512_setzero_si512();
             for (int u = 0; u < 2; ++u) {
-                const int64_t k = k0 + h * 32 + u * 16;
+                const int64_t k = p0 + h * 32 + u * 16;
                 const __mmask16 m = k >= K ? 0 : (K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1));
                 // x / scale rounded half to even (MXCSR default), exactly like torch.round(x / sa)
                 __m512i q = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), vs));
@@ -95,13 +107,13 @@ static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64
             gsum[h] = _mm512_reduce_add_epi32(gacc);
         }
         const int16_t pair[2] = {(int16_t)gsum[0], (int16_t)gsum[1]};
-        memcpy(&xg[(k0 / 64) * S + s], pair, 4);
+        memcpy(&xg[(p0 / 64) * S + s], pair, 4);
         total += gsum[0] + gsum[1];
     }
 #else
     const V16 vs = v_set1(scale), lo = v_set1(-127.0f), hi = v_set1(127.0f);
     int32_t gsum[2] = {0, 0};
-    for (int64_t k = 0; k < KP; k += 16) {  // x / scale rounded half to even, clamped: integral floats
+    for (int64_t k = k0; k < k1; k += 16) {  // x / scale rounded half to even, clamped: integral floats
         float v[16];
         v_store(v, v_min(v_max(v_round(v_div(v_loadn(x + k, (int)(K - k)), vs)), lo), hi));
         for (int t = 0; t < 16; t += 4) {
@@ -119,7 +131,14 @@ static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64
         }
     }
 #endif
-    xsum[s] = total;
+    xsum[b * S + s] = total;
+}
+
+// Row s of x: every block of its KP inputs (KP a multiple of 64).
+static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64_t s, int32_t* xw, int32_t* xg,
+                         float* sa, int32_t* xsum) {
+    for (int64_t k0 = 0; k0 < KP; k0 += SZ_ABLOCK)
+        quantize_block(x, K, k0, KP < k0 + SZ_ABLOCK ? KP : k0 + SZ_ABLOCK, S, s, xw, xg, sa, xsum);
 }
 
 // Scratch for the quantized activations, grown on demand and never shrunk; one call at a time.
@@ -146,8 +165,9 @@ static bool grow(T** p, int64_t* cap, int64_t need) {
 // Grow the scratch for S rows of KP inputs (KP a multiple of 64; the padding quantizes to zeros).
 int sz_reserve_scratch(int64_t S, int64_t KP) {
     Scratch& sc = g_scratch;
+    const int64_t KB = (KP + SZ_ABLOCK - 1) / SZ_ABLOCK;
     if (!grow(&sc.xw, &sc.cap_w, S * (KP / 4)) || !grow(&sc.xg, &sc.cap_g, S * (KP / 64)) ||
-        !grow(&sc.sa, &sc.cap_sa, S) || !grow(&sc.xsum, &sc.cap_xsum, S))
+        !grow(&sc.sa, &sc.cap_sa, S * KB) || !grow(&sc.xsum, &sc.cap_xsum, S * KB))
         return -1;
     return 0;
 }
@@ -176,37 +196,43 @@ static inline int64_t row_tile(int64_t S) {
 
 // ---------------------------------------------------------------- strips (16 output columns, all S rows)
 // ws: per-thread workspace of 48 * S 32-bit words. out: y + nb*16, row stride N, ncols valid columns.
+// sa, xsum: the activation blocks' [KB, S] scales and code sums.
 static void q8_strip(const uint8_t* w, int64_t KP, const int32_t* xw, int64_t S, const float* sa,
                      const int32_t* xsum, const float* sw, const float* bias, int32_t* ws, float* out, int64_t N,
                      int64_t ncols, bool accum) {
-    int32_t* acc = ws;  // [S][16]
+    int32_t* acc = ws;                    // [S][16]: one k-block's integer sums
+    float* f = (float*)(ws + S * 16);     // [S][16]: sum over the k-blocks so far of (float)sum * sa
+    for (int64_t i = 0; i < S * 16; ++i) f[i] = 0.0f;
     const int64_t tile = row_tile(S), KQ = KP / 4;
-    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {
-        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK;
+    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {  // a k-block is one activation block (SZ_ABLOCK inputs)
+        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK, b = q0 / SZ_KBLOCK;
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
-            TL::q8[R - 1](w + q0 * 64, nq, xw + q0 * S + r0, S, acc + r0 * 16, q0 == 0);
+            TL::q8[R - 1](w + q0 * 64, nq, xw + q0 * S + r0, S, acc + r0 * 16, true);
         }
+        const float* sab = sa + b * S;
+        const int32_t* xsb = xsum + b * S;
+        for (int64_t r = 0; r < S; ++r)
+            for (int c = 0; c < 16; ++c) {
+                const int32_t a = SZ_Q8_UNSIGNED ? acc[r * 16 + c] - 128 * xsb[r] : acc[r * 16 + c];  // sum of q * x
+                f[r * 16 + c] = f[r * 16 + c] + (float)a * sab[r];
+            }
     }
-    alignas(64) float f[16];
+    alignas(64) float v[16];
     for (int64_t r = 0; r < S; ++r) {
         for (int c = 0; c < 16; ++c) {
-            const int32_t a = SZ_Q8_UNSIGNED ? acc[r * 16 + c] - 128 * xsum[r] : acc[r * 16 + c];  // sum of q * x
-            float v = (float)a * sa[r];
-            v = v * sw[c];
-            if (bias) v = v + bias[c];
-            f[c] = v;
+            v[c] = f[r * 16 + c] * sw[c];
+            if (bias) v[c] = v[c] + bias[c];
         }
-        store_cols(out + r * N, f, ncols, accum);
+        store_cols(out + r * N, v, ncols, accum);
     }
 }
 
 static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t G,
                      const int32_t* xw, const int32_t* xg, int64_t S, const float* sa, const float* bias,
                      int32_t* ws, float* out, int64_t N, int64_t ncols, bool accum) {
-    float* facc = (float*)ws;            // [S][16]
-    float* fmin = (float*)(ws + S * 16);  // [S][16]
-    for (int64_t i = 0; i < S * 16; ++i) facc[i] = fmin[i] = 0.0f;
+    float* facc = (float*)ws;  // [S][16]
+    for (int64_t i = 0; i < S * 16; ++i) facc[i] = 0.0f;
     const int64_t KB = (G + 7) / 8;  // super-blocks; block b holds groups 8b .. min(8b + 8, G) - 1
     const int64_t tile = row_tile(S);
     for (int64_t b = 0; b < KB; ++b) {
@@ -220,19 +246,15 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
             SZ_PREFETCH(dd + bp * 32 + l / 4);
         }
         const int ng = (int)(G - 8 * b < 8 ? G - 8 * b : 8);
-        for (int64_t r0 = 0; r0 < S; r0 += tile) {
+        for (int64_t r0 = 0; r0 < S; r0 += tile) {  // a super-block is one activation block
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
             TL::q4[R - 1](qs + b * 2048, sc + b * 128, mn + b * 128, dd + b * 32, xw + b * 64 * S + r0,
-                          xg + b * 4 * S + r0, S, ng, facc + r0 * 16, fmin + r0 * 16);
+                          xg + b * 4 * S + r0, sa + b * S + r0, S, ng, facc + r0 * 16);
         }
     }
     alignas(64) float f[16];
     for (int64_t r = 0; r < S; ++r) {
-        for (int c = 0; c < 16; ++c) {
-            float v = (facc[r * 16 + c] - fmin[r * 16 + c]) * sa[r];
-            if (bias) v = v + bias[c];
-            f[c] = v;
-        }
+        for (int c = 0; c < 16; ++c) f[c] = bias ? facc[r * 16 + c] + bias[c] : facc[r * 16 + c];
         store_cols(out + r * N, f, ncols, accum);
     }
 }

@@ -14,6 +14,7 @@
 
 enum { SZ_FMT_Q4 = 0, SZ_FMT_Q8 = 1 };
 #define SZ_WS_WORDS 48  // per-thread linear workspace, in 32-bit words per activation row
+#define SZ_ABLOCK 256   // inputs per activation scale (a q4 super-block; a q8 k-block)
 
 // One packed linear layer (kernels/pack.py layouts). q4: a = qs, b = sc, c = mn, d = dd; q8: a = w8, d = sw.
 struct SzLinear {

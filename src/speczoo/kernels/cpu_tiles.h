@@ -5,9 +5,10 @@
 //     products of nq quads (4 inputs) of a q8 strip with rows r of the activation words xk. Where
 //     SZ_Q8_UNSIGNED is 1 the tile sums the stored codes q + 128 and the strip subtracts 128 * xsum later;
 //     elsewhere it sums q itself. Either way the strip ends with the exact integer sum of q * x.
-//   q4_tile<R>(qb, scb, mnb, ddb, xk, xp, S, ng, facc, fmin): one q4 super-block of ng groups; the exact
+//   q4_tile<R>(qb, scb, mnb, ddb, xk, xp, sab, S, ng, facc): one q4 super-block of ng groups; the exact
 //     integers isb = sum_g sc_g * (sum_{k in g} q * x) and imn = sum_g m_g * (sum_{k in g} x) per (row,
-//     column), then facc += (float)isb * D and fmin += (float)imn * Dm, lane-wise, in that order.
+//     column), then facc += ((float)isb * D - (float)imn * Dm) * sab[r], lane-wise, in that order (sab:
+//     the rows' activation scales of this super-block).
 // Integer sums are exact in every path (each path states why its narrow intermediates cannot overflow
 // or saturate), so the tiles may sum in any order; the float steps are the same lane-wise operations
 // everywhere. That makes every path bit-identical to the scalar one. SZ_TILE is the most rows a tile
@@ -16,14 +17,14 @@
 #include <stdint.h>
 #include "cpu_simd.h"
 
-// The float step every path but AVX-512's shares: facc/fmin [R][16] += (float)isb * D, (float)imn * Dm.
+// The float step every path but AVX-512's shares: facc [R][16] += ((float)isb * D - (float)imn * Dm) * sab[r].
 template <int R>
-static inline void q4_float_update(const int32_t* isb, const int32_t* imn, const float* ddb, float* facc,
-                                   float* fmin) {
+static inline void q4_float_update(const int32_t* isb, const int32_t* imn, const float* ddb, const float* sab,
+                                   float* facc) {
     for (int r = 0; r < R; ++r)
         for (int c = 0; c < 16; ++c) {
-            facc[r * 16 + c] = facc[r * 16 + c] + (float)isb[r * 16 + c] * ddb[c];
-            fmin[r * 16 + c] = fmin[r * 16 + c] + (float)imn[r * 16 + c] * ddb[16 + c];
+            const float t = (float)isb[r * 16 + c] * ddb[c] - (float)imn[r * 16 + c] * ddb[16 + c];
+            facc[r * 16 + c] = facc[r * 16 + c] + t * sab[r];
         }
 }
 
@@ -79,10 +80,11 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
 
 // q4: R rows x one super-block of ng groups (8, or fewer in a strip's last block; even), nibbles unpacked
 // in registers (a tile of up to SZ_TILE rows shares them). qb: the strip's packed super-block; xk, xp:
-// activation words and group-sum pairs at (super-block, first row). facc/fmin [R][16] += this block's terms.
+// activation words and group-sum pairs at (super-block, first row); sab: the rows' scales of this
+// super-block. facc [R][16] += this block's term.
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
-                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+                    const int32_t* xp, const float* sab, int64_t S, int ng, float* facc) {
     constexpr int C = R >= 4 ? 1 : 2;
     const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512i isb[R];
@@ -115,11 +117,11 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
             isb[r] = g == 0 ? v : _mm512_add_epi32(isb[r], v);
         }
     }
+    alignas(64) float fs[R * 16];  // (float)isb * D, while the registers sum the mins
     const __m512 dv = _mm512_loadu_ps(ddb);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dv);
-        _mm512_store_ps(facc + r * 16, _mm512_add_ps(_mm512_load_ps(facc + r * 16), v));
+        _mm512_store_ps(fs + r * 16, _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dv));
         isb[r] = _mm512_setzero_si512();  // reused below for the mins
     }
 #pragma GCC unroll 4
@@ -132,8 +134,9 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     const __m512 dmv = _mm512_loadu_ps(ddb + 16);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dmv);
-        _mm512_store_ps(fmin + r * 16, _mm512_add_ps(_mm512_load_ps(fmin + r * 16), v));
+        const __m512 t = _mm512_sub_ps(_mm512_load_ps(fs + r * 16), _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dmv));
+        _mm512_store_ps(facc + r * 16,
+                        _mm512_add_ps(_mm512_load_ps(facc + r * 16), _mm512_mul_ps(t, _mm512_set1_ps(sab[r]))));
     }
 }
 #elif defined(SZ_PATH_AVXVNNI) || defined(SZ_PATH_AVX2)
@@ -186,7 +189,7 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
 
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
-                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+                    const int32_t* xp, const float* sab, int64_t S, int ng, float* facc) {
     alignas(32) int32_t isb[R * 16], imn[R * 16];  // the per-row sums stay in L1: registers hold the group's
     const __m256i nib = _mm256_set1_epi8(0x0F);
     for (int i = 0; i < R * 16; ++i) isb[i] = imn[i] = 0;
@@ -255,7 +258,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
         _mm256_store_si256((__m256i*)(imn + r * 16), ai[r][0]);
         _mm256_store_si256((__m256i*)(imn + r * 16 + 8), ai[r][1]);
     }
-    q4_float_update<R>(isb, imn, ddb, facc, fmin);
+    q4_float_update<R>(isb, imn, ddb, sab, facc);
 }
 
 #elif defined(SZ_FLOAT_NEON)
@@ -346,7 +349,7 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
 
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
-                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+                    const int32_t* xp, const float* sab, int64_t S, int ng, float* facc) {
     alignas(16) int32_t isb[R * 16], imn[R * 16];
     int32x4_t ai[R][4];
     const uint8x16_t nib = vdupq_n_u8(0x0F);
@@ -437,7 +440,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     }
     for (int r = 0; r < R; ++r)
         for (int m = 0; m < 4; ++m) vst1q_s32(imn + r * 16 + m * 4, ai[r][m]);
-    q4_float_update<R>(isb, imn, ddb, facc, fmin);
+    q4_float_update<R>(isb, imn, ddb, sab, facc);
 }
 
 #else  // scalar reference
@@ -459,7 +462,7 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
 
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
-                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+                    const int32_t* xp, const float* sab, int64_t S, int ng, float* facc) {
     int32_t isb[R * 16], imn[R * 16];
     for (int r = 0; r < R; ++r)
         for (int c = 0; c < 16; ++c) {
@@ -481,13 +484,13 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
             imn[r * 16 + c] = im;
         }
     (void)xp;
-    q4_float_update<R>(isb, imn, ddb, facc, fmin);
+    q4_float_update<R>(isb, imn, ddb, sab, facc);
 }
 #endif
 
 typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
 typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
-                           const int32_t*, int64_t, int, float*, float*);
+                           const int32_t*, const float*, int64_t, int, float*);
 template <int... Rs>
 struct Tiles {
     static constexpr q8_tile_fn q8[sizeof...(Rs)] = {&q8_tile<Rs>...};

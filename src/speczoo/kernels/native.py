@@ -34,7 +34,7 @@ from speczoo.errors import SpeczooError
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.cpp", "cpu_block.cpp"))
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.h", "cpu_simd.h", "cpu_tiles.h"))
 BASE_FLAGS = ("-O3", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden")
-ABI_VERSION = 8
+ABI_VERSION = 9
 PATH_ENV = "SPECZOO_KERNEL_PATH"
 
 _P = ctypes.c_void_p

@@ -1,8 +1,8 @@
 """Batch-invariant integer linear backends: "q8", "q4", "q4mix" (compiled kernels), "q8_torch", "q4_torch".
 
-All four quantize activations per row (sa = amax|x[s]| / 127, round half to even), accumulate integer
-products exactly and apply fp32 scales in one fixed order, so row i of an S-row forward is bit-identical
-to the 1-row forward of row i. The torch backends read the same packed tensors as their compiled twins
+All of them quantize activations per block of ABLOCK inputs of a row (sa = amax / 127 over the block,
+round half to even), accumulate integer products exactly and apply fp32 scales in one fixed order, so row i
+of an S-row forward is bit-identical to the 1-row forward of row i. The torch backends read the same packed tensors as their compiled twins
 and reproduce them bit for bit (the tests hold them to it): "q8_torch" (torch._int_mm) is the fallback
 where no compiler exists; "q4_torch" is a slow, memory-hungry oracle (4 bytes per weight at build).
 This module must never change the numerics of one backend without changing its twin.
@@ -15,8 +15,8 @@ from torch import Tensor, nn
 
 from speczoo.kernels import native
 from speczoo.kernels.linear import LinearBackend
-from speczoo.kernels.pack import (GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8, unpack_q4,
-                                  unpack_q8)
+from speczoo.kernels.pack import (ABLOCK, GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8,
+                                  unpack_q4, unpack_q8)
 
 Q8_PARTS = ("w8", "sw", "meta")
 Q4_PARTS = ("qs", "sc", "mn", "dd", "meta")
@@ -47,18 +47,25 @@ def _check_bias(bias: Tensor | None, n: int) -> Tensor | None:
     return bias.detach().float().contiguous()
 
 
-def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-row int8 activations exactly as the kernels make them: xq int8 [S, K], sa fp32 [S]."""
-    sa = x.abs().amax(dim=1) / 127.0                             # [S]
-    safe = torch.where(sa > 0, sa, torch.ones_like(sa))
-    xq = torch.round(x / safe[:, None]).clamp_(-127, 127)
-    xq = torch.where(sa[:, None] > 0, xq, torch.zeros_like(xq)).to(torch.int8)
-    return xq, sa
+def quantize_blocks(x: Tensor) -> tuple[Tensor, Tensor]:
+    """int8 activations exactly as the kernels make them, one scale per block of ABLOCK inputs of a row (the
+    last block may be shorter): xq int8 [S, K], sa fp32 [S, KB] with KB = ceil(K / ABLOCK)."""
+    s, k = x.shape
+    kb = -(-k // ABLOCK)
+    xp = torch.zeros(s, kb * ABLOCK, dtype=torch.float32)
+    xp[:, :k] = x
+    xb = xp.view(s, kb, ABLOCK)                                  # [S, KB, 256]
+    sa = xb.abs().amax(dim=2) / 127.0                            # [S, KB]
+    safe = torch.where(sa > 0, sa, torch.ones_like(sa))[:, :, None]
+    xq = torch.round(xb / safe).clamp_(-127, 127)
+    xq = torch.where(sa[:, :, None] > 0, xq, torch.zeros_like(xq)).to(torch.int8)
+    return xq.view(s, kb * ABLOCK)[:, :k], sa
 
 
 # ---------------------------------------------------------------------------------- compiled
 class Q8Native(nn.Module):
-    """int8 weights (per-column scale) x int8 activations (per-row scale), compiled kernel (per-ISA paths, bit-identical)."""
+    """int8 weights (per-column scale) x int8 activations (a scale per block of a row), compiled kernel (per-ISA
+    paths, bit-identical)."""
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
         super().__init__()
@@ -81,7 +88,8 @@ class Q8Native(nn.Module):
 
 
 class Q4Native(nn.Module):
-    """4-bit super-block weights x int8 activations (per-row scale), compiled kernel (per-ISA paths, bit-identical)."""
+    """4-bit super-block weights x int8 activations (a scale per super-block of a row), compiled kernel (per-ISA
+    paths, bit-identical)."""
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
         super().__init__()
@@ -110,7 +118,7 @@ def concat_native(mods: list[nn.Module]) -> nn.Module | None:
     """One compiled module computing the outputs of `mods` side by side ([S, sum N]), or None when they
     cannot share one call: not all Q4Native or all Q8Native, different K, an N that is not a multiple of
     the 16-column strip, or bias on some but not all. Each output column is computed exactly as before
-    (per-row activation quantization does not depend on N), so the fused result is bit-identical."""
+    (the activation quantization does not depend on N), so the fused result is bit-identical."""
     if len(mods) < 2 or not all(type(m) is type(mods[0]) for m in mods) or type(mods[0]) not in (Q4Native, Q8Native):
         return None
     if any(m.k != mods[0].k or m.n % STRIP for m in mods):
@@ -155,7 +163,8 @@ def select_strips(mod: nn.Module, strips: Tensor) -> nn.Module | None:
 
 # ---------------------------------------------------------------------------------- pure torch
 class Q8Torch(nn.Module):
-    """torch._int_mm twin of Q8Native: y = ((float)(xq @ q^T) * sa) * sw (+ bias)."""
+    """torch._int_mm twin of Q8Native: F = sum_b (float)(xq_b @ q_b^T) * sa_b over the activation blocks b,
+    in order from 0; y = F * sw (+ bias)."""
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None):
         super().__init__()
@@ -166,9 +175,14 @@ class Q8Torch(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
         x2 = _as_rows(x, self.k, "q8_torch linear")
-        xq, sa = quantize_rows(x2)                   # [S, K] int8, [S]
-        acc = torch._int_mm(xq, self.qt) if x2.shape[0] > 0 else torch.zeros(0, self.n, dtype=torch.int32)
-        y = acc.float() * sa[:, None] * self.sw[None, :]   # [S, N]
+        s = x2.shape[0]
+        xq, sa = quantize_blocks(x2)                 # [S, K] int8, [S, KB]
+        f = torch.zeros(s, self.n, dtype=torch.float32)
+        for b in range(sa.shape[1]):
+            k0, k1 = b * ABLOCK, min(self.k, (b + 1) * ABLOCK)
+            acc = torch._int_mm(xq[:, k0:k1], self.qt[k0:k1]) if s else torch.zeros(0, self.n, dtype=torch.int32)
+            f = f + acc.float() * sa[:, b:b + 1]
+        y = f * self.sw[None, :]                     # [S, N]
         if self.bias is not None:
             y = y + self.bias
         return y.view(*x.shape[:-1], self.n)
@@ -192,7 +206,7 @@ class Q4Torch(nn.Module):
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
         x2 = _as_rows(x, self.k, "q4_torch linear")
         s, g, kb = x2.shape[0], self.kp // GROUP, self.kp // SUPER
-        xq, sa = quantize_rows(x2)                                   # [S, K] int8, [S]
+        xq, sa = quantize_blocks(x2)                                 # [S, K] int8, [S, KB]
         xp = torch.zeros(s, self.kp, dtype=torch.float32)
         xp[:, : self.k] = xq.float()
         xg = xp.view(s, g, GROUP).transpose(0, 1)                    # [G, S, 32]
@@ -200,13 +214,10 @@ class Q4Torch(nn.Module):
         isb = (t * self.sc[:, None, :]).view(kb, 8, s, self.n).sum(1)              # [KB, S, N]
         xs = xg.sum(-1).to(torch.int64)                                             # [G, S]
         imn = (xs[:, :, None] * self.m[:, None, :]).view(kb, 8, s, self.n).sum(1)  # [KB, S, N]
-        f = torch.zeros(s, self.n, dtype=torch.float32)
-        mins = torch.zeros(s, self.n, dtype=torch.float32)
-        for b in range(kb):
-            f = f + isb[b].float() * self.d[None, :, b]
-        for b in range(kb):
-            mins = mins + imn[b].float() * self.dm[None, :, b]
-        y = (f - mins) * sa[:, None]
+        y = torch.zeros(s, self.n, dtype=torch.float32)
+        for b in range(sa.shape[1]):                                 # the blocks past q4_groups(K) add nothing
+            t = isb[b].float() * self.d[None, :, b] - imn[b].float() * self.dm[None, :, b]
+            y = y + t * sa[:, b:b + 1]
         if self.bias is not None:
             y = y + self.bias
         return y.view(*x.shape[:-1], self.n)
