@@ -12,7 +12,7 @@ from speczoo.cache import KVCache
 from speczoo.kernels.block import NativeBlock, NativeStack
 from speczoo.models.base import Rotation, plan_attention
 
-FAST = ("q4", "q8")
+FAST = ("q4", "q8", "q8b")
 
 
 def toks(n: int, vocab: int = 128, seed: int = 1) -> torch.Tensor:

@@ -19,7 +19,7 @@
 //   g++ -O2 -std=c++17 -fopenmp -ffp-contract=off <path flags> tests/kernel_driver/driver.cpp
 //       src/speczoo/kernels/cpu_kernels.cpp src/speczoo/kernels/cpu_block.cpp -o driver   (one line)
 // Usage: driver [--list] [--dump DIR] [GROUP...]
-//   GROUP: q8, q4, attn, block (default: all); --list: the case names only; --dump DIR: also write each
+//   GROUP: q8, q8b, q4, attn, block (default: all); --list: the case names only; --dump DIR: also write each
 //   case's output (fp32, native byte order) to DIR/<name, '/' -> '_'>.bin, to see where two paths differ.
 
 #include <math.h>
@@ -36,6 +36,8 @@
 extern "C" {
 int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sw, int64_t N,
                  const float* bias, float* y, int nthreads);
+int sz_q8b_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sb, int64_t N,
+                  const float* bias, float* y, int nthreads);
 int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs, const uint8_t* sc,
                  const uint8_t* mn, const float* dd, int64_t N, const float* bias, float* y, int nthreads);
 int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc, int64_t Hkv,
@@ -156,12 +158,12 @@ static std::vector<float> make_acts(Rng& r, int64_t S, int64_t K, int64_t ldx) {
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---------------------------------------------------------------- packed linears (random codes)
-enum { FMT_Q4 = 0, FMT_Q8 = 1 };
+enum { FMT_Q4 = 0, FMT_Q8 = 1, FMT_Q8B = 2 };
 
 struct Lin {
     int64_t fmt, N, K;
-    std::vector<uint8_t> a, b, c;  // q8: a = w8; q4: a = qs, b = sc, c = mn
-    std::vector<float> d;          // q8: sw; q4: dd
+    std::vector<uint8_t> a, b, c;  // q8, q8b: a = w8; q4: a = qs, b = sc, c = mn
+    std::vector<float> d;          // q8: sw; q8b: sb; q4: dd
     std::vector<float> bias;       // empty: none
     int64_t desc[8];               // the descriptor sz_qwen_blocks reads (fmt, N, K, a, b, c, d, bias)
 };
@@ -171,11 +173,11 @@ static void make_lin(Lin& L, Rng& r, int64_t fmt, int64_t N, int64_t K, bool bia
     L.N = N;
     L.K = K;
     const int64_t NB = cdiv(N, 16);
-    if (fmt == FMT_Q8) {
+    if (fmt == FMT_Q8 || fmt == FMT_Q8B) {
         const int64_t KP = cdiv(K, 32) * 32;
         L.a.resize((size_t)(NB * KP * 16));
         for (auto& v : L.a) v = r.byte();  // any byte is a valid code (q = byte - 128)
-        L.d.resize((size_t)(NB * 16));
+        L.d.resize((size_t)(fmt == FMT_Q8 ? NB * 16 : NB * KP));  // q8b: [NB, KP/16, 16], a scale per 16 inputs
         for (auto& v : L.d) v = (2.0f + r.unif()) * 1e-4f;  // weights of std ~0.02
     } else {
         const int64_t G = 2 * cdiv(K, 64), KB = cdiv(G, 8);
@@ -206,13 +208,14 @@ static void make_lin(Lin& L, Rng& r, int64_t fmt, int64_t N, int64_t K, bool bia
 static int call_lin(const Lin& L, const float* x, int64_t S, int64_t ldx, float* y, int threads) {
     const float* bias = L.bias.empty() ? nullptr : L.bias.data();
     if (L.fmt == FMT_Q8) return sz_q8_linear(x, S, L.K, ldx, L.a.data(), L.d.data(), L.N, bias, y, threads);
+    if (L.fmt == FMT_Q8B) return sz_q8b_linear(x, S, L.K, ldx, L.a.data(), L.d.data(), L.N, bias, y, threads);
     return sz_q4_linear(x, S, L.K, ldx, L.a.data(), L.b.data(), L.c.data(), L.d.data(), L.N, bias, y, threads);
 }
 
 static const float SENTINEL = -1.2345678e-29f;  // output buffers start with it: an unwritten element shows
 
 static void linear_case(int64_t fmt, int64_t K, int64_t N, int64_t S, bool bias, int64_t ldx) {
-    const char* f = fmt == FMT_Q8 ? "q8" : "q4";
+    const char* f = fmt == FMT_Q8 ? "q8" : fmt == FMT_Q8B ? "q8b" : "q4";
     char base[128];
     snprintf(base, sizeof base, "%s/K%lld/N%lld/S%lld/%s/ldx%lld", f, (long long)K, (long long)N, (long long)S,
              bias ? "bias" : "nobias", (long long)ldx);
@@ -406,7 +409,8 @@ struct Layer {
     int64_t desc[32];
 };
 
-// fmt: "q4", "q8", or "mix" (q8 for qkv and down, q4 for wo and gate_up: one call may mix formats)
+// fmt: "q4", "q8", "q8b", or "mix" (q8 for qkv, q8b for down, q4 for wo and gate_up: one call may mix
+// formats)
 static void make_layer(Layer& ly, Rng& r, const BlockShape& b, const char* fmt) {
     const int64_t HD = b.H * b.Dh, KVD = b.Hkv * b.Dh;
     ly.norm1.resize((size_t)b.D);
@@ -415,8 +419,8 @@ static void make_layer(Layer& ly, Rng& r, const BlockShape& b, const char* fmt) 
         for (auto& w : *v) w = 1.0f + 0.25f * r.normal();
     const int64_t NK[4][2] = {{HD + 2 * KVD, b.D}, {b.D, HD}, {2 * b.F, b.D}, {b.D, b.F}};
     for (int i = 0; i < 4; ++i) {
-        int64_t f = !strcmp(fmt, "q8") ? FMT_Q8 : FMT_Q4;
-        if (!strcmp(fmt, "mix")) f = (i == 0 || i == 3) ? FMT_Q8 : FMT_Q4;
+        int64_t f = !strcmp(fmt, "q8") ? FMT_Q8 : !strcmp(fmt, "q8b") ? FMT_Q8B : FMT_Q4;
+        if (!strcmp(fmt, "mix")) f = i == 0 ? FMT_Q8 : i == 3 ? FMT_Q8B : FMT_Q4;
         make_lin(ly.lin[i], r, f, NK[i][0], NK[i][1], i == 0);
         memcpy(ly.desc + 8 * i, ly.lin[i].desc, sizeof(int64_t) * 8);
     }
@@ -584,7 +588,7 @@ static void block_cases() {
     const BlockShape tiny{"tiny", 200, 4, 2, 32, 180};
     const BlockShape qwen{"qwen", 896, 14, 2, 64, 320};
     const int64_t Ss[] = {1, 5, 9};
-    for (const char* fmt : {"q4", "q8"})
+    for (const char* fmt : {"q4", "q8", "q8b"})
         for (int64_t S : Ss) {
             block_case(tiny, fmt, 3, "chain", S);
             if (S > 1) block_case(tiny, fmt, 2, "tree", S);
@@ -613,8 +617,9 @@ int main(int argc, char** argv) {
         return false;
     };
     for (auto& g : groups)
-        if (g != "q8" && g != "q4" && g != "attn" && g != "block") {
-            fprintf(stderr, "unknown group %s; usage: driver [--list] [--dump DIR] [q8|q4|attn|block ...]\n", g.c_str());
+        if (g != "q8" && g != "q8b" && g != "q4" && g != "attn" && g != "block") {
+            fprintf(stderr, "unknown group %s; usage: driver [--list] [--dump DIR] [q8|q8b|q4|attn|block ...]\n",
+                    g.c_str());
             return 2;
         }
     printf("# path %s\n", sz_path ? sz_path() : "?");
@@ -622,6 +627,7 @@ int main(int argc, char** argv) {
     fflush(stdout);
     struct Group { const char* name; void (*run)(); };
     const Group all[] = {{"q8", [] { linear_cases(FMT_Q8); }},
+                         {"q8b", [] { linear_cases(FMT_Q8B); }},
                          {"q4", [] { linear_cases(FMT_Q4); }},
                          {"attn", attention_cases},
                          {"block", block_cases}};

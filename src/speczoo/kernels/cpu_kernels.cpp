@@ -58,12 +58,13 @@ SZ_API int sz_openmp(void) {
 }
 
 // ---------------------------------------------------------------- activation quantization (per block)
-// Row s, block b (inputs 256b .. 256b + 255; the last block of a row may be shorter, the padding past K
-// quantizes to zeros): sa[b, s] = amax / 127 over the block, xq = round_half_even(x / sa) in [-127, 127]
-// (all zeros where sa == 0), xsum[b, s] = the block's sum of xq.
+// Row s, block b of AB inputs (AB = sz_ablock(format): inputs AB*b .. AB*b + AB - 1; the last block of a
+// row may be shorter, the padding past K quantizes to zeros): sa[b, s] = amax / 127 over the block,
+// xq = round_half_even(x / sa) in [-127, 127] (all zeros where sa == 0); xh[j, s] = the sum of xq over
+// inputs 16j .. 16j + 15. KP, AB: multiples of 32; [k0, k1) is the block's part of [0, KP).
 static void quantize_block(const float* x, int64_t K, int64_t k0, int64_t k1, int64_t S, int64_t s, int32_t* xw,
-                           int32_t* xg, float* sa, int32_t* xsum) {
-    const int64_t b = k0 / SZ_ABLOCK, kend = K < k0 + SZ_ABLOCK ? K : k0 + SZ_ABLOCK;  // inputs read: [k0, kend)
+                           int32_t* xh, float* sa, int64_t b) {
+    const int64_t kend = K < k1 ? K : k1;  // inputs read: [k0, kend)
 #if defined(SZ_PATH_AVX512VNNI)
     __m512 vmax = _mm512_setzero_ps();
     for (int64_t k = k0; k < kend; k += 16) {
@@ -80,39 +81,24 @@ static void quantize_block(const float* x, int64_t K, int64_t k0, int64_t k1, in
     sa[b * S + s] = scale;
     if (!(scale > 0.0f)) {  // an all-zero block (or one wholly past K) quantizes to zeros
         for (int64_t kq = k0 / 4; kq < k1 / 4; ++kq) xw[kq * S + s] = 0;
-        for (int64_t p = k0 / 64; p < k1 / 64; ++p) xg[p * S + s] = 0;
-        xsum[b * S + s] = 0;
+        for (int64_t j = k0 / 16; j < k1 / 16; ++j) xh[j * S + s] = 0;
         return;
     }
-    int32_t total = 0;
 #if defined(SZ_PATH_AVX512VNNI)
     const __m512 vs = _mm512_set1_ps(scale);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-    for (int64_t p0 = k0; p0 < k1; p0 += 64) {  // one pair of groups per step
-        int32_t gsum[2];
-        for (int h = 0; h < 2; ++h) {
-            __m512i gacc = _mm512_setzero_si512();
-            for (int u = 0; u < 2; ++u) {
-                const int64_t k = p0 + h * 32 + u * 16;
-                const __mmask16 m = k >= K ? 0 : (K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1));
-                // x / scale rounded half to even (MXCSR default), exactly like torch.round(x / sa)
-                __m512i q = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), vs));
-                q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
-                gacc = _mm512_add_epi32(gacc, q);
-                alignas(16) int32_t words[4];
-                _mm_store_si128((__m128i*)words, _mm512_cvtepi32_epi8(q));
-                const int64_t kq = k / 4;
-                for (int i = 0; i < 4; ++i) xw[(kq + i) * S + s] = words[i];
-            }
-            gsum[h] = _mm512_reduce_add_epi32(gacc);
-        }
-        const int16_t pair[2] = {(int16_t)gsum[0], (int16_t)gsum[1]};
-        memcpy(&xg[(p0 / 64) * S + s], pair, 4);
-        total += gsum[0] + gsum[1];
+    for (int64_t k = k0; k < k1; k += 16) {
+        const __mmask16 m = k >= K ? 0 : (K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1));
+        // x / scale rounded half to even (MXCSR default), exactly like torch.round(x / sa)
+        __m512i q = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), vs));
+        q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+        alignas(16) int32_t words[4];
+        _mm_store_si128((__m128i*)words, _mm512_cvtepi32_epi8(q));
+        for (int i = 0; i < 4; ++i) xw[(k / 4 + i) * S + s] = words[i];
+        xh[(k / 16) * S + s] = _mm512_reduce_add_epi32(q);
     }
 #else
     const V16 vs = v_set1(scale), lo = v_set1(-127.0f), hi = v_set1(127.0f);
-    int32_t gsum[2] = {0, 0};
     for (int64_t k = k0; k < k1; k += 16) {  // x / scale rounded half to even, clamped: integral floats
         float v[16];
         v_store(v, v_min(v_max(v_round(v_div(v_loadn(x + k, (int)(K - k)), vs)), lo), hi));
@@ -122,32 +108,38 @@ static void quantize_block(const float* x, int64_t K, int64_t k0, int64_t k1, in
         }
         int32_t part = 0;
         for (int t = 0; t < 16; ++t) part += (int32_t)v[t];
-        gsum[(k / 32) % 2] += part;
-        total += part;
-        if (k % 64 == 48) {  // end of a pair of groups (64 inputs)
-            const int16_t pair[2] = {(int16_t)gsum[0], (int16_t)gsum[1]};
-            memcpy(&xg[(k / 64) * S + s], pair, 4);
-            gsum[0] = gsum[1] = 0;
-        }
+        xh[(k / 16) * S + s] = part;
     }
 #endif
-    xsum[b * S + s] = total;
 }
 
-// Row s of x: every block of its KP inputs (KP a multiple of 64).
-static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64_t s, int32_t* xw, int32_t* xg,
-                         float* sa, int32_t* xsum) {
-    for (int64_t k0 = 0; k0 < KP; k0 += SZ_ABLOCK)
-        quantize_block(x, K, k0, KP < k0 + SZ_ABLOCK ? KP : k0 + SZ_ABLOCK, S, s, xw, xg, sa, xsum);
+// Row s of x: every block of its KP inputs (KP a multiple of 64), then from the 16-input sums xh the
+// int16 pairs xg[p, s] = (sum over group 2p, sum over group 2p + 1) (groups of 32) and the block sums
+// xsum[b, s]. A group's sum is at most 32 * 127 in size: an int16 holds it.
+static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t AB, int64_t S, int64_t s, int32_t* xw,
+                         int32_t* xh, int32_t* xg, float* sa, int32_t* xsum) {
+    for (int64_t k0 = 0; k0 < KP; k0 += AB)
+        quantize_block(x, K, k0, KP < k0 + AB ? KP : k0 + AB, S, s, xw, xh, sa, k0 / AB);
+    for (int64_t p = 0; p < KP / 64; ++p) {
+        const int32_t* h = xh + 4 * p * S + s;
+        const int16_t pair[2] = {(int16_t)(h[0] + h[S]), (int16_t)(h[2 * S] + h[3 * S])};
+        memcpy(&xg[p * S + s], pair, 4);
+    }
+    for (int64_t k0 = 0; k0 < KP; k0 += AB) {
+        int32_t total = 0;
+        for (int64_t j = k0 / 16; j < (KP < k0 + AB ? KP : k0 + AB) / 16; ++j) total += xh[j * S + s];
+        xsum[(k0 / AB) * S + s] = total;
+    }
 }
 
 // Scratch for the quantized activations, grown on demand and never shrunk; one call at a time.
 struct Scratch {
     int32_t* xw = nullptr;
+    int32_t* xh = nullptr;
     int32_t* xg = nullptr;
     float* sa = nullptr;
     int32_t* xsum = nullptr;
-    int64_t cap_w = 0, cap_g = 0, cap_sa = 0, cap_xsum = 0;
+    int64_t cap_w = 0, cap_h = 0, cap_g = 0, cap_sa = 0, cap_xsum = 0;
 };
 static Scratch g_scratch;
 static std::mutex g_lock;
@@ -162,21 +154,24 @@ static bool grow(T** p, int64_t* cap, int64_t need) {
     return *p != nullptr;
 }
 
-// Grow the scratch for S rows of KP inputs (KP a multiple of 64; the padding quantizes to zeros).
+// Grow the scratch for S rows of KP inputs (KP a multiple of 64; the padding quantizes to zeros), in
+// activation blocks of any size down to 32.
 int sz_reserve_scratch(int64_t S, int64_t KP) {
     Scratch& sc = g_scratch;
-    const int64_t KB = (KP + SZ_ABLOCK - 1) / SZ_ABLOCK;
-    if (!grow(&sc.xw, &sc.cap_w, S * (KP / 4)) || !grow(&sc.xg, &sc.cap_g, S * (KP / 64)) ||
-        !grow(&sc.sa, &sc.cap_sa, S * KB) || !grow(&sc.xsum, &sc.cap_xsum, S * KB))
+    const int64_t KB = KP / 32;  // the most activation blocks a row can have
+    if (!grow(&sc.xw, &sc.cap_w, S * (KP / 4)) || !grow(&sc.xh, &sc.cap_h, S * (KP / 16)) ||
+        !grow(&sc.xg, &sc.cap_g, S * (KP / 64)) || !grow(&sc.sa, &sc.cap_sa, S * KB) ||
+        !grow(&sc.xsum, &sc.cap_xsum, S * KB))
         return -1;
     return 0;
 }
 
-// Inside a parallel region: quantize all rows (work-shared; the loop's implicit barrier ends it).
-static void quantize_rows_omp(const float* x, int64_t S, int64_t K, int64_t ldx, int64_t KP) {
+// Inside a parallel region: quantize all rows in blocks of AB (work-shared; the loop's implicit barrier
+// ends it).
+static void quantize_rows_omp(const float* x, int64_t S, int64_t K, int64_t ldx, int64_t KP, int64_t AB) {
     Scratch& sc = g_scratch;
 #pragma omp for schedule(static)
-    for (int64_t s = 0; s < S; ++s) quantize_row(x + s * ldx, K, KP, S, s, sc.xw, sc.xg, sc.sa, sc.xsum);
+    for (int64_t s = 0; s < S; ++s) quantize_row(x + s * ldx, K, KP, AB, S, s, sc.xw, sc.xh, sc.xg, sc.sa, sc.xsum);
 }
 
 static inline void store_cols(float* y, const float* v, int64_t ncols, bool accum) {  // accum: y += v (a residual)
@@ -259,6 +254,29 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
     }
 }
 
+// q8b: w as q8 (codes + 128), a f32 [KP/16, 16] one scale per 16 inputs of a column; activation blocks
+// of 32 (xh: their halves' sums, sa: [KP/32, S]).
+static void q8b_strip(const uint8_t* w, const float* a, int64_t KP, const int32_t* xw, const int32_t* xh,
+                      const float* sa, int64_t S, const float* bias, int32_t* ws, float* out, int64_t N,
+                      int64_t ncols, bool accum) {
+    float* facc = (float*)ws;  // [S][16]
+    for (int64_t i = 0; i < S * 16; ++i) facc[i] = 0.0f;
+    const int64_t tile = row_tile(S), KQ = KP / 4;
+    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {  // k-blocks of 256 inputs, each 8 activation blocks
+        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK;
+        for (int64_t r0 = 0; r0 < S; r0 += tile) {
+            const int64_t R = (S - r0) < tile ? (S - r0) : tile;
+            TL::q8b[R - 1](w + q0 * 64, a + (q0 / 4) * 16, nq, xw + q0 * S + r0, xh + (q0 / 4) * S + r0,
+                           sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
+        }
+    }
+    alignas(64) float f[16];
+    for (int64_t r = 0; r < S; ++r) {
+        for (int c = 0; c < 16; ++c) f[c] = bias ? facc[r * 16 + c] + bias[c] : facc[r * 16 + c];
+        store_cols(out + r * N, f, ncols, accum);
+    }
+}
+
 // ---------------------------------------------------------------- entry points
 static inline int64_t q4_groups(int64_t K) { return 2 * ((K + 63) / 64); }  // pack.py q4_groups
 
@@ -266,13 +284,17 @@ int64_t sz_linear_kpad(const SzLinear& w) {  // inputs per row the activation sc
     return w.fmt == SZ_FMT_Q4 ? q4_groups(w.K) * 32 : ((((w.K + 31) / 32) * 32 + 63) / 64) * 64;
 }
 
+// Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b group of 32 (llama.cpp's Q8_0
+// activations, for the Q8_0 / Q5_0 / Q4_0 weights q8b holds).
+static inline int64_t sz_ablock(int64_t fmt) { return fmt == SZ_FMT_Q8B ? 32 : SZ_ABLOCK; }
+
 // Inside a parallel region (every thread calls it): quantize x's rows (barrier), then the strips (barrier).
 // ws: this thread's workspace of SZ_WS_WORDS * S words. y: row stride ldy; accum adds to what y holds.
 void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, float* y, int64_t ldy, bool accum,
                    int32_t* ws) {
     const Scratch& s = g_scratch;
     const int64_t NB = (w.N + 15) / 16;
-    quantize_rows_omp(x, S, w.K, ldx, sz_linear_kpad(w));
+    quantize_rows_omp(x, S, w.K, ldx, sz_linear_kpad(w), sz_ablock(w.fmt));
     if (w.fmt == SZ_FMT_Q4) {
         const int64_t G = q4_groups(w.K), KB = (G + 7) / 8;
 #pragma omp for schedule(static)
@@ -281,13 +303,21 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
             q4_strip(w.a + nb * G * 256, w.b + nb * G * 16, w.c + nb * G * 16, w.d + nb * KB * 32, G, s.xw,
                      s.xg, S, s.sa, w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
         }
-    } else {
+    } else if (w.fmt == SZ_FMT_Q8) {
         const int64_t KP = ((w.K + 31) / 32) * 32;
 #pragma omp for schedule(static)
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             q8_strip(w.a + nb * 16 * KP, KP, s.xw, S, s.sa, s.xsum, w.d + nb * 16, w.bias ? w.bias + nb * 16 : nullptr,
                      ws, y + nb * 16, ldy, ncols, accum);
+        }
+    } else {
+        const int64_t KP = ((w.K + 31) / 32) * 32;
+#pragma omp for schedule(static)
+        for (int64_t nb = 0; nb < NB; ++nb) {
+            const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
+            q8b_strip(w.a + nb * 16 * KP, w.d + nb * KP, KP, s.xw, s.xh, s.sa, S, w.bias ? w.bias + nb * 16 : nullptr,
+                      ws, y + nb * 16, ldy, ncols, accum);
         }
     }
 }
@@ -314,6 +344,12 @@ static int linear_call(const SzLinear& w, const float* x, int64_t S, int64_t ldx
 SZ_API int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8,
                             const float* sw, int64_t N, const float* bias, float* y, int nthreads) {
     const SzLinear w{SZ_FMT_Q8, N, K, w8, nullptr, nullptr, sw, bias};
+    return linear_call(w, x, S, ldx, y, nthreads);
+}
+
+SZ_API int sz_q8b_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sb,
+                         int64_t N, const float* bias, float* y, int nthreads) {
+    const SzLinear w{SZ_FMT_Q8B, N, K, w8, nullptr, nullptr, sb, bias};
     return linear_call(w, x, S, ldx, y, nthreads);
 }
 

@@ -139,6 +139,30 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
                         _mm512_add_ps(_mm512_load_ps(facc + r * 16), _mm512_mul_ps(t, _mm512_set1_ps(sab[r]))));
     }
 }
+
+// q8b: one group of 32 inputs (8 quads) of a strip: t[r][h][16] = the exact sums of q * x over half h
+// (16 inputs) for rows r. The codes are stored + 128 (vpdpbusd multiplies unsigned by signed), so each
+// half subtracts 128 * (the half's activation sum, xh).
+template <int R>
+static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        __m512i a[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+            const __m512i wv = _mm512_loadu_si512((const void*)(w + (4 * h + q) * 64));
+            const int32_t* xr = xk + (4 * h + q) * S;
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) a[r] = dpbusd_bcst(a[r], wv, xr + r);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+            _mm512_store_si512((void*)(t + (2 * r + h) * 16),
+                               _mm512_sub_epi32(a[r], _mm512_slli_epi32(_mm512_set1_epi32(xh[h * S + r]), 7)));
+    }
+}
 #elif defined(SZ_PATH_AVXVNNI) || defined(SZ_PATH_AVX2)
 #define SZ_TILE 5  // 2 accumulators a row + 4 weight registers + 2 broadcasts fit the 16 ymm
 #if defined(SZ_PATH_AVXVNNI)
@@ -261,6 +285,49 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     q4_float_update<R>(isb, imn, ddb, sab, facc);
 }
 
+
+// q8b: one group of 32 inputs (8 quads): t[r][h][16] = the exact sums of q * x over half h for rows r.
+template <int R>
+static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+    for (int h = 0; h < 2; ++h) {
+        __m256i a[R][2];
+        for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_si256();
+        for (int q = 0; q < 4; ++q) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i*)(w + (4 * h + q) * 64));
+            const __m256i w1 = _mm256_loadu_si256((const __m256i*)(w + (4 * h + q) * 64 + 32));
+            const int32_t* xr = xk + (4 * h + q) * S;
+#if defined(SZ_PATH_AVXVNNI)
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256i xb = _mm256_set1_epi32(xr[r]);
+                a[r][0] = _mm256_dpbusd_avx_epi32(a[r][0], w0, xb);
+                a[r][1] = _mm256_dpbusd_avx_epi32(a[r][1], w1, xb);
+            }
+#else
+            // as q8_tile: |q| * (x * sign(q)), |q| <= 128 and |x| <= 127, so a pair is at most 32512 in size
+            const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+            const __m256i s0 = _mm256_xor_si256(w0, flip), s1 = _mm256_xor_si256(w1, flip);
+            const __m256i u0 = _mm256_abs_epi8(s0), u1 = _mm256_abs_epi8(s1);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256i xb = _mm256_set1_epi32(xr[r]);
+                a[r][0] = _mm256_add_epi32(a[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(xb, s0)), ones));
+                a[r][1] = _mm256_add_epi32(a[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(xb, s1)), ones));
+            }
+#endif
+        }
+        for (int r = 0; r < R; ++r) {
+#if defined(SZ_PATH_AVXVNNI)  // codes stored + 128: subtract 128 * (the half's activation sum)
+            const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), 7);
+            a[r][0] = _mm256_sub_epi32(a[r][0], corr);
+            a[r][1] = _mm256_sub_epi32(a[r][1], corr);
+#endif
+            _mm256_storeu_si256((__m256i*)(t + (2 * r + h) * 16), a[r][0]);
+            _mm256_storeu_si256((__m256i*)(t + (2 * r + h) * 16 + 8), a[r][1]);
+        }
+    }
+    (void)xh;
+}
 #elif defined(SZ_FLOAT_NEON)
 #define SZ_TILE 4
 #define SZ_Q8_UNSIGNED 0
@@ -443,6 +510,30 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     q4_float_update<R>(isb, imn, ddb, sab, facc);
 }
 
+
+// q8b: one group of 32 inputs (8 quads): t[r][h][16] = the exact sums of q * x over half h for rows r.
+template <int R>
+static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+    const uint8x16_t flip = vdupq_n_u8(0x80);  // stored q + 128 -> q
+    for (int h = 0; h < 2; ++h) {
+        int32x4_t a[R][4];
+        for (int r = 0; r < R; ++r)
+            for (int m = 0; m < 4; ++m) a[r][m] = vdupq_n_s32(0);
+        for (int q = 0; q < 4; ++q) {
+            int8x16_t wq[4];
+            for (int m = 0; m < 4; ++m)
+                wq[m] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(w + (4 * h + q) * 64 + 16 * m), flip));
+            const int32_t* xr = xk + (4 * h + q) * S;
+            for (int r = 0; r < R; ++r) {
+                const int8x16_t xb = sz_bcast(xr + r);
+                for (int m = 0; m < 4; ++m) a[r][m] = sz_dot(a[r][m], wq[m], xb);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int m = 0; m < 4; ++m) vst1q_s32(t + (2 * r + h) * 16 + 4 * m, a[r][m]);
+    }
+    (void)xh;
+}
 #else  // scalar reference
 #define SZ_TILE 4
 #define SZ_Q8_UNSIGNED 0
@@ -486,15 +577,55 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     (void)xp;
     q4_float_update<R>(isb, imn, ddb, sab, facc);
 }
+// q8b: one group of 32 inputs (8 quads): t[r][h][16] = the exact sums of q * x over half h for rows r.
+template <int R>
+static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+    for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h)
+            for (int c = 0; c < 16; ++c) {
+                int32_t a = 0;
+                for (int q = 4 * h; q < 4 * h + 4; ++q)
+                    for (int i = 0; i < 4; ++i) a += sz_act(xk + q * S + r, i) * ((int32_t)w[q * 64 + c * 4 + i] - 128);
+                t[(2 * r + h) * 16 + c] = a;
+            }
+    (void)xh;
+}
 #endif
+
+// q8b's float step, shared by every path: facc [R][16] += ((float)t0 * a0 + (float)t1 * a1) * sag[r] for one
+// group of 32 inputs (halves t0, t1 with their scales a0, a1 [16]; sag: the rows' activation scales).
+template <int R>
+static inline void q8b_float_update(const int32_t* t, const float* a, const float* sag, float* facc) {
+    const V16 a0 = v_load(a), a1 = v_load(a + 16);
+    for (int r = 0; r < R; ++r) {
+        const V16 u = v_add(v_mul(v_cvt_i32(t + r * 32), a0), v_mul(v_cvt_i32(t + r * 32 + 16), a1));
+        v_store(facc + r * 16, v_add(v_load(facc + r * 16), v_mul(u, v_set1(sag[r]))));
+    }
+}
+
+// q8b: R rows x nq quads (whole groups of 32) of one strip. w: the codes at the first quad; a: the scales of
+// its halves [nq / 4][16]; xk, xh, sag: activation words, half sums and group scales at (first quad, row).
+template <int R>
+static void q8b_tile(const uint8_t* w, const float* a, int64_t nq, const int32_t* xk, const int32_t* xh,
+                     const float* sag, int64_t S, float* facc) {
+    alignas(64) int32_t t[R * 32];
+    for (int64_t g = 0; g < nq / 8; ++g) {
+        q8b_group<R>(w + g * 512, xk + g * 8 * S, xh + g * 2 * S, S, t);
+        q8b_float_update<R>(t, a + g * 32, sag + g * S, facc);
+    }
+}
+
 
 typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
 typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
                            const int32_t*, const float*, int64_t, int, float*);
+typedef void (*q8b_tile_fn)(const uint8_t*, const float*, int64_t, const int32_t*, const int32_t*, const float*,
+                            int64_t, float*);
 template <int... Rs>
 struct Tiles {
     static constexpr q8_tile_fn q8[sizeof...(Rs)] = {&q8_tile<Rs>...};
     static constexpr q4_tile_fn q4[sizeof...(Rs)] = {&q4_tile<Rs>...};
+    static constexpr q8b_tile_fn q8b[sizeof...(Rs)] = {&q8b_tile<Rs>...};
 };
 #if SZ_TILE == 12
 typedef Tiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12> TL;

@@ -1,10 +1,12 @@
-"""Batch-invariant integer linear backends: "q8", "q4", "q4mix" (compiled kernels), "q8_torch", "q4_torch".
+"""Batch-invariant integer linear backends: "q8", "q8b", "q4", "q4mix" (compiled kernels), "q8_torch",
+"q8b_torch", "q4_torch".
 
-All of them quantize activations per block of ABLOCK inputs of a row (sa = amax / 127 over the block,
-round half to even), accumulate integer products exactly and apply fp32 scales in one fixed order, so row i
-of an S-row forward is bit-identical to the 1-row forward of row i. The torch backends read the same packed tensors as their compiled twins
-and reproduce them bit for bit (the tests hold them to it): "q8_torch" (torch._int_mm) is the fallback
-where no compiler exists; "q4_torch" is a slow, memory-hungry oracle (4 bytes per weight at build).
+All of them quantize activations per block of a row (sa = amax / 127 over the block, round half to even;
+ABLOCK = 256 inputs for q4 and q8, 32 for q8b), accumulate integer products exactly and apply fp32 scales in
+one fixed order, so row i of an S-row forward is bit-identical to the 1-row forward of row i. The torch
+backends read the same packed tensors as their compiled twins and reproduce them bit for bit (the tests
+hold them to it): "q8_torch" (torch._int_mm) is the fallback where no compiler exists; "q4_torch" and
+"q8b_torch" are slow, memory-hungry oracles (4 bytes per weight at build).
 This module must never change the numerics of one backend without changing its twin.
 """
 
@@ -17,9 +19,11 @@ from speczoo.kernels import native
 from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import (ABLOCK, GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8,
                                   unpack_q4, unpack_q8)
+from speczoo.kernels.pack_q8b import Q8B_GROUP, pack_q8b, unpack_q8b
 
 Q8_PARTS = ("w8", "sw", "meta")
 Q4_PARTS = ("qs", "sc", "mn", "dd", "meta")
+Q8B_PARTS = ("w8", "sb", "meta")
 
 
 def _as_rows(x: Tensor, k: int, who: str) -> Tensor:
@@ -47,19 +51,19 @@ def _check_bias(bias: Tensor | None, n: int) -> Tensor | None:
     return bias.detach().float().contiguous()
 
 
-def quantize_blocks(x: Tensor) -> tuple[Tensor, Tensor]:
-    """int8 activations exactly as the kernels make them, one scale per block of ABLOCK inputs of a row (the
-    last block may be shorter): xq int8 [S, K], sa fp32 [S, KB] with KB = ceil(K / ABLOCK)."""
+def quantize_blocks(x: Tensor, block: int = ABLOCK) -> tuple[Tensor, Tensor]:
+    """int8 activations exactly as the kernels make them, one scale per block of `block` inputs of a row (the
+    last block may be shorter): xq int8 [S, K], sa fp32 [S, KB] with KB = ceil(K / block)."""
     s, k = x.shape
-    kb = -(-k // ABLOCK)
-    xp = torch.zeros(s, kb * ABLOCK, dtype=torch.float32)
+    kb = -(-k // block)
+    xp = torch.zeros(s, kb * block, dtype=torch.float32)
     xp[:, :k] = x
-    xb = xp.view(s, kb, ABLOCK)                                  # [S, KB, 256]
+    xb = xp.view(s, kb, block)                                   # [S, KB, block]
     sa = xb.abs().amax(dim=2) / 127.0                            # [S, KB]
     safe = torch.where(sa > 0, sa, torch.ones_like(sa))[:, :, None]
     xq = torch.round(xb / safe).clamp_(-127, 127)
     xq = torch.where(sa[:, :, None] > 0, xq, torch.zeros_like(xq)).to(torch.int8)
-    return xq.view(s, kb * ABLOCK)[:, :k], sa
+    return xq.view(s, kb * block)[:, :k], sa
 
 
 # ---------------------------------------------------------------------------------- compiled
@@ -67,24 +71,33 @@ class Q8Native(nn.Module):
     """int8 weights (per-column scale) x int8 activations (a scale per block of a row), compiled kernel (per-ISA
     paths, bit-identical)."""
 
+    fmt, parts, scale = "q8", Q8_PARTS, "sw"
+
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
         super().__init__()
-        self.n, self.k = check_packed(packed, Q8_PARTS, "q8")
+        self.n, self.k = check_packed(packed, self.parts, self.fmt)
         self.w8 = packed["w8"].contiguous()        # [NB, KP/4, 16, 4] u8
-        self.sw = packed["sw"].float().contiguous()  # [NB*16]
+        setattr(self, self.scale, packed[self.scale].float().contiguous())   # q8: sw [NB*16]; q8b: sb [NB, KP/16, 16]
         self.bias = _check_bias(bias, self.n)
         self.lib = lib
-        self._fn = lib.q8_fn
-        self._args = (self.w8.data_ptr(), self.sw.data_ptr(), self.n,
+        self._fn = getattr(lib, f"{self.fmt}_fn")
+        self._args = (self.w8.data_ptr(), getattr(self, self.scale).data_ptr(), self.n,
                       None if self.bias is None else self.bias.data_ptr())
 
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
-        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, "q8 linear")
+        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, f"{self.fmt} linear")
         s = x2.shape[0]
         y = torch.empty(s, self.n)                 # [S, N] fp32
         if s and self._fn(x2.data_ptr(), s, self.k, x2.stride(0), *self._args, y.data_ptr(), torch.get_num_threads()):
-            raise MemoryError(f"q8 kernel could not allocate its scratch for S={s}, K={self.k}")
+            raise MemoryError(f"{self.fmt} kernel could not allocate its scratch for S={s}, K={self.k}")
         return y if x2 is x else y.view(*x.shape[:-1], self.n)
+
+
+class Q8bNative(Q8Native):
+    """int8 weights with a scale per 16 inputs (pack_q8b.py) x int8 activations with a scale per 32 inputs of
+    a row, compiled kernel (per-ISA paths, bit-identical)."""
+
+    fmt, parts, scale = "q8b", Q8B_PARTS, "sb"
 
 
 class Q4Native(nn.Module):
@@ -114,12 +127,17 @@ class Q4Native(nn.Module):
         return y if x2 is x else y.view(*x.shape[:-1], self.n)
 
 
+# The packed parts of each compiled format, every one laid out by 16-column strips along its first dim.
+_STRIP_PARTS: dict[type, tuple[str, ...]] = {Q4Native: ("qs", "sc", "mn", "dd"), Q8Native: ("w8", "sw"),
+                                             Q8bNative: ("w8", "sb")}
+
+
 def concat_native(mods: list[nn.Module]) -> nn.Module | None:
     """One compiled module computing the outputs of `mods` side by side ([S, sum N]), or None when they
-    cannot share one call: not all Q4Native or all Q8Native, different K, an N that is not a multiple of
-    the 16-column strip, or bias on some but not all. Each output column is computed exactly as before
-    (the activation quantization does not depend on N), so the fused result is bit-identical."""
-    if len(mods) < 2 or not all(type(m) is type(mods[0]) for m in mods) or type(mods[0]) not in (Q4Native, Q8Native):
+    cannot share one call: not all of one compiled format, different K, an N that is not a multiple of the
+    16-column strip, or bias on some but not all. Each output column is computed exactly as before (the
+    activation quantization does not depend on N), so the fused result is bit-identical."""
+    if len(mods) < 2 or not all(type(m) is type(mods[0]) for m in mods) or type(mods[0]) not in _STRIP_PARTS:
         return None
     if any(m.k != mods[0].k or m.n % STRIP for m in mods):
         return None
@@ -128,8 +146,7 @@ def concat_native(mods: list[nn.Module]) -> nn.Module | None:
     n = sum(m.n for m in mods)
     bias = None if mods[0].bias is None else torch.cat([m.bias for m in mods])
     meta = torch.tensor([n, mods[0].k], dtype=torch.int64)
-    names = ("qs", "sc", "mn", "dd") if isinstance(mods[0], Q4Native) else ("w8", "sw")
-    packed = {name: torch.cat([getattr(m, name) for m in mods]) for name in names}   # strips are the first dim
+    packed = {name: torch.cat([getattr(m, name) for m in mods]) for name in _STRIP_PARTS[type(mods[0])]}
     packed["meta"] = meta
     return type(mods[0])(packed, bias, mods[0].lib)
 
@@ -139,7 +156,7 @@ def select_strips(mod: nn.Module, strips: Tensor) -> nn.Module | None:
     outputs 16b .. 16b + 15, in the order given), each column exactly as `mod` computes it. A leading
     range of strips shares `mod`'s memory; any other selection copies just those strips. None when `mod`
     is not a compiled kernel."""
-    if type(mod) not in (Q4Native, Q8Native):
+    if type(mod) not in _STRIP_PARTS:
         return None
     nb_all = -(-mod.n // STRIP)
     strips = strips.to(torch.long)
@@ -154,10 +171,10 @@ def select_strips(mod: nn.Module, strips: Tensor) -> nn.Module | None:
         raise ValueError(f"strip selection reaches past the {mod.n} outputs (the last strip is partial)")
     bias = None if mod.bias is None else mod.bias[cols]
     meta = torch.tensor([n, mod.k], dtype=torch.int64)
-    if isinstance(mod, Q4Native):
-        packed = {"qs": pick(mod.qs), "sc": pick(mod.sc), "mn": pick(mod.mn), "dd": pick(mod.dd), "meta": meta}
-    else:
-        packed = {"w8": pick(mod.w8), "sw": mod.sw[cols], "meta": meta}
+    packed = {name: pick(getattr(mod, name)) for name in _STRIP_PARTS[type(mod)]}
+    if type(mod) is Q8Native:
+        packed["sw"] = mod.sw[cols]                                                  # one scale per column, flat
+    packed["meta"] = meta
     return type(mod)(packed, bias, mod.lib)
 
 
@@ -183,6 +200,36 @@ class Q8Torch(nn.Module):
             acc = torch._int_mm(xq[:, k0:k1], self.qt[k0:k1]) if s else torch.zeros(0, self.n, dtype=torch.int32)
             f = f + acc.float() * sa[:, b:b + 1]
         y = f * self.sw[None, :]                     # [S, N]
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.n)
+
+
+class Q8bTorch(nn.Module):
+    """Reference twin of Q8bNative: per group g of 32 inputs (halves 2g, 2g + 1 with their scales a),
+    F += ((float)t_2g * a_2g + (float)t_2g+1 * a_2g+1) * sa_g, g in order from 0; y = F (+ bias)."""
+
+    def __init__(self, packed: dict[str, Tensor], bias: Tensor | None):
+        super().__init__()
+        self.n, self.k = check_packed(packed, Q8B_PARTS, "q8b")
+        c = unpack_q8b(packed)
+        self.kp = c.q.shape[1]
+        self.q = c.q.view(self.n, -1, Q8B_GROUP).permute(1, 2, 0).float().contiguous()   # [KP/16, 16, N]
+        self.a = c.a.t().contiguous()                                                     # [KP/16, N]
+        self.bias = _check_bias(bias, self.n)
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
+        x2 = _as_rows(x, self.k, "q8b_torch linear")
+        s = x2.shape[0]
+        xq, sa = quantize_blocks(x2, 2 * Q8B_GROUP)                 # [S, K] int8, [S, KP/32]
+        xp = torch.zeros(s, self.kp, dtype=torch.float32)
+        xp[:, : self.k] = xq.float()
+        t = torch.bmm(xp.view(s, self.kp // Q8B_GROUP, Q8B_GROUP).transpose(0, 1), self.q)   # [KP/16, S, N], exact
+        m = t * self.a[:, None, :]
+        v = (m[0::2] + m[1::2]) * sa.t()[:, :, None]                  # [KP/32, S, N]
+        y = torch.zeros(s, self.n, dtype=torch.float32)
+        for g in range(v.shape[0]):
+            y = y + v[g]
         if self.bias is not None:
             y = y + self.bias
         return y.view(*x.shape[:-1], self.n)
@@ -278,6 +325,38 @@ class Q4TorchBackend(LinearBackend):
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
         return Q4Torch(packed, bias)
+
+
+class Q8bBackend(LinearBackend):
+    """q8b (pack_q8b.py): a GGUF's Q8_0 / Q6_K / Q5_0 / Q4_0 tensors exactly, when packed from their blocks
+    (pack_q8b_gguf); `pack` here quantizes an fp32 weight with a scale per 16 inputs."""
+
+    name = "q8b"
+    stored = True
+    cheap_pack = True
+    batch_invariant = True
+
+    def __init__(self, path: native.KernelPath | None = None):
+        self.path = path
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q8b(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q8bNative(packed, bias, native.kernels(self.path))
+
+
+class Q8bTorchBackend(LinearBackend):
+    name = "q8b_torch"
+    stored = True
+    cheap_pack = True
+    batch_invariant = True
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q8b(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q8bTorch(packed, bias)
 
 
 class Q4MixBackend(LinearBackend):
