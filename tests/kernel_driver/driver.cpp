@@ -405,24 +405,32 @@ struct BlockShape {
 
 struct Layer {
     std::vector<float> norm1, norm2;
-    Lin lin[4];  // qkv (biased, as Qwen2's), wo, gate_up, down
-    int64_t desc[32];
+    Lin lin[6];        // the linears as called: qkv runs, wo, gate_up runs, down (the "split" kind uses all 6)
+    int64_t desc[64];  // sz_qwen_blocks' 8 descriptor slots: qkv runs 0-2, wo, gate_up runs 4-5, down, unused
 };
 
-// fmt: "q4", "q8", "q8b", or "mix" (q8 for qkv, q8b for down, q4 for wo and gate_up: one call may mix
-// formats)
+// fmt: "q4", "q8", "q8b"; "mix" (q8 for qkv, q8b for down, q4 for wo and gate_up: one call may mix
+// formats); "split" (q|k in q4 and v in q8b, gate in q4 and up in q8: q|k|v and gate|up as two calls each).
 static void make_layer(Layer& ly, Rng& r, const BlockShape& b, const char* fmt) {
     const int64_t HD = b.H * b.Dh, KVD = b.Hkv * b.Dh;
     ly.norm1.resize((size_t)b.D);
     ly.norm2.resize((size_t)b.D);
     for (auto* v : {&ly.norm1, &ly.norm2})
         for (auto& w : *v) w = 1.0f + 0.25f * r.normal();
-    const int64_t NK[4][2] = {{HD + 2 * KVD, b.D}, {b.D, HD}, {2 * b.F, b.D}, {b.D, b.F}};
-    for (int i = 0; i < 4; ++i) {
-        int64_t f = !strcmp(fmt, "q8") ? FMT_Q8 : !strcmp(fmt, "q8b") ? FMT_Q8B : FMT_Q4;
-        if (!strcmp(fmt, "mix")) f = i == 0 ? FMT_Q8 : i == 3 ? FMT_Q8B : FMT_Q4;
-        make_lin(ly.lin[i], r, f, NK[i][0], NK[i][1], i == 0);
-        memcpy(ly.desc + 8 * i, ly.lin[i].desc, sizeof(int64_t) * 8);
+    memset(ly.desc, 0, sizeof ly.desc);
+    struct Part { int slot; int64_t N, K; bool bias; int64_t fmt; };
+    const int64_t one = !strcmp(fmt, "q8") ? FMT_Q8 : !strcmp(fmt, "q8b") ? FMT_Q8B : FMT_Q4;
+    const bool mix = !strcmp(fmt, "mix");
+    std::vector<Part> parts;
+    if (!strcmp(fmt, "split"))
+        parts = {{0, HD + KVD, b.D, true, FMT_Q4}, {1, KVD, b.D, true, FMT_Q8B}, {3, b.D, HD, false, FMT_Q4},
+                 {4, b.F, b.D, false, FMT_Q4},     {5, b.F, b.D, false, FMT_Q8},  {6, b.D, b.F, false, FMT_Q8B}};
+    else
+        parts = {{0, HD + 2 * KVD, b.D, true, mix ? FMT_Q8 : one}, {3, b.D, HD, false, mix ? FMT_Q4 : one},
+                 {4, 2 * b.F, b.D, false, mix ? FMT_Q4 : one},   {6, b.D, b.F, false, mix ? FMT_Q8B : one}};
+    for (size_t i = 0; i < parts.size(); ++i) {
+        make_lin(ly.lin[i], r, parts[i].fmt, parts[i].N, parts[i].K, parts[i].bias);
+        memcpy(ly.desc + 8 * parts[i].slot, ly.lin[i].desc, sizeof(int64_t) * 8);
     }
 }
 
@@ -597,6 +605,8 @@ static void block_cases() {
         }
     block_case(tiny, "mix", 2, "tree", 9);
     block_case(tiny, "mix", 1, "chain", 5);
+    block_case(tiny, "split", 2, "tree", 9);
+    block_case(qwen, "split", 1, "chain", 5);
 }
 
 // ---------------------------------------------------------------- main

@@ -132,16 +132,23 @@ _STRIP_PARTS: dict[type, tuple[str, ...]] = {Q4Native: ("qs", "sc", "mn", "dd"),
                                              Q8bNative: ("w8", "sb")}
 
 
+def is_compiled(mod: nn.Module) -> bool:
+    """Whether `mod` is one of the compiled linears (a call into the kernel library)."""
+    return type(mod) in _STRIP_PARTS
+
+
+def joinable(mods: list[nn.Module]) -> bool:
+    """Whether `mods` can share one compiled call (concat_native): all of one compiled format, one K, every N
+    a multiple of the 16-column strip, and bias on all or on none."""
+    return (len(mods) >= 1 and all(type(m) is type(mods[0]) for m in mods) and is_compiled(mods[0])
+            and all(m.k == mods[0].k and m.n % STRIP == 0 for m in mods) and len({m.bias is None for m in mods}) == 1)
+
+
 def concat_native(mods: list[nn.Module]) -> nn.Module | None:
-    """One compiled module computing the outputs of `mods` side by side ([S, sum N]), or None when they
-    cannot share one call: not all of one compiled format, different K, an N that is not a multiple of the
-    16-column strip, or bias on some but not all. Each output column is computed exactly as before (the
-    activation quantization does not depend on N), so the fused result is bit-identical."""
-    if len(mods) < 2 or not all(type(m) is type(mods[0]) for m in mods) or type(mods[0]) not in _STRIP_PARTS:
-        return None
-    if any(m.k != mods[0].k or m.n % STRIP for m in mods):
-        return None
-    if len({m.bias is None for m in mods}) != 1:
+    """One compiled module computing the outputs of `mods` side by side ([S, sum N]), or None when there are
+    fewer than two or they cannot share one call (`joinable`). Each output column is computed exactly as
+    before (the activation quantization does not depend on N), so the fused result is bit-identical."""
+    if len(mods) < 2 or not joinable(mods):
         return None
     n = sum(m.n for m in mods)
     bias = None if mods[0].bias is None else torch.cat([m.bias for m in mods])
