@@ -14,17 +14,17 @@ from speczoo.kernels.block import NativeBlock, NativeStack
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.base import Rotation, plan_attention
 
-FAST = ("q4", "q8", "q8b", "mixed-runs")
+FAST = ("q4", "q8", "q8b", "q6", "mixed-runs")
 
 
 class MixedRuns(LinearBackend):
-    """q4 and q8b in turn over a Qwen2 block's linears as they are packed (q, k, v, wo, gate, up, down): q
-    alone then k|v, gate then up are two compiled calls each, as a Q4_K_M file's Q4_K and Q6_K tensors."""
+    """q4, q8b and q6 in turn over a Qwen2 block's linears as they are packed (q, k, v, wo, gate, up, down):
+    q alone then k|v, gate then up are two compiled calls each, as a Q4_K_M file's Q4_K and Q6_K tensors."""
 
     name = "mixed-runs"
     stored = True
     batch_invariant = True
-    ORDER = ("q4", "q8b", "q8b", "q4", "q4", "q8b", "q8b")
+    ORDER = ("q4", "q8b", "q8b", "q4", "q4", "q6", "q8b")
 
     def __init__(self):
         self.calls = 0
@@ -35,7 +35,7 @@ class MixedRuns(LinearBackend):
         return get_backend(fmt).pack(weight)
 
     def build(self, packed, bias):
-        return get_backend("q4" if "qs" in packed else "q8b").build(packed, bias)
+        return get_backend("q4" if "qs" in packed else "q6" if "ql" in packed else "q8b").build(packed, bias)
 
 
 register(MixedRuns())

@@ -83,7 +83,7 @@ def _check_llama_ids(bin_dir: Path, gguf: Path, text_file: Path, chunks: Chunks)
 
 def run_ppl_check(model: str, text_file: Path, *, backend: str | None = None, n_ctx: int = 512,
                   n_chunks: int | None = None, llama_bin: str | None = None, llama: bool = True,
-                  log=print) -> PplReport:
+                  llama_repack: bool = False, log=print) -> PplReport:
     gguf, tok, build, backend = _open(model, backend)
     ids = tok.encode(text_of(text_file), add_special=True)
     chunks = make_chunks(ids, n_ctx, n_chunks, tok.bos_id if tok.add_bos else None)
@@ -110,7 +110,8 @@ def run_ppl_check(model: str, text_file: Path, *, backend: str | None = None, n_
                              "`bash benchmarks/build_llama.sh` builds it)")
     else:
         _check_llama_ids(bin_dir, gguf, text_file, chunks)
-        report.llama = llama_perplexity(bin_dir, gguf, text_file, n_ctx, n, torch.get_num_threads(), log=log)
+        report.llama = llama_perplexity(bin_dir, gguf, text_file, n_ctx, n, torch.get_num_threads(),
+                                        repack=llama_repack, log=log)
         lp = report.llama
         if fast.ppl > lp.ppl * MAX_PPL_RATIO:
             report.failures.append(f"perplexity {fast.ppl:.4f} is more than {100 * (MAX_PPL_RATIO - 1):.0f}% above "

@@ -13,7 +13,9 @@ is None, and the caller says so. Three steps, each one llama.cpp tool:
   - `llama-perplexity --kl-divergence` of the GGUF against that file: its perplexity (PPL(Q)), and "Same
     top p", the fraction of positions whose argmax equals the reference's.
 llama-perplexity runs the protocol of speczoo.bench.ppl (chunks of -c ids, BOS first where the model adds
-one, the second half scored) on the first --chunks chunks. The F32 file and the log-probs live in a
+one, the second half scored) on the first --chunks chunks, with --no-repack unless `repack`: its plain
+CPU path, the reference arithmetic of each GGUF type on every CPU (the repacked layouts are speed
+variants of the same formats, and its AMX one crashes under KVM: SIGSEGV in ggml_backend_amx_mul_mat). The F32 file and the log-probs live in a
 temporary folder, removed at the end. This module never imports torch or a speczoo model.
 """
 
@@ -111,10 +113,12 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def llama_perplexity(bin_dir: Path, gguf: Path, text_file: Path, n_ctx: int, n_chunks: int, threads: int,
-                     work: Path | None = None, log=print) -> LlamaPpl:
+                     repack: bool = False, work: Path | None = None, log=print) -> LlamaPpl:
     """llama.cpp's perplexity of `gguf` and of its F32 reference on the first n_chunks chunks of n_ctx ids,
     and the agreement between the two (see the module doc)."""
     common = ["-c", str(n_ctx), "--chunks", str(n_chunks), "-b", str(n_ctx), "-t", str(threads), "--no-escape"]
+    if not repack:
+        common.append("--no-repack")
     with tempfile.TemporaryDirectory(prefix="speczoo-ppl-", dir=work) as tmp:
         f32, base = Path(tmp) / "reference-f32.gguf", Path(tmp) / "reference.kld"
         log(f"llama.cpp: dequantizing {gguf.name} to F32 (llama-quantize)")

@@ -39,6 +39,9 @@ def register(sub) -> None:
                    help="folder of llama.cpp's llama-perplexity, llama-tokenize and llama-quantize (default: "
                         "$SPECZOO_LLAMA_BIN, PATH, then benchmarks/build_llama.sh's folder)")
     g.add_argument("--no-llama", action="store_true", help="speczoo's side only")
+    g.add_argument("--llama-repack", action="store_true",
+                   help="let llama.cpp repack the weights for its fast CPU layouts (default: --no-repack, its "
+                        "plain path; its AMX layout crashes under some VMs)")
     p.set_defaults(func=run)
 
 
@@ -50,6 +53,7 @@ def run(args) -> int:
 
         report = run_ppl_check(args.model, Path(args.ppl), backend=args.backend, n_ctx=args.ctx,
                                n_chunks=args.chunks, llama_bin=args.llama_bin, llama=not args.no_llama,
+                               llama_repack=args.llama_repack,
                                log=lambda line: print(f"... {line}", flush=True))
         print(format_ppl_report(report))
         return 0 if report.passed else 1

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from speczoo.kernels import native
-from speczoo.kernels.quantized import Q4Native, Q8bNative, Q8Native
+from speczoo.kernels.quantized import Q4Native, Q6Native, Q8bNative, Q8Native
 
 
 def _descriptor(mod: nn.Module) -> list[int] | None:
@@ -36,6 +36,8 @@ def _descriptor(mod: nn.Module) -> list[int] | None:
         return [1, mod.n, mod.k, mod.w8.data_ptr(), 0, 0, mod.sw.data_ptr(), bias]
     if type(mod) is Q8bNative:
         return [2, mod.n, mod.k, mod.w8.data_ptr(), 0, 0, mod.sb.data_ptr(), bias]
+    if type(mod) is Q6Native:
+        return [3, mod.n, mod.k, mod.ql.data_ptr(), mod.qh.data_ptr(), mod.sc.data_ptr(), mod.dd.data_ptr(), bias]
     return None
 
 

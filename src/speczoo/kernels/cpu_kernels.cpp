@@ -33,6 +33,9 @@
 //       F = sum_b ((float)(sum_g sc_g * sum_{k in g} xq*q) * D_b - (float)(sum_g m_g * sum_{k in g} xq) * Dm_b)
 //           * sa[b, s]                                          (b in order, from 0.0f; g in b)
 //       y = F  (+ bias[n])
+//   q8b, q6: see q8b_strip and q6_strip (activation blocks of 32 inputs):
+//       F = sum_g ((float)t_2g * a_2g + (float)t_2g+1 * a_2g+1) * sa[g, s]   (g in order, from 0.0f)
+//       with t_j the exact sum of q * xq over inputs 16j .. 16j + 15 and a_j their weight scale; y = F (+ bias)
 
 #include <math.h>
 #include <stdint.h>
@@ -277,6 +280,34 @@ static void q8b_strip(const uint8_t* w, const float* a, int64_t KP, const int32_
     }
 }
 
+// q6: ql u8 [NB, KP/32, 4, 16, 4] (nibbles, as q4's qs), qh u8 [NB, KP/32, 2, 16, 4] (the 2 high bits of
+// quad 4h + m at bits 2m of half h's bytes), sc i8 [NB, KP/16, 16], dd f32 [NB, KB, 16]:
+// w = D_b * sc_j * (u - 32), u in [0, 63]. Each super-block's scales a = D * sc are made here, once for all
+// row tiles (exact: an fp16 D times an int8 is 19 bits); from there it is q8b's arithmetic.
+static void q6_strip(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t KP,
+                     const int32_t* xw, const int32_t* xh, const float* sa, int64_t S, const float* bias, int32_t* ws,
+                     float* out, int64_t N, int64_t ncols, bool accum) {
+    float* facc = (float*)ws;  // [S][16]
+    for (int64_t i = 0; i < S * 16; ++i) facc[i] = 0.0f;
+    alignas(64) float a[16 * 16];  // one super-block's scales [16 halves][16 columns]
+    const int64_t tile = row_tile(S), KQ = KP / 4;
+    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {  // super-blocks of 256 inputs
+        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK, b = q0 / SZ_KBLOCK;
+        for (int64_t j = 0; j < nq / 4; ++j)
+            for (int c = 0; c < 16; ++c) a[j * 16 + c] = dd[b * 16 + c] * (float)sc[(q0 / 4 + j) * 16 + c];
+        for (int64_t r0 = 0; r0 < S; r0 += tile) {
+            const int64_t R = (S - r0) < tile ? (S - r0) : tile;
+            TL::q6[R - 1](ql + (q0 / 8) * 256, qh + (q0 / 8) * 128, a, nq, xw + q0 * S + r0, xh + (q0 / 4) * S + r0,
+                          sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
+        }
+    }
+    alignas(64) float f[16];
+    for (int64_t r = 0; r < S; ++r) {
+        for (int c = 0; c < 16; ++c) f[c] = bias ? facc[r * 16 + c] + bias[c] : facc[r * 16 + c];
+        store_cols(out + r * N, f, ncols, accum);
+    }
+}
+
 // ---------------------------------------------------------------- entry points
 static inline int64_t q4_groups(int64_t K) { return 2 * ((K + 63) / 64); }  // pack.py q4_groups
 
@@ -284,9 +315,9 @@ int64_t sz_linear_kpad(const SzLinear& w) {  // inputs per row the activation sc
     return w.fmt == SZ_FMT_Q4 ? q4_groups(w.K) * 32 : ((((w.K + 31) / 32) * 32 + 63) / 64) * 64;
 }
 
-// Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b group of 32 (llama.cpp's Q8_0
-// activations, for the Q8_0 / Q5_0 / Q4_0 weights q8b holds).
-static inline int64_t sz_ablock(int64_t fmt) { return fmt == SZ_FMT_Q8B ? 32 : SZ_ABLOCK; }
+// Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b / q6 group of 32 (llama.cpp's
+// Q8_0 activations, for the Q8_0 / Q5_0 / Q4_0 weights q8b holds; finer than the Q8_K it uses for Q6_K).
+static inline int64_t sz_ablock(int64_t fmt) { return fmt == SZ_FMT_Q8B || fmt == SZ_FMT_Q6 ? 32 : SZ_ABLOCK; }
 
 // Inside a parallel region (every thread calls it): quantize x's rows (barrier), then the strips (barrier).
 // ws: this thread's workspace of SZ_WS_WORDS * S words. y: row stride ldy; accum adds to what y holds.
@@ -310,6 +341,14 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             q8_strip(w.a + nb * 16 * KP, KP, s.xw, S, s.sa, s.xsum, w.d + nb * 16, w.bias ? w.bias + nb * 16 : nullptr,
                      ws, y + nb * 16, ldy, ncols, accum);
+        }
+    } else if (w.fmt == SZ_FMT_Q6) {
+        const int64_t KP = ((w.K + 31) / 32) * 32, KB = (KP + SZ_ABLOCK - 1) / SZ_ABLOCK;
+#pragma omp for schedule(static)
+        for (int64_t nb = 0; nb < NB; ++nb) {
+            const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
+            q6_strip(w.a + nb * KP * 8, w.b + nb * KP * 4, (const int8_t*)w.c + nb * KP, w.d + nb * KB * 16, KP, s.xw,
+                     s.xh, s.sa, S, w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
         }
     } else {
         const int64_t KP = ((w.K + 31) / 32) * 32;
@@ -350,6 +389,12 @@ SZ_API int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const
 SZ_API int sz_q8b_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sb,
                          int64_t N, const float* bias, float* y, int nthreads) {
     const SzLinear w{SZ_FMT_Q8B, N, K, w8, nullptr, nullptr, sb, bias};
+    return linear_call(w, x, S, ldx, y, nthreads);
+}
+
+SZ_API int sz_q6_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* ql, const uint8_t* qh,
+                        const int8_t* sc, const float* dd, int64_t N, const float* bias, float* y, int nthreads) {
+    const SzLinear w{SZ_FMT_Q6, N, K, ql, qh, (const uint8_t*)sc, dd, bias};
     return linear_call(w, x, S, ldx, y, nthreads);
 }
 

@@ -163,6 +163,41 @@ static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t*
                                _mm512_sub_epi32(a[r], _mm512_slli_epi32(_mm512_set1_epi32(xh[h * S + r]), 7)));
     }
 }
+
+// q6: the codes of quad jq (0..7) of a group of 32 as u8 in [0, 63]: the nibble of p[jq % 4] (low for jq < 4,
+// high for jq >= 4) and the 2 bits of hb[jq / 4] at 2 * (jq % 4), placed at bits 4-5 (no 16-bit lane
+// shift below moves a bit into a kept position of the next byte: shifts are at most 6, masks keep 2 or 4).
+static inline __m512i q6_quad(const uint8_t* ql, const uint8_t* qh, int jq) {
+    const __m512i p = _mm512_loadu_si512((const void*)(ql + (jq % 4) * 64));
+    const __m512i h = _mm512_loadu_si512((const void*)(qh + (jq / 4) * 64));
+    const __m512i nib = _mm512_and_si512(jq < 4 ? p : _mm512_srli_epi16(p, 4), _mm512_set1_epi8(0x0F));
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(h, 2 * (jq % 4)), _mm512_set1_epi8(0x03));
+    return _mm512_or_si512(nib, _mm512_slli_epi16(hi, 4));
+}
+
+// q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - 32) * x over half h for rows r (vpdpbusd
+// sums u * x, then 32 * the half's activation sum comes off). ql, qh: the group's 256 + 128 code bytes.
+template <int R>
+static inline void q6_group(const uint8_t* ql, const uint8_t* qh, const int32_t* xk, const int32_t* xh, int64_t S,
+                            int32_t* t) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        __m512i a[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+            const __m512i wv = q6_quad(ql, qh, 4 * h + q);
+            const int32_t* xr = xk + (4 * h + q) * S;
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) a[r] = dpbusd_bcst(a[r], wv, xr + r);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+            _mm512_store_si512((void*)(t + (2 * r + h) * 16),
+                               _mm512_sub_epi32(a[r], _mm512_slli_epi32(_mm512_set1_epi32(xh[h * S + r]), 5)));
+    }
+}
 #elif defined(SZ_PATH_AVXVNNI) || defined(SZ_PATH_AVX2)
 #define SZ_TILE 5  // 2 accumulators a row + 4 weight registers + 2 broadcasts fit the 16 ymm
 #if defined(SZ_PATH_AVXVNNI)
@@ -327,6 +362,51 @@ static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t*
         }
     }
     (void)xh;
+}
+
+// q6: the codes of quad jq (0..7) of a group as u8 in [0, 63], columns 0-7 (half 0) or 8-15 (half 1) of
+// the 64 bytes: as the AVX-512 q6_quad, on 32 bytes.
+static inline __m256i q6_quad(const uint8_t* ql, const uint8_t* qh, int jq, int half) {
+    const __m256i p = _mm256_loadu_si256((const __m256i*)(ql + (jq % 4) * 64 + 32 * half));
+    const __m256i h = _mm256_loadu_si256((const __m256i*)(qh + (jq / 4) * 64 + 32 * half));
+    const __m256i nib = _mm256_and_si256(jq < 4 ? p : _mm256_srli_epi16(p, 4), _mm256_set1_epi8(0x0F));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * (jq % 4)), _mm256_set1_epi8(0x03));
+    return _mm256_or_si256(nib, _mm256_slli_epi16(hi, 4));
+}
+
+// q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - 32) * x over half h for rows r: the
+// sums of u * x (vpdpbusd, or vpmaddubsw: u <= 63, so a pair is at most 2 * 63 * 127 = 16002 and cannot
+// saturate, widened by vpmaddwd), less 32 * the half's activation sum.
+template <int R>
+static inline void q6_group(const uint8_t* ql, const uint8_t* qh, const int32_t* xk, const int32_t* xh, int64_t S,
+                            int32_t* t) {
+#if !defined(SZ_PATH_AVXVNNI)
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
+    for (int h = 0; h < 2; ++h) {
+        __m256i a[R][2];
+        for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_si256();
+        for (int q = 0; q < 4; ++q) {
+            const __m256i w0 = q6_quad(ql, qh, 4 * h + q, 0), w1 = q6_quad(ql, qh, 4 * h + q, 1);
+            const int32_t* xr = xk + (4 * h + q) * S;
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256i xb = _mm256_set1_epi32(xr[r]);
+#if defined(SZ_PATH_AVXVNNI)
+                a[r][0] = _mm256_dpbusd_avx_epi32(a[r][0], w0, xb);
+                a[r][1] = _mm256_dpbusd_avx_epi32(a[r][1], w1, xb);
+#else
+                a[r][0] = _mm256_add_epi32(a[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xb), ones));
+                a[r][1] = _mm256_add_epi32(a[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, xb), ones));
+#endif
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), 5);
+            _mm256_storeu_si256((__m256i*)(t + (2 * r + h) * 16), _mm256_sub_epi32(a[r][0], corr));
+            _mm256_storeu_si256((__m256i*)(t + (2 * r + h) * 16 + 8), _mm256_sub_epi32(a[r][1], corr));
+        }
+    }
 }
 #elif defined(SZ_FLOAT_NEON)
 #define SZ_TILE 4
@@ -534,6 +614,38 @@ static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t*
     }
     (void)xh;
 }
+
+// q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - 32) * x over half h for rows r; the codes
+// are unpacked to signed bytes u - 32 (the nibble, the 2 high bits at bits 4-5, less 32).
+template <int R>
+static inline void q6_group(const uint8_t* ql, const uint8_t* qh, const int32_t* xk, const int32_t* xh, int64_t S,
+                            int32_t* t) {
+    const uint8x16_t nib = vdupq_n_u8(0x0F), two = vdupq_n_u8(0x03);
+    for (int h = 0; h < 2; ++h) {
+        int32x4_t a[R][4];
+        for (int r = 0; r < R; ++r)
+            for (int m = 0; m < 4; ++m) a[r][m] = vdupq_n_s32(0);
+        for (int q = 0; q < 4; ++q) {
+            const int jq = 4 * h + q;
+            int8x16_t wq[4];
+            for (int m = 0; m < 4; ++m) {
+                const uint8x16_t p = vld1q_u8(ql + (jq % 4) * 64 + 16 * m);
+                const uint8x16_t hb = vld1q_u8(qh + (jq / 4) * 64 + 16 * m);
+                const uint8x16_t lo = jq < 4 ? vandq_u8(p, nib) : vshrq_n_u8(p, 4);
+                const uint8x16_t hi = vandq_u8(vshlq_u8(hb, vdupq_n_s8((int8_t)(-2 * (jq % 4)))), two);
+                wq[m] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8(hi, 4))), vdupq_n_s8(32));
+            }
+            const int32_t* xr = xk + jq * S;
+            for (int r = 0; r < R; ++r) {
+                const int8x16_t xb = sz_bcast(xr + r);
+                for (int m = 0; m < 4; ++m) a[r][m] = sz_dot(a[r][m], wq[m], xb);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int m = 0; m < 4; ++m) vst1q_s32(t + (2 * r + h) * 16 + 4 * m, a[r][m]);
+    }
+    (void)xh;
+}
 #else  // scalar reference
 #define SZ_TILE 4
 #define SZ_Q8_UNSIGNED 0
@@ -590,6 +702,24 @@ static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t*
             }
     (void)xh;
 }
+// q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - 32) * x over half h for rows r.
+template <int R>
+static inline void q6_group(const uint8_t* ql, const uint8_t* qh, const int32_t* xk, const int32_t* xh, int64_t S,
+                            int32_t* t) {
+    for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h)
+            for (int c = 0; c < 16; ++c) {
+                int32_t a = 0;
+                for (int jq = 4 * h; jq < 4 * h + 4; ++jq)
+                    for (int i = 0; i < 4; ++i) {
+                        const uint8_t p = ql[(jq % 4) * 64 + c * 4 + i], hb = qh[(jq / 4) * 64 + c * 4 + i];
+                        const int32_t u = (jq < 4 ? p & 15 : p >> 4) | (((hb >> (2 * (jq % 4))) & 3) << 4);
+                        a += sz_act(xk + jq * S + r, i) * (u - 32);
+                    }
+                t[(2 * r + h) * 16 + c] = a;
+            }
+    (void)xh;
+}
 #endif
 
 // q8b's float step, shared by every path: facc [R][16] += ((float)t0 * a0 + (float)t1 * a1) * sag[r] for one
@@ -616,16 +746,32 @@ static void q8b_tile(const uint8_t* w, const float* a, int64_t nq, const int32_t
 }
 
 
+// q6: R rows x nq quads (whole groups of 32) of one strip. ql, qh: the codes of the first group (384 bytes
+// a group); a: the scales of its halves [nq / 4][16] (D * sc, made by the strip); xk, xh, sag as for q8b.
+// The float step is q8b's: a q6 weight computes what its q8b twin (the same codes and scales) computes.
+template <int R>
+static void q6_tile(const uint8_t* ql, const uint8_t* qh, const float* a, int64_t nq, const int32_t* xk,
+                    const int32_t* xh, const float* sag, int64_t S, float* facc) {
+    alignas(64) int32_t t[R * 32];
+    for (int64_t g = 0; g < nq / 8; ++g) {
+        q6_group<R>(ql + g * 256, qh + g * 128, xk + g * 8 * S, xh + g * 2 * S, S, t);
+        q8b_float_update<R>(t, a + g * 32, sag + g * S, facc);
+    }
+}
+
 typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
 typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
                            const int32_t*, const float*, int64_t, int, float*);
 typedef void (*q8b_tile_fn)(const uint8_t*, const float*, int64_t, const int32_t*, const int32_t*, const float*,
                             int64_t, float*);
+typedef void (*q6_tile_fn)(const uint8_t*, const uint8_t*, const float*, int64_t, const int32_t*, const int32_t*,
+                           const float*, int64_t, float*);
 template <int... Rs>
 struct Tiles {
     static constexpr q8_tile_fn q8[sizeof...(Rs)] = {&q8_tile<Rs>...};
     static constexpr q4_tile_fn q4[sizeof...(Rs)] = {&q4_tile<Rs>...};
     static constexpr q8b_tile_fn q8b[sizeof...(Rs)] = {&q8b_tile<Rs>...};
+    static constexpr q6_tile_fn q6[sizeof...(Rs)] = {&q6_tile<Rs>...};
 };
 #if SZ_TILE == 12
 typedef Tiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12> TL;

@@ -83,17 +83,23 @@ def _legacy(blocks: Tensor, encoding: str) -> tuple[Tensor, Tensor]:
     return (_nibbles(blocks[:, 6:]).to(torch.int16) | ((bits & 1) << 4).to(torch.int16)) - 16, d
 
 
-def _q6_k(blocks: Tensor) -> tuple[Tensor, Tensor]:
-    """Q6_K super-blocks [M, 210] (ql 128, qh 64, scales int8 16, d fp16) -> codes int16 [M, 256] (q - 32)
-    and the scale of each 16 inputs, d * scale, fp32 [M, 16] (exact: 11 by 8 significant bits)."""
+def q6_k_blocks(blocks: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Q6_K super-blocks [M, 210] (ql 128, qh 64, scales int8 16, d fp16) -> codes u uint8 [M, 256] in
+    [0, 63] (w = d * sc * (u - 32)), sub-scales sc int8 [M, 16] (one per 16 outputs) and d fp32 [M]."""
     m = blocks.shape[0]
     ql = blocks[:, :128].reshape(m, 2, 1, 64)                                # two halves of 128 outputs
     qh = blocks[:, 128:192].reshape(m, 2, 1, 32)
     low = torch.cat([ql & 15, ql >> 4], dim=2).reshape(m, 2, 4, 32)         # output 128h + 32j + l
     high = (qh >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).view(1, 1, 4, 1)) & 3
-    q = (low | (high << 4)).to(torch.int16).reshape(m, 256) - 32
-    sc = blocks[:, 192:208].contiguous().view(torch.int8).float()           # [M, 16]
-    return q, _fp16(blocks[:, 208:210])[:, None] * sc
+    u = (low | (high << 4)).reshape(m, 256)
+    return u, blocks[:, 192:208].contiguous().view(torch.int8), _fp16(blocks[:, 208:210])
+
+
+def _q6_k(blocks: Tensor) -> tuple[Tensor, Tensor]:
+    """Q6_K super-blocks -> codes int16 [M, 256] (u - 32) and the scale of each 16 inputs, d * sc, fp32
+    [M, 16] (exact: 11 by 8 significant bits)."""
+    u, sc, d = q6_k_blocks(blocks)
+    return u.to(torch.int16) - 32, d[:, None] * sc.float()
 
 
 def q8b_from_gguf(data: Tensor, encoding: str, k: int) -> Q8bCodes:

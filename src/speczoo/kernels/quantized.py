@@ -1,12 +1,12 @@
-"""Batch-invariant integer linear backends: "q8", "q8b", "q4", "q4mix" (compiled kernels), "q8_torch",
-"q8b_torch", "q4_torch".
+"""Batch-invariant integer linear backends: "q8", "q8b", "q6", "q4", "q4mix" (compiled kernels), "q8_torch",
+"q8b_torch", "q6_torch", "q4_torch".
 
 All of them quantize activations per block of a row (sa = amax / 127 over the block, round half to even;
-ABLOCK = 256 inputs for q4 and q8, 32 for q8b), accumulate integer products exactly and apply fp32 scales in
+ABLOCK = 256 inputs for q4 and q8, 32 for q8b and q6), accumulate integer products exactly and apply fp32 scales in
 one fixed order, so row i of an S-row forward is bit-identical to the 1-row forward of row i. The torch
 backends read the same packed tensors as their compiled twins and reproduce them bit for bit (the tests
-hold them to it): "q8_torch" (torch._int_mm) is the fallback where no compiler exists; "q4_torch" and
-"q8b_torch" are slow, memory-hungry oracles (4 bytes per weight at build).
+hold them to it): "q8_torch" (torch._int_mm) is the fallback where no compiler exists; "q4_torch",
+"q8b_torch" and "q6_torch" are slow, memory-hungry oracles (4 bytes per weight at build).
 This module must never change the numerics of one backend without changing its twin.
 """
 
@@ -19,11 +19,13 @@ from speczoo.kernels import native
 from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import (ABLOCK, GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8,
                                   unpack_q4, unpack_q8)
-from speczoo.kernels.pack_q8b import Q8B_GROUP, pack_q8b, unpack_q8b
+from speczoo.kernels.pack_q6 import pack_q6, unpack_q6
+from speczoo.kernels.pack_q8b import Q8B_GROUP, Q8bCodes, pack_q8b, unpack_q8b
 
 Q8_PARTS = ("w8", "sw", "meta")
 Q4_PARTS = ("qs", "sc", "mn", "dd", "meta")
 Q8B_PARTS = ("w8", "sb", "meta")
+Q6_PARTS = ("ql", "qh", "sc", "dd", "meta")
 
 
 def _as_rows(x: Tensor, k: int, who: str) -> Tensor:
@@ -127,9 +129,36 @@ class Q4Native(nn.Module):
         return y if x2 is x else y.view(*x.shape[:-1], self.n)
 
 
+class Q6Native(nn.Module):
+    """6-bit weights with int8 sub-scales per 16 inputs and an fp32 scale per 256 (pack_q6.py: Q6_K) x int8
+    activations with a scale per 32 inputs of a row, compiled kernel (per-ISA paths, bit-identical; every
+    column equal to its q8b twin's)."""
+
+    def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
+        super().__init__()
+        self.n, self.k = check_packed(packed, Q6_PARTS, "q6")
+        self.ql = packed["ql"].contiguous()        # [NB, KP/32, 4, 16, 4] u8
+        self.qh = packed["qh"].contiguous()        # [NB, KP/32, 2, 16, 4] u8
+        self.sc = packed["sc"].contiguous()        # [NB, KP/16, 16] i8
+        self.dd = packed["dd"].float().contiguous()  # [NB, KB, 16] f32
+        self.bias = _check_bias(bias, self.n)
+        self.lib = lib
+        self._fn = lib.q6_fn
+        self._args = (self.ql.data_ptr(), self.qh.data_ptr(), self.sc.data_ptr(), self.dd.data_ptr(), self.n,
+                      None if self.bias is None else self.bias.data_ptr())
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
+        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, "q6 linear")
+        s = x2.shape[0]
+        y = torch.empty(s, self.n)                 # [S, N] fp32
+        if s and self._fn(x2.data_ptr(), s, self.k, x2.stride(0), *self._args, y.data_ptr(), torch.get_num_threads()):
+            raise MemoryError(f"q6 kernel could not allocate its scratch for S={s}, K={self.k}")
+        return y if x2 is x else y.view(*x.shape[:-1], self.n)
+
+
 # The packed parts of each compiled format, every one laid out by 16-column strips along its first dim.
 _STRIP_PARTS: dict[type, tuple[str, ...]] = {Q4Native: ("qs", "sc", "mn", "dd"), Q8Native: ("w8", "sw"),
-                                             Q8bNative: ("w8", "sb")}
+                                             Q8bNative: ("w8", "sb"), Q6Native: ("ql", "qh", "sc", "dd")}
 
 
 def is_compiled(mod: nn.Module) -> bool:
@@ -218,12 +247,15 @@ class Q8bTorch(nn.Module):
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None):
         super().__init__()
-        self.n, self.k = check_packed(packed, Q8B_PARTS, "q8b")
-        c = unpack_q8b(packed)
+        c = self._codes(packed)
         self.kp = c.q.shape[1]
         self.q = c.q.view(self.n, -1, Q8B_GROUP).permute(1, 2, 0).float().contiguous()   # [KP/16, 16, N]
         self.a = c.a.t().contiguous()                                                     # [KP/16, N]
         self.bias = _check_bias(bias, self.n)
+
+    def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
+        self.n, self.k = check_packed(packed, Q8B_PARTS, "q8b")
+        return unpack_q8b(packed)
 
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
         x2 = _as_rows(x, self.k, "q8b_torch linear")
@@ -240,6 +272,14 @@ class Q8bTorch(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.view(*x.shape[:-1], self.n)
+
+
+class Q6Torch(Q8bTorch):
+    """Reference twin of Q6Native: its q8b twin's arithmetic on the same codes and scales (D * sc)."""
+
+    def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
+        self.n, self.k = check_packed(packed, Q6_PARTS, "q6")
+        return unpack_q6(packed).q8b()
 
 
 class Q4Torch(nn.Module):
@@ -340,7 +380,8 @@ class Q8bBackend(LinearBackend):
 
     name = "q8b"
     stored = True
-    cheap_pack = True
+    # not cheap: a tied head is stored at pull time, where the policy packs it exactly from the GGUF's blocks
+    # (packed at load from the decoded embedding, pack_q8b would requantize a Q8_0 head, not hold it)
     batch_invariant = True
 
     def __init__(self, path: native.KernelPath | None = None):
@@ -356,7 +397,6 @@ class Q8bBackend(LinearBackend):
 class Q8bTorchBackend(LinearBackend):
     name = "q8b_torch"
     stored = True
-    cheap_pack = True
     batch_invariant = True
 
     def pack(self, weight: Tensor) -> dict[str, Tensor]:
@@ -364,6 +404,36 @@ class Q8bTorchBackend(LinearBackend):
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
         return Q8bTorch(packed, bias)
+
+
+class Q6Backend(LinearBackend):
+    """q6 (pack_q6.py): a GGUF's Q6_K tensors exactly, when packed from their blocks (pack_q6_gguf); `pack`
+    here quantizes an fp32 weight on q6's grid."""
+
+    name = "q6"
+    stored = True
+    batch_invariant = True
+
+    def __init__(self, path: native.KernelPath | None = None):
+        self.path = path
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q6(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q6Native(packed, bias, native.kernels(self.path))
+
+
+class Q6TorchBackend(LinearBackend):
+    name = "q6_torch"
+    stored = True
+    batch_invariant = True
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q6(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q6Torch(packed, bias)
 
 
 class Q4MixBackend(LinearBackend):

@@ -1,5 +1,6 @@
-"""q8b holds a GGUF's Q8_0 / Q6_K / Q5_0 / Q4_0 tensors exactly, and its compiled kernel fuses and splits by
-strips like the other formats. (Batch invariance, the torch twin and parity with fp32: test_kernels.py.)"""
+"""q8b holds a GGUF's Q8_0 / Q6_K / Q5_0 / Q4_0 tensors exactly and q6 its Q6_K ones in their own bytes; a q6
+weight computes exactly what its q8b twin computes; both fuse and split by strips like the other formats.
+(Batch invariance, the torch twins and parity with fp32: test_kernels.py.)"""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from speczoo.kernels.backends import get_backend
 from speczoo.kernels.fused import FusedLinears
+from speczoo.kernels.pack_q6 import pack_q6, pack_q6_gguf, q6_from_gguf, quantize_q6, unpack_q6
 from speczoo.kernels.pack_q8b import (Q8B_GGUF_TYPES, pack_q8b, pack_q8b_gguf, q8b_from_gguf, quantize_q8b,
                                       unpack_q8b)
 from speczoo.kernels.quantized import select_strips
@@ -69,12 +71,40 @@ def test_fp32_quantizer_codes_and_scales():
     assert ((c.dequantize()[:, :70] - w).abs() <= c.a.repeat_interleave(16, 1)[:, :70] / 2 + 1e-7).all()
 
 
-def test_fused_and_strip_selected_modules_compute_the_same_columns():
+def test_q6_holds_q6_k_exactly_and_computes_its_q8b_twin():
+    n, k = 40, 768
+    raw = _gguf_blocks("Q6_K", n, k)
+    codes = q6_from_gguf(raw, "Q6_K", k)
+    assert torch.equal(codes.dequantize(), dequantize(raw.numpy(), "Q6_K"))
+    back = unpack_q6(pack_q6_gguf(raw, "Q6_K", k))
+    assert all(torch.equal(getattr(back, f), getattr(codes, f)) for f in ("u", "sc", "d"))
+    q6 = get_backend("q6").build(pack_q6_gguf(raw, "Q6_K", k), torch.ones(n))
+    q8b = get_backend("q8b").build(pack_q8b_gguf(raw, "Q6_K", k), torch.ones(n))
+    x = torch.randn(9, k, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(q6(x), q8b(x))                        # the same codes and scales, the same arithmetic
+    bytes_ = sum(t.numel() * t.element_size() for t in (q6.ql, q6.qh, q6.sc, q6.dd))
+    assert bytes_ * 8 / (48 * k) == 6.625                    # N padded to 3 strips: Q6_K's 6.56 bits, q8b's 10
+    with pytest.raises(ValueError, match="q8b"):
+        q6_from_gguf(raw, "Q8_0", k)
+
+
+def test_q6_fp32_quantizer_grid():
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(6, 300, generator=g)
+    w[2] = 0.0
+    c = quantize_q6(w)
+    assert c.u.shape == (6, 320) and c.sc.shape == (6, 20) and c.d.shape == (6, 2)
+    assert int(c.u.max()) <= 63 and not (c.u[2] != 32).any() and not c.sc[2].any()
+    assert ((c.dequantize()[:, :300] - w).norm() / w.norm()).item() < 0.03
+
+
+@pytest.mark.parametrize("fmt", ["q8b", "q6"])
+def test_fused_and_strip_selected_modules_compute_the_same_columns(fmt):
     g = torch.Generator().manual_seed(6)
     w1, w2 = torch.randn(32, 96, generator=g), torch.randn(48, 96, generator=g)
     b1, b2 = torch.randn(32, generator=g), torch.randn(48, generator=g)
-    be = get_backend("q8b")
-    m1, m2 = be.build(pack_q8b(w1), b1), be.build(pack_q8b(w2), b2)
+    be, pack = get_backend(fmt), {"q8b": pack_q8b, "q6": pack_q6}[fmt]
+    m1, m2 = be.build(pack(w1), b1), be.build(pack(w2), b2)
     fused = FusedLinears([m1, m2])
     assert fused.fused is not None
     x = torch.randn(3, 96, generator=g)
