@@ -9,9 +9,9 @@ one change simulated in PyTorch, so each cause is measured alone:
   - activations: every linear's input quantized to int8 and back, one scale (amax / 127, round half to
     even) per row ("row"), or per block of 256 or 32 inputs ("b256", "b32"), before an fp32 F.linear.
 A "kernel:" variant runs the real compiled kernels instead: "kernel:q4" the bundle's stored default
-packing, "kernel:policy" each GGUF type in the kernel format that holds it (Q4_K -> q4, the q8b types
--> q8b from their blocks, exactly; anything else -> q8b quantized from fp32), "kernel:q8b-all" every
-linear in q8b (Q4_K quantized at 8 bits from fp32). Protocol and metrics: speczoo.bench.ppl (llama-perplexity's
+packing, "kernel:policy" each GGUF type in the kernel format that holds it (Q4_K -> q4, Q6_K -> q6,
+Q8_0 / Q5_0 / Q4_0 -> q8b, from their blocks, exactly; anything else -> q8b quantized from fp32),
+"kernel:q8b-all" every linear in q8b (Q4_K quantized at 8 bits from fp32). Protocol and metrics: speczoo.bench.ppl (llama-perplexity's
 chunks). This module is a measurement script: the runtime never imports it.
 """
 
@@ -33,8 +33,9 @@ from speczoo.kernels import native
 from speczoo.kernels.backends import register
 from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import pack_q4, pack_q8, unpack_q4, unpack_q8
+from speczoo.kernels.pack_q6 import pack_q6_gguf
 from speczoo.kernels.pack_q8b import Q8B_GGUF_TYPES, pack_q8b, pack_q8b_gguf
-from speczoo.kernels.quantized import Q4Native, Q8bNative
+from speczoo.kernels.quantized import Q4Native, Q6Native, Q8bNative
 from speczoo.models.loader import build_model, packed_weights_file
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, source_gguf
@@ -125,13 +126,15 @@ class PolicyBackend(LinearBackend):
         kind = self.w.types[name]
         if kind == "Q4_K" and not self.everything:
             return self.w.stored_q4(name) or pack_q4(weight)
+        if kind == "Q6_K" and not self.everything:
+            return pack_q6_gguf(self.w.raw[name], kind, weight.shape[1])
         if kind in Q8B_GGUF_TYPES:
             return pack_q8b_gguf(self.w.raw[name], kind, weight.shape[1])
         return pack_q8b(weight)
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
         lib = native.kernels()
-        return Q4Native(packed, bias, lib) if "qs" in packed else Q8bNative(packed, bias, lib)
+        return (Q4Native if "qs" in packed else Q6Native if "ql" in packed else Q8bNative)(packed, bias, lib)
 
 
 class Weights:
