@@ -8,7 +8,7 @@ one change simulated in PyTorch, so each cause is measured alone:
     bundle's stored q4 packing where it has one, else pack_q4 now; "q8row": pack_q8, one scale per row);
   - activations: every linear's input quantized to int8 and back, one scale (amax / 127, round half to
     even) per row ("row"), or per block of 256 or 32 inputs ("b256", "b32"), before an fp32 F.linear.
-A "kernel:" variant runs the real compiled kernels instead: "kernel:q4" the bundle's stored default
+A "kernel:" variant runs the real compiled kernels instead: "kernel:q4" / "kernel:q8" the bundle's stored
 packing, "kernel:policy" each GGUF type in the kernel format that holds it (Q4_K -> q4, Q6_K -> q6,
 Q8_0 / Q5_0 / Q4_0 -> q8b, from their blocks, exactly; anything else -> q8b quantized from fp32),
 "kernel:q8b-all" every linear in q8b (Q4_K quantized at 8 bits from fp32). Protocol and metrics: speczoo.bench.ppl (llama-perplexity's
@@ -67,6 +67,7 @@ VARIANTS = {v.name: v for v in (
     Variant("today-q4mix", weights={t: "q8row" for t in NOT_Q4K}, act="row"),
     Variant("q4-all+b256", weights=EVERY, act="b256"),
     Variant("kernel:q4", kernel="q4"),
+    Variant("kernel:q8", kernel="q8"),
     Variant("kernel:policy", kernel="policy"),
     Variant("kernel:q8b-all", kernel="q8b-all"),
 )}
@@ -187,7 +188,7 @@ class Weights:
 
 
 def run_variant(v: Variant, weights: Weights, chunks: Chunks, ref, model_name: str) -> PplScore:
-    if v.kernel == "q4":
+    if v.kernel in ("q4", "q8"):
         from speczoo.zoo.weights import load_model
         model = load_model(find_bundle(model_name), v.kernel)
     elif v.kernel is not None:
