@@ -1,6 +1,6 @@
 // Integer tiles of the linear kernels, one set per instruction-set path (cpu_simd.h picks the path).
 //
-// Every path provides the same two templates over R, the rows of a register tile:
+// Every path provides the same templates over R, the rows of a register tile:
 //   q8_tile<R>(w, nq, xk, S, acc, first): acc[r][16] int32 (in memory; zeroed first when `first`) += the
 //     products of nq quads (4 inputs) of a q8 strip with rows r of the activation words xk. Where
 //     SZ_Q8_UNSIGNED is 1 the tile sums the stored codes q + 128 and the strip subtracts 128 * xsum later;
@@ -9,6 +9,9 @@
 //     integers isb = sum_g sc_g * (sum_{k in g} q * x) and imn = sum_g m_g * (sum_{k in g} x) per (row,
 //     column), then facc += ((float)isb * D - (float)imn * Dm) * sab[r], lane-wise, in that order (sab:
 //     the rows' activation scales of this super-block).
+//   group_sums<R>(quads, xk, xh, S, t): one group of 32 inputs of a q8b or q6 strip (the Quads type reads
+//     its codes: Q8bQuads, Q6Quads): t[r][h][16] = the exact integer sums of q * x over each half h of 16
+//     inputs; q8b_tile / q6_tile (below, shared) then apply the one float step of both formats.
 // Integer sums are exact in every path (each path states why its narrow intermediates cannot overflow
 // or saturate), so the tiles may sum in any order; the float steps are the same lane-wise operations
 // everywhere. That makes every path bit-identical to the scalar one. SZ_TILE is the most rows a tile
@@ -140,46 +143,32 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     }
 }
 
-// q8b: one group of 32 inputs (8 quads) of a strip: t[r][h][16] = the exact sums of q * x over half h
-// (16 inputs) for rows r. The codes are stored + 128 (vpdpbusd multiplies unsigned by signed), so each
-// half subtracts 128 * (the half's activation sum, xh).
-template <int R>
-static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-        __m512i a[R];
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) {
-            const __m512i wv = _mm512_loadu_si512((const void*)(w + (4 * h + q) * 64));
-            const int32_t* xr = xk + (4 * h + q) * S;
-#pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) a[r] = dpbusd_bcst(a[r], wv, xr + r);
-        }
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-            _mm512_store_si512((void*)(t + (2 * r + h) * 16),
-                               _mm512_sub_epi32(a[r], _mm512_slli_epi32(_mm512_set1_epi32(xh[h * S + r]), 7)));
+// q8b and q6 codes of quad jq (0..7) of a group of 32 inputs, as u8 (the stored code + BIAS): q8b's stored
+// bytes (q + 128); q6's nibble of ql[jq % 4] (low for jq < 4, high for jq >= 4) and the 2 bits of
+// qh[jq / 4] at 2 * (jq % 4), placed at bits 4-5 (no 16-bit lane shift below moves a bit into a kept
+// position of the next byte: shifts are at most 6, masks keep 2 or 4).
+struct Q8bQuads {
+    static constexpr int SHIFT = 7;  // BIAS = 128
+    const uint8_t* w;
+    __m512i operator()(int jq) const { return _mm512_loadu_si512((const void*)(w + jq * 64)); }
+};
+struct Q6Quads {
+    static constexpr int SHIFT = 5;  // BIAS = 32
+    const uint8_t *ql, *qh;
+    __m512i operator()(int jq) const {
+        const __m512i p = _mm512_loadu_si512((const void*)(ql + (jq % 4) * 64));
+        const __m512i h = _mm512_loadu_si512((const void*)(qh + (jq / 4) * 64));
+        const __m512i nib = _mm512_and_si512(jq < 4 ? p : _mm512_srli_epi16(p, 4), _mm512_set1_epi8(0x0F));
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(h, 2 * (jq % 4)), _mm512_set1_epi8(0x03));
+        return _mm512_or_si512(nib, _mm512_slli_epi16(hi, 4));
     }
-}
+};
 
-// q6: the codes of quad jq (0..7) of a group of 32 as u8 in [0, 63]: the nibble of p[jq % 4] (low for jq < 4,
-// high for jq >= 4) and the 2 bits of hb[jq / 4] at 2 * (jq % 4), placed at bits 4-5 (no 16-bit lane
-// shift below moves a bit into a kept position of the next byte: shifts are at most 6, masks keep 2 or 4).
-static inline __m512i q6_quad(const uint8_t* ql, const uint8_t* qh, int jq) {
-    const __m512i p = _mm512_loadu_si512((const void*)(ql + (jq % 4) * 64));
-    const __m512i h = _mm512_loadu_si512((const void*)(qh + (jq / 4) * 64));
-    const __m512i nib = _mm512_and_si512(jq < 4 ? p : _mm512_srli_epi16(p, 4), _mm512_set1_epi8(0x0F));
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(h, 2 * (jq % 4)), _mm512_set1_epi8(0x03));
-    return _mm512_or_si512(nib, _mm512_slli_epi16(hi, 4));
-}
-
-// q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - 32) * x over half h for rows r (vpdpbusd
-// sums u * x, then 32 * the half's activation sum comes off). ql, qh: the group's 256 + 128 code bytes.
-template <int R>
-static inline void q6_group(const uint8_t* ql, const uint8_t* qh, const int32_t* xk, const int32_t* xh, int64_t S,
-                            int32_t* t) {
+// q8b / q6: one group of 32 inputs of a strip: t[r][h][16] = the exact sums of (u - BIAS) * x over half h
+// (16 inputs) for rows r: vpdpbusd sums u * x (unsigned by signed), then BIAS * the half's activation
+// sum (xh) comes off.
+template <int R, class Quads>
+static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
         __m512i a[R];
@@ -187,15 +176,15 @@ static inline void q6_group(const uint8_t* ql, const uint8_t* qh, const int32_t*
         for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int q = 0; q < 4; ++q) {
-            const __m512i wv = q6_quad(ql, qh, 4 * h + q);
+            const __m512i wv = quads(4 * h + q);
             const int32_t* xr = xk + (4 * h + q) * S;
 #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) a[r] = dpbusd_bcst(a[r], wv, xr + r);
         }
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
-            _mm512_store_si512((void*)(t + (2 * r + h) * 16),
-                               _mm512_sub_epi32(a[r], _mm512_slli_epi32(_mm512_set1_epi32(xh[h * S + r]), 5)));
+            _mm512_store_si512((void*)(t + (2 * r + h) * 16), _mm512_sub_epi32(
+                a[r], _mm512_slli_epi32(_mm512_set1_epi32(xh[h * S + r]), Quads::SHIFT)));
     }
 }
 #elif defined(SZ_PATH_AVXVNNI) || defined(SZ_PATH_AVX2)
@@ -321,15 +310,39 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
 }
 
 
-// q8b: one group of 32 inputs (8 quads): t[r][h][16] = the exact sums of q * x over half h for rows r.
-template <int R>
-static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+// q8b and q6 codes of quad jq (0..7) of a group, as u8 (the code + BIAS), columns 0-7 (part 0) or 8-15
+// (part 1): as on AVX-512, on 32 bytes.
+struct Q8bQuads {
+    static constexpr int SHIFT = 7;  // BIAS = 128
+    const uint8_t* w;
+    __m256i operator()(int jq, int part) const { return _mm256_loadu_si256((const __m256i*)(w + jq * 64 + 32 * part)); }
+};
+struct Q6Quads {
+    static constexpr int SHIFT = 5;  // BIAS = 32
+    const uint8_t *ql, *qh;
+    __m256i operator()(int jq, int part) const {
+        const __m256i p = _mm256_loadu_si256((const __m256i*)(ql + (jq % 4) * 64 + 32 * part));
+        const __m256i h = _mm256_loadu_si256((const __m256i*)(qh + (jq / 4) * 64 + 32 * part));
+        const __m256i nib = _mm256_and_si256(jq < 4 ? p : _mm256_srli_epi16(p, 4), _mm256_set1_epi8(0x0F));
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * (jq % 4)), _mm256_set1_epi8(0x03));
+        return _mm256_or_si256(nib, _mm256_slli_epi16(hi, 4));
+    }
+};
+
+// q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r.
+// AVX-VNNI: vpdpbusd sums u * x, then BIAS * the half's activation sum comes off. AVX2: the signed codes
+// s = u - BIAS (|s| <= 128) as q8_tile does, |s| * (x * sign(s)): a vpmaddubsw pair is at most
+// 2 * 128 * 127 = 32512 and cannot saturate, widened by vpmaddwd.
+template <int R, class Quads>
+static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+#if !defined(SZ_PATH_AVXVNNI)
+    const __m256i bias = _mm256_set1_epi8((char)(1 << Quads::SHIFT)), ones = _mm256_set1_epi16(1);
+#endif
     for (int h = 0; h < 2; ++h) {
         __m256i a[R][2];
         for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_si256();
         for (int q = 0; q < 4; ++q) {
-            const __m256i w0 = _mm256_loadu_si256((const __m256i*)(w + (4 * h + q) * 64));
-            const __m256i w1 = _mm256_loadu_si256((const __m256i*)(w + (4 * h + q) * 64 + 32));
+            const __m256i w0 = quads(4 * h + q, 0), w1 = quads(4 * h + q, 1);
             const int32_t* xr = xk + (4 * h + q) * S;
 #if defined(SZ_PATH_AVXVNNI)
 #pragma GCC unroll 8
@@ -339,9 +352,7 @@ static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t*
                 a[r][1] = _mm256_dpbusd_avx_epi32(a[r][1], w1, xb);
             }
 #else
-            // as q8_tile: |q| * (x * sign(q)), |q| <= 128 and |x| <= 127, so a pair is at most 32512 in size
-            const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
-            const __m256i s0 = _mm256_xor_si256(w0, flip), s1 = _mm256_xor_si256(w1, flip);
+            const __m256i s0 = _mm256_sub_epi8(w0, bias), s1 = _mm256_sub_epi8(w1, bias);
             const __m256i u0 = _mm256_abs_epi8(s0), u1 = _mm256_abs_epi8(s1);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
@@ -352,8 +363,8 @@ static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t*
 #endif
         }
         for (int r = 0; r < R; ++r) {
-#if defined(SZ_PATH_AVXVNNI)  // codes stored + 128: subtract 128 * (the half's activation sum)
-            const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), 7);
+#if defined(SZ_PATH_AVXVNNI)
+            const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), Quads::SHIFT);
             a[r][0] = _mm256_sub_epi32(a[r][0], corr);
             a[r][1] = _mm256_sub_epi32(a[r][1], corr);
 #endif
@@ -362,51 +373,6 @@ static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t*
         }
     }
     (void)xh;
-}
-
-// q6: the codes of quad jq (0..7) of a group as u8 in [0, 63], columns 0-7 (half 0) or 8-15 (half 1) of
-// the 64 bytes: as the AVX-512 q6_quad, on 32 bytes.
-static inline __m256i q6_quad(const uint8_t* ql, const uint8_t* qh, int jq, int half) {
-    const __m256i p = _mm256_loadu_si256((const __m256i*)(ql + (jq % 4) * 64 + 32 * half));
-    const __m256i h = _mm256_loadu_si256((const __m256i*)(qh + (jq / 4) * 64 + 32 * half));
-    const __m256i nib = _mm256_and_si256(jq < 4 ? p : _mm256_srli_epi16(p, 4), _mm256_set1_epi8(0x0F));
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * (jq % 4)), _mm256_set1_epi8(0x03));
-    return _mm256_or_si256(nib, _mm256_slli_epi16(hi, 4));
-}
-
-// q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - 32) * x over half h for rows r: the
-// sums of u * x (vpdpbusd, or vpmaddubsw: u <= 63, so a pair is at most 2 * 63 * 127 = 16002 and cannot
-// saturate, widened by vpmaddwd), less 32 * the half's activation sum.
-template <int R>
-static inline void q6_group(const uint8_t* ql, const uint8_t* qh, const int32_t* xk, const int32_t* xh, int64_t S,
-                            int32_t* t) {
-#if !defined(SZ_PATH_AVXVNNI)
-    const __m256i ones = _mm256_set1_epi16(1);
-#endif
-    for (int h = 0; h < 2; ++h) {
-        __m256i a[R][2];
-        for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_si256();
-        for (int q = 0; q < 4; ++q) {
-            const __m256i w0 = q6_quad(ql, qh, 4 * h + q, 0), w1 = q6_quad(ql, qh, 4 * h + q, 1);
-            const int32_t* xr = xk + (4 * h + q) * S;
-#pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) {
-                const __m256i xb = _mm256_set1_epi32(xr[r]);
-#if defined(SZ_PATH_AVXVNNI)
-                a[r][0] = _mm256_dpbusd_avx_epi32(a[r][0], w0, xb);
-                a[r][1] = _mm256_dpbusd_avx_epi32(a[r][1], w1, xb);
-#else
-                a[r][0] = _mm256_add_epi32(a[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xb), ones));
-                a[r][1] = _mm256_add_epi32(a[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, xb), ones));
-#endif
-            }
-        }
-        for (int r = 0; r < R; ++r) {
-            const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), 5);
-            _mm256_storeu_si256((__m256i*)(t + (2 * r + h) * 16), _mm256_sub_epi32(a[r][0], corr));
-            _mm256_storeu_si256((__m256i*)(t + (2 * r + h) * 16 + 8), _mm256_sub_epi32(a[r][1], corr));
-        }
-    }
 }
 #elif defined(SZ_FLOAT_NEON)
 #define SZ_TILE 4
@@ -591,51 +557,36 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
 }
 
 
-// q8b: one group of 32 inputs (8 quads): t[r][h][16] = the exact sums of q * x over half h for rows r.
-template <int R>
-static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
-    const uint8x16_t flip = vdupq_n_u8(0x80);  // stored q + 128 -> q
-    for (int h = 0; h < 2; ++h) {
-        int32x4_t a[R][4];
-        for (int r = 0; r < R; ++r)
-            for (int m = 0; m < 4; ++m) a[r][m] = vdupq_n_s32(0);
-        for (int q = 0; q < 4; ++q) {
-            int8x16_t wq[4];
-            for (int m = 0; m < 4; ++m)
-                wq[m] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(w + (4 * h + q) * 64 + 16 * m), flip));
-            const int32_t* xr = xk + (4 * h + q) * S;
-            for (int r = 0; r < R; ++r) {
-                const int8x16_t xb = sz_bcast(xr + r);
-                for (int m = 0; m < 4; ++m) a[r][m] = sz_dot(a[r][m], wq[m], xb);
-            }
-        }
-        for (int r = 0; r < R; ++r)
-            for (int m = 0; m < 4; ++m) vst1q_s32(t + (2 * r + h) * 16 + 4 * m, a[r][m]);
+// q8b and q6 codes of quad jq (0..7) of a group, as u8 (the code + BIAS), columns 4m .. 4m + 3.
+struct Q8bQuads {
+    static constexpr int SHIFT = 7;  // BIAS = 128
+    const uint8_t* w;
+    uint8x16_t operator()(int jq, int m) const { return vld1q_u8(w + jq * 64 + 16 * m); }
+};
+struct Q6Quads {
+    static constexpr int SHIFT = 5;  // BIAS = 32
+    const uint8_t *ql, *qh;
+    uint8x16_t operator()(int jq, int m) const {
+        const uint8x16_t p = vld1q_u8(ql + (jq % 4) * 64 + 16 * m), hb = vld1q_u8(qh + (jq / 4) * 64 + 16 * m);
+        const uint8x16_t lo = jq < 4 ? vandq_u8(p, vdupq_n_u8(0x0F)) : vshrq_n_u8(p, 4);
+        const uint8x16_t hi = vandq_u8(vshlq_u8(hb, vdupq_n_s8((int8_t)(-2 * (jq % 4)))), vdupq_n_u8(0x03));
+        return vorrq_u8(lo, vshlq_n_u8(hi, 4));
     }
-    (void)xh;
-}
+};
 
-// q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - 32) * x over half h for rows r; the codes
-// are unpacked to signed bytes u - 32 (the nibble, the 2 high bits at bits 4-5, less 32).
-template <int R>
-static inline void q6_group(const uint8_t* ql, const uint8_t* qh, const int32_t* xk, const int32_t* xh, int64_t S,
-                            int32_t* t) {
-    const uint8x16_t nib = vdupq_n_u8(0x0F), two = vdupq_n_u8(0x03);
+// q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r,
+// on the signed codes u - BIAS (sdot, or smull with pairwise widening).
+template <int R, class Quads>
+static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+    const uint8x16_t bias = vdupq_n_u8((uint8_t)(1 << Quads::SHIFT));
     for (int h = 0; h < 2; ++h) {
         int32x4_t a[R][4];
         for (int r = 0; r < R; ++r)
             for (int m = 0; m < 4; ++m) a[r][m] = vdupq_n_s32(0);
         for (int q = 0; q < 4; ++q) {
-            const int jq = 4 * h + q;
             int8x16_t wq[4];
-            for (int m = 0; m < 4; ++m) {
-                const uint8x16_t p = vld1q_u8(ql + (jq % 4) * 64 + 16 * m);
-                const uint8x16_t hb = vld1q_u8(qh + (jq / 4) * 64 + 16 * m);
-                const uint8x16_t lo = jq < 4 ? vandq_u8(p, nib) : vshrq_n_u8(p, 4);
-                const uint8x16_t hi = vandq_u8(vshlq_u8(hb, vdupq_n_s8((int8_t)(-2 * (jq % 4)))), two);
-                wq[m] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8(hi, 4))), vdupq_n_s8(32));
-            }
-            const int32_t* xr = xk + jq * S;
+            for (int m = 0; m < 4; ++m) wq[m] = vreinterpretq_s8_u8(vsubq_u8(quads(4 * h + q, m), bias));
+            const int32_t* xr = xk + (4 * h + q) * S;
             for (int r = 0; r < R; ++r) {
                 const int8x16_t xb = sz_bcast(xr + r);
                 for (int m = 0; m < 4; ++m) a[r][m] = sz_dot(a[r][m], wq[m], xb);
@@ -689,33 +640,30 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     (void)xp;
     q4_float_update<R>(isb, imn, ddb, sab, facc);
 }
-// q8b: one group of 32 inputs (8 quads): t[r][h][16] = the exact sums of q * x over half h for rows r.
-template <int R>
-static inline void q8b_group(const uint8_t* w, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
-    for (int r = 0; r < R; ++r)
-        for (int h = 0; h < 2; ++h)
-            for (int c = 0; c < 16; ++c) {
-                int32_t a = 0;
-                for (int q = 4 * h; q < 4 * h + 4; ++q)
-                    for (int i = 0; i < 4; ++i) a += sz_act(xk + q * S + r, i) * ((int32_t)w[q * 64 + c * 4 + i] - 128);
-                t[(2 * r + h) * 16 + c] = a;
-            }
-    (void)xh;
-}
-// q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - 32) * x over half h for rows r.
-template <int R>
-static inline void q6_group(const uint8_t* ql, const uint8_t* qh, const int32_t* xk, const int32_t* xh, int64_t S,
-                            int32_t* t) {
+// q8b and q6 code of column c, input i of quad jq (0..7) of a group, as the code + BIAS.
+struct Q8bQuads {
+    static constexpr int SHIFT = 7;  // BIAS = 128
+    const uint8_t* w;
+    int32_t operator()(int jq, int c, int i) const { return w[jq * 64 + c * 4 + i]; }
+};
+struct Q6Quads {
+    static constexpr int SHIFT = 5;  // BIAS = 32
+    const uint8_t *ql, *qh;
+    int32_t operator()(int jq, int c, int i) const {
+        const uint8_t p = ql[(jq % 4) * 64 + c * 4 + i], hb = qh[(jq / 4) * 64 + c * 4 + i];
+        return (jq < 4 ? p & 15 : p >> 4) | (((hb >> (2 * (jq % 4))) & 3) << 4);
+    }
+};
+
+// q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r.
+template <int R, class Quads>
+static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
     for (int r = 0; r < R; ++r)
         for (int h = 0; h < 2; ++h)
             for (int c = 0; c < 16; ++c) {
                 int32_t a = 0;
                 for (int jq = 4 * h; jq < 4 * h + 4; ++jq)
-                    for (int i = 0; i < 4; ++i) {
-                        const uint8_t p = ql[(jq % 4) * 64 + c * 4 + i], hb = qh[(jq / 4) * 64 + c * 4 + i];
-                        const int32_t u = (jq < 4 ? p & 15 : p >> 4) | (((hb >> (2 * (jq % 4))) & 3) << 4);
-                        a += sz_act(xk + jq * S + r, i) * (u - 32);
-                    }
+                    for (int i = 0; i < 4; ++i) a += sz_act(xk + jq * S + r, i) * (quads(jq, c, i) - (1 << Quads::SHIFT));
                 t[(2 * r + h) * 16 + c] = a;
             }
     (void)xh;
@@ -740,7 +688,7 @@ static void q8b_tile(const uint8_t* w, const float* a, int64_t nq, const int32_t
                      const float* sag, int64_t S, float* facc) {
     alignas(64) int32_t t[R * 32];
     for (int64_t g = 0; g < nq / 8; ++g) {
-        q8b_group<R>(w + g * 512, xk + g * 8 * S, xh + g * 2 * S, S, t);
+        group_sums<R>(Q8bQuads{w + g * 512}, xk + g * 8 * S, xh + g * 2 * S, S, t);
         q8b_float_update<R>(t, a + g * 32, sag + g * S, facc);
     }
 }
@@ -754,7 +702,7 @@ static void q6_tile(const uint8_t* ql, const uint8_t* qh, const float* a, int64_
                     const int32_t* xh, const float* sag, int64_t S, float* facc) {
     alignas(64) int32_t t[R * 32];
     for (int64_t g = 0; g < nq / 8; ++g) {
-        q6_group<R>(ql + g * 256, qh + g * 128, xk + g * 8 * S, xh + g * 2 * S, S, t);
+        group_sums<R>(Q6Quads{ql + g * 256, qh + g * 128}, xk + g * 8 * S, xh + g * 2 * S, S, t);
         q8b_float_update<R>(t, a + g * 32, sag + g * S, facc);
     }
 }
