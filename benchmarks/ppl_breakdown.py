@@ -35,7 +35,7 @@ from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import pack_q4, pack_q8, unpack_q4, unpack_q8
 from speczoo.kernels.pack_q6 import pack_q6_gguf
 from speczoo.kernels.pack_q8b import Q8B_GGUF_TYPES, pack_q8b, pack_q8b_gguf
-from speczoo.kernels.quantized import Q4Native, Q6Native, Q8bNative
+from speczoo.kernels.quantized import build_compiled
 from speczoo.models.loader import build_model, packed_weights_file
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, source_gguf
@@ -134,8 +134,7 @@ class PolicyBackend(LinearBackend):
         return pack_q8b(weight)
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
-        lib = native.kernels()
-        return (Q4Native if "qs" in packed else Q6Native if "ql" in packed else Q8bNative)(packed, bias, lib)
+        return build_compiled(packed, bias, native.kernels())
 
 
 class Weights:

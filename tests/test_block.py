@@ -11,7 +11,9 @@ from tiny import tiny_model, tree_mask
 from speczoo.cache import KVCache
 from speczoo.kernels.backends import get_backend, register
 from speczoo.kernels.block import NativeBlock, NativeStack
+from speczoo.kernels import native
 from speczoo.kernels.linear import LinearBackend
+from speczoo.kernels.quantized import build_compiled
 from speczoo.models.base import Rotation, plan_attention
 
 FAST = ("q4", "q8", "q8b", "q6", "mixed-runs")
@@ -35,7 +37,7 @@ class MixedRuns(LinearBackend):
         return get_backend(fmt).pack(weight)
 
     def build(self, packed, bias):
-        return get_backend("q4" if "qs" in packed else "q6" if "ql" in packed else "q8b").build(packed, bias)
+        return build_compiled(packed, bias, native.kernels())
 
 
 register(MixedRuns())

@@ -113,3 +113,15 @@ def test_fused_and_strip_selected_modules_compute_the_same_columns(fmt):
     part = select_strips(m2, torch.tensor([2, 0]))
     full = m2(x)
     assert torch.equal(part(x), torch.cat([full[:, 32:48], full[:, 0:16]], dim=1))
+
+
+def test_a_packing_builds_the_module_of_its_own_format():
+    from speczoo.kernels import native
+    from speczoo.kernels.quantized import Q4Native, Q6Native, Q8bNative, Q8Native, build_compiled
+
+    w = torch.randn(16, 64, generator=torch.Generator().manual_seed(8))
+    lib = native.kernels()
+    for fmt, cls in (("q4", Q4Native), ("q6", Q6Native), ("q8b", Q8bNative), ("q8", Q8Native)):
+        assert type(build_compiled(get_backend(fmt).pack(w), None, lib)) is cls
+    with pytest.raises(ValueError, match="re-pull"):
+        build_compiled({"weight": w, "meta": torch.tensor([16, 64])}, None, lib)

@@ -161,6 +161,16 @@ _STRIP_PARTS: dict[type, tuple[str, ...]] = {Q4Native: ("qs", "sc", "mn", "dd"),
                                              Q8bNative: ("w8", "sb"), Q6Native: ("ql", "qh", "sc", "dd")}
 
 
+def build_compiled(packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels) -> nn.Module:
+    """The compiled module of whichever format `packed` holds, told by its parts (a bundle may pack each
+    tensor in the format that holds its GGUF type: q4, q6, q8b, q8)."""
+    for cls, parts in _STRIP_PARTS.items():
+        if all(p in packed for p in parts):
+            return cls(packed, bias, lib)
+    raise ValueError(f"packed weight parts {sorted(packed)} are no compiled format's "
+                     f"({[list(p) for p in _STRIP_PARTS.values()]}); re-pull the model")
+
+
 def is_compiled(mod: nn.Module) -> bool:
     """Whether `mod` is one of the compiled linears (a call into the kernel library)."""
     return type(mod) in _STRIP_PARTS
@@ -460,5 +470,4 @@ class Q4MixBackend(LinearBackend):
         return packed if err <= self.max_q4_error else pack_q8(weight)
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
-        lib = native.kernels(self.path)
-        return Q4Native(packed, bias, lib) if "qs" in packed else Q8Native(packed, bias, lib)
+        return build_compiled(packed, bias, native.kernels(self.path))
