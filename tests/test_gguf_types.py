@@ -9,10 +9,11 @@ need an importance matrix there: the random blocks cover them).
 For each type: the pull puts each weight in the kernel format zoo/policy.py's table gives it and says so
 in the manifest; the fp32 reference is gguf's own values, bit for bit; and the logits of the default
 ("mixed") backend equal those of a reference that quantizes activations as the kernels do but keeps the
-source's exact fp32 weights ("fp32-act8"), within the bound of the weight's format: fp32 rounding where the
-format holds the type exactly (Q4_K -> q4); where it does not (q8), the logits are bit for bit those of
-q8 packed from the exact fp32 values (no other loss on the way), within Q8_LOGIT_BOUND of the reference,
-and the measured weight error is under q8's ceiling. So a format that silently lost precision, or a
+source's exact fp32 weights ("fp32-act8-B", B the format's activation block), within the bound of the
+weight's format: fp32 rounding where the format holds the type exactly (Q4_K -> q4, Q6_K -> q6, Q8_0 / Q5_0
+/ Q4_0 -> q8b); where it does not (q6 or q8b from fp32), the logits are bit for bit those of that format
+packed from the exact fp32 values (no other loss on the way), within Q8_LOGIT_BOUND of the reference, and
+the measured weight error is under q8's ceiling. So a format that silently lost precision, or a
 transcode one code off, fails here.
 """
 
@@ -30,7 +31,7 @@ from torch import Tensor, nn
 
 from speczoo.cache import KVCache
 from speczoo.kernels import backends, linear
-from speczoo.kernels.quantized import quantize_rows
+from speczoo.kernels.quantized import ACT_BLOCK, quantize_blocks
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model
 from speczoo.zoo.bundle import read_manifest
@@ -45,32 +46,42 @@ Q8_LOGIT_BOUND = 0.08       # q8 weights and int8 activations through a layer an
 
 
 class Act8Linear(nn.Module):
-    """The kernels' activation quantization (int8, one scale per row) on exact fp32 weights."""
+    """The kernels' activation quantization (int8, one scale per `block` inputs of a row) on exact fp32
+    weights."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None):
+    def __init__(self, weight: Tensor, bias: Tensor | None, block: int):
         super().__init__()
-        self.weight, self.bias = weight, bias
+        self.weight, self.bias, self.block = weight, bias, block
 
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] -> [S, N]
-        xq, sa = quantize_rows(x.reshape(-1, x.shape[-1]))
-        y = F.linear(xq.float(), self.weight) * sa[:, None]
+        x2 = x.reshape(-1, x.shape[-1])
+        xq, sa = quantize_blocks(x2, self.block)                          # [S, K] int8, [S, KB]
+        y = torch.zeros(x2.shape[0], self.weight.shape[0])
+        for b in range(sa.shape[1]):
+            k0, k1 = b * self.block, min(x2.shape[1], (b + 1) * self.block)
+            y = y + F.linear(xq[:, k0:k1].float(), self.weight[:, k0:k1]) * sa[:, b:b + 1]
         y = y if self.bias is None else y + self.bias
         return y.view(*x.shape[:-1], -1)
 
 
 class Act8Backend(linear.LinearBackend):
-    name = "fp32-act8"
+    """fp32-act8-B: exact fp32 weights, activations quantized per block of B as a format's kernel does."""
+
     batch_invariant = True
+
+    def __init__(self, block: int):
+        self.block, self.name = block, f"fp32-act8-{block}"
 
     def pack(self, weight: Tensor) -> dict[str, Tensor]:
         return {"weight": weight.float()}
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
-        return Act8Linear(packed["weight"], bias)
+        return Act8Linear(packed["weight"], bias, self.block)
 
 
-if Act8Backend.name not in backends.BACKENDS:
-    backends.register(Act8Backend())
+for _block in set(ACT_BLOCK.values()):
+    if f"fp32-act8-{_block}" not in backends.BACKENDS:
+        backends.register(Act8Backend(_block))
 
 
 @pytest.fixture
@@ -105,14 +116,15 @@ def _check_pulled(path, kind: str, want: dict[str, Tensor] | None = None) -> Non
     ref = reference_tensors(bundle)                              # gguf's values, bit for bit
     assert want is None or all(torch.equal(ref[k].view(torch.int32), want[k].view(torch.int32)) for k in want)
 
-    fast, exact_weights = _logits(load_model(bundle, "mixed")), _logits(load_model(bundle, "fp32-act8"))
+    exact_weights = _logits(load_model(bundle, f"fp32-act8-{ACT_BLOCK[rule.format]}"))
+    fast = _logits(load_model(bundle, "mixed"))
     err = _rel(fast, exact_weights)
     if rule.exact:
         assert rows[0].err2 == 0.0 and err < EXACT_BOUND, (kind, err)
     else:
-        assert rule.format == "q8"
+        assert rule.format in ("q6", "q8b")
         assert 0.0 < rows[0].relative_error < Q8_ERROR_CEILING, (kind, rows[0].relative_error)
-        assert torch.equal(fast, _logits(build_model(ModelArgs.from_json(bundle / "config.json"), ref, "q8")))
+        assert torch.equal(fast, _logits(build_model(ModelArgs.from_json(bundle / "config.json"), ref, rule.format)))
         assert err < Q8_LOGIT_BOUND, (kind, err)
 
 

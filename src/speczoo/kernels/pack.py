@@ -32,6 +32,7 @@ PACK_LAYOUT = 2
 STRIP = 16        # output columns per kernel strip (one zmm of int32 accumulators)
 SUPER = 256       # q4 super-block length along K
 GROUP = 32        # q4 group length along K
+ABLOCK = 256      # activation inputs per int8 scale in the kernels (a q4 super-block; cpu_kernels.h SZ_ABLOCK)
 Q8_KALIGN = 32    # q8 pads K to a multiple of this (one register block of 8 x 4 inputs)
 _Q4_CHUNK = 1 << 17  # weights the q4 search takes at a time, in whole rows (its temporaries stay in cache)
 _Q8_ROW_CHUNK = 512  # rows pack_q8 quantizes at a time (its temporaries stay in cache)

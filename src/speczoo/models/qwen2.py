@@ -35,7 +35,7 @@ class Qwen2Block(nn.Module):
         self.shape_q = (args.n_heads, args.head_dim)
         self.shape_kv = (args.n_kv_heads, args.head_dim)
         # the whole block as one compiled call when every linear is a compiled kernel (else None)
-        self.native = NativeBlock.build(self.qkv.fused, self.wo, self.mlp.gate_up.fused, self.mlp.down,
+        self.native = NativeBlock.build(self.qkv.runs, self.wo, self.mlp.gate_up.runs, self.mlp.down,
                                         self.attn_norm.weight, self.ffn_norm.weight, args.norm_eps, args.n_heads,
                                         args.n_kv_heads, args.head_dim, args.act)
 
