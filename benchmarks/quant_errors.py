@@ -6,8 +6,9 @@ decide zoo/policy.py's table (docs/results.md, "Every GGUF type: the kernel form
     python -m benchmarks.quant_errors --write-gaussian IN.gguf      # an F32 model of Gaussian weights
 
 For each linear weight of each file (default: the zoo's assembled GGUFs in its downloads), and each
-candidate format: q8 (pack_q8, int8 with one scale per row), q4 by the packer's search (pack_q4), and q4
-transcoded block for block where the type has a transcoder (Q4_K), the error ||packed - source|| /
+candidate format: each of zoo/policy.py PACKERS from the fp32 values (q8: int8 with one scale per row; q8b:
+int8 per 16 inputs; q6: 6-bit per 16; q4 by the packer's search), and each format transcoded block for
+block where the type has a transcoder (Q4_K -> q4, Q6_K -> q6, Q8_0/Q5_0/Q4_0 -> q8b), the error ||packed - source|| /
 ||source|| against the tensor's own dequantized values, summed over the type's tensors. `--requant`
 also quantizes the first file's F32-decoded weights (its Q4_K/Q6_K/... values taken as the "original")
 to each type gguf can quantize, and measures those. At most --per-type tensors of each type are taken,
@@ -29,11 +30,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from speczoo.kernels.pack import Rows, WeightError, pack_q4, pack_q8
+from speczoo.kernels.pack import Rows, WeightError
 from speczoo.models.loader import LINEAR_WEIGHT_PATTERN, dequantize
 from speczoo.paths import downloads_dir
 from speczoo.zoo.gguf import open_gguf
-from speczoo.zoo.policy import POLICY, TRANSCODERS
+from speczoo.zoo.policy import PACKERS, POLICY, TRANSCODERS
 
 from benchmarks.pull_scale import write_gguf
 
@@ -49,11 +50,11 @@ def _spread(items: list, n: int) -> list:
 
 def measure(kind: str, raw: torch.Tensor, w: torch.Tensor, formats: dict[str, WeightError]) -> None:
     """Add one tensor's errors under each candidate format. raw: its blocks; w: fp32 [N, K] values."""
-    pack_q8(Rows.of(w), formats.setdefault("q8", WeightError()))
-    pack_q4(w, formats.setdefault("q4 search", WeightError()))
-    transcode = TRANSCODERS.get((kind, "q4"))
-    if transcode is not None:
-        transcode(raw, *w.shape, formats.setdefault("q4 transcode", WeightError()))
+    for fmt, pack in PACKERS.items():
+        pack(Rows.of(w), formats.setdefault(fmt if fmt != "q4" else "q4 search", WeightError()))
+    for (source, fmt), transcode in TRANSCODERS.items():
+        if source == kind:
+            transcode(kind, raw, *w.shape, formats.setdefault(f"{fmt} transcode", WeightError()))
 
 
 def _values(t) -> torch.Tensor:
