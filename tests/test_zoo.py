@@ -20,14 +20,14 @@ from tiny_gguf import write_tiny_gguf, write_tiny_hf_dir
 from speczoo import cli
 from speczoo.errors import IntegrityError, NotPulledError, SpeczooError, UnknownModelError
 from speczoo.kernels import backends, linear
-from speczoo.kernels.backends import DEFAULT_FAST_BACKEND
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, get_backend
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo import registry
 from speczoo.zoo.bundle import FORMAT_VERSION, SafetensorsWriter, check_bundle, find_bundle, read_manifest, source_gguf
 from speczoo.zoo.gguf_tokenizer import read_tokenizer
-from speczoo.zoo.pull import pull
+from speczoo.zoo.pull import pack_bundle, pull
 from speczoo.zoo.weights import load_model as load_bundle_model
 from speczoo.zoo.weights import reference_tensors
 
@@ -332,6 +332,30 @@ def test_a_plain_pull_replaces_the_old_defaults_q4_packing_and_keeps_a_named_one
     assert pull(str(path), backend="q4_torch", progress=False, log=lambda m: None).action == "packed"
     assert pull(str(path), progress=False, log=lambda m: None).action == "already"       # a named one stays
     assert read_manifest(b).packed_backends == sorted([DEFAULT_FAST_BACKEND, "q4_torch"])
+
+
+def test_a_plain_pull_repacks_a_mixed_packing_an_earlier_table_made(tmp_path):
+    """A format-4 bundle whose mixed packing put Q6_K in q8 (the table before q6) loads as it is, and a plain
+    pull re-packs it by the current table."""
+    path, _ = write_tiny_gguf(tmp_path / "m.gguf", "qwen2", tied=False, linear_type="Q6_K", dim=256, n_heads=4,
+                              head_dim=64, n_kv_heads=2, ffn_dim=512, n_layers=1)     # rows of 256 for Q6_K
+    b = pull(str(path), progress=False, log=lambda m: None).bundle
+    m = read_manifest(b)
+    assert [(r["source_type"], r["format"]) for r in m.packing[DEFAULT_FAST_BACKEND]] == [("Q6_K", "q6")]
+    fresh = _logits(load_bundle_model(b, DEFAULT_FAST_BACKEND))
+    pack_bundle(b, get_backend("q8"))                       # the bytes the earlier table stored for mixed
+    (b / "weights-q8.safetensors").replace(b / f"weights-{DEFAULT_FAST_BACKEND}.safetensors")
+    m = read_manifest(b)
+    m.packed_backends = [DEFAULT_FAST_BACKEND]
+    m.packing[DEFAULT_FAST_BACKEND] = [{**r, "format": "q8", "exact": False} for r in m.packing.pop("q8")]
+    m.files[f"weights-{DEFAULT_FAST_BACKEND}.safetensors"] = m.files.pop("weights-q8.safetensors")
+    m.write(b)
+    old = _logits(load_bundle_model(b, DEFAULT_FAST_BACKEND))      # still loads: build_compiled reads q8's parts
+    assert not torch.equal(old, fresh)
+    r = pull(str(path), progress=False, log=lambda m: None)
+    assert r.action == "packed" and "Q6_K q8 -> q6" in r.message, r.message
+    assert torch.equal(_logits(load_bundle_model(b, DEFAULT_FAST_BACKEND)), fresh) and check_bundle(b).ok
+    assert pull(str(path), progress=False, log=lambda m: None).action == "already"
 
 
 # ---------------------------------------------------------------- Hugging Face directories

@@ -43,6 +43,7 @@ from speczoo import paths
 from speczoo.errors import SpeczooError
 from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, get_backend
 from speczoo.kernels.linear import LinearBackend
+from speczoo.kernels.quantized import MixedBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import (linear_weight_sources, read_unpacked, stored_linear_sources, unpacked_names,
                                    with_tied_head)
@@ -50,7 +51,7 @@ from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
 from speczoo.zoo import bundle as B
 from speczoo.zoo import source as S
 from speczoo.zoo.registry import ZooModel, resolve
-from speczoo.zoo.policy import PackedTensor, PackReport, PackRow, check_types, pack_tensor
+from speczoo.zoo.policy import PackedTensor, PackReport, PackRow, check_types, pack_tensor, stale_rows
 from speczoo.zoo.weights import (SourceTensor, UnpackedWriter, bundle_source, iter_reader, iter_source,
                                  source_names)
 
@@ -451,6 +452,12 @@ def _reuse(src, final: Path, impl: LinearBackend | None, keep_gguf: bool, progre
             done.append(f"dropped its stored {name} LM head, packed at load from the embedding now "
                         f"(freed {freed / 1e9:.2f} GB)")
             action = "slimmed"
+    stale = stale_rows(packing_tables(final).get(impl.name, [])) if isinstance(impl, MixedBackend) else []
+    if stale:                # a packing an earlier table made (format 4 before q8b/q6: Q6_K, Q8_0 ... -> q8)
+        pack_bundle(final, impl, progress)
+        done.append(f"re-packed its {impl.name} weights by the current table (" + ", ".join(
+            f"{r.source_type} {r.format} -> {r.wanted}" for r in stale) + ")")
+        action = "packed"
     if impl is not None and impl.name not in m.packed_backends:
         pack_bundle(final, impl, progress)
         done.append(f"added {impl.name} packed weights")
