@@ -15,7 +15,7 @@ cost, in target decode steps:
     the controller assumes), then one forward per further step, each also over the ids prompt lookup
     guesses it will say (the real Guesser, decoding/drafters/guess.py; those it confirms need no step of
     their own; the controller still prices each token at a full draft step, as the engine's meter
-    does, decoding/calibrate.py);
+    does, decoding/pricing/calibrate.py);
   * the verify: the target's c_v(K + 1) plus the round overhead; a plain round: 1.
 With `--head NAME` an EAGLE head joins in: one teacher-forced target forward per recording gives the
 features the engine would hand it, and the real EagleDrafter (chain and tree) drafts from them, round
@@ -29,7 +29,7 @@ offline; the replay stops its chain there in every mode alike.
 Cost profiles: the recordings carry the costs measured when they were made, but `auto` must hold on
 every kernel path, whatever its costs. `--profile NAME` replays them under a built-in profile of one
 path's shape (replay_profiles.py: cheap-verify, dear-verify, dear-draft), `--profile FILE.json` under a
-measured one (a target's profile as decoding/costprofile.py saves it, `speczoo cv MODEL --json` or a
+measured one (a target's profile as decoding/pricing/profile.py saves it, `speczoo cv MODEL --json` or a
 bundle's cost-<backend>.json; the draft's with `--draft-profile`). The controller is then handed exactly those
 costs, as if the engine's meter had already learnt them. The report is per category of the suite (the
 recordings' `{category}-{question_id}` names; a built-in prompt is a category of its own): each mode's
@@ -47,18 +47,21 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from speczoo.decoding.controller import NONE, Controller
-from speczoo.decoding.cost import Costs, CvCurve
+from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.drafters.base import Drafter
-from speczoo.decoding.drafters.draft_model import GUESS_MAX, agreeing_prefix
+from speczoo.decoding.drafters.draft_model import agreeing_prefix, reduced_head
 from speczoo.decoding.drafters.guess import Guesser
-from speczoo.decoding.round import Generation, Plan, run_round, verify_recorded
+from speczoo.decoding.drafters.registry import BUILTIN, EAGLE_HEAD
+from speczoo.decoding.round import Generation, RoundPlan, run_round, verify_recorded
+from speczoo.decoding.tuning import DRAFTING, PRICING
 from speczoo.decoding.types import Draft
 
 from benchmarks.replay_profiles import PROFILES, load_profile
 from benchmarks.replay_report import AUTO_FLOOR, print_report
 
 MODES = ("ngram", "draft", "auto")
-EAGLE_MODES = ("eagle", "eagle-tree")
+EAGLE_MODES = tuple(s.name for s in BUILTIN if s.takes_name == EAGLE_HEAD)
+NOT_AUTO = frozenset(s.name for s in BUILTIN if not s.auto)      # as the runtime's `auto` (their descriptors)
 
 
 @dataclass
@@ -72,7 +75,7 @@ class Recording:
     draft_cv: dict[int, float] = field(default_factory=dict)    # the draft's own forward cost over S ids,
     #                                                             in draft steps (1 id = 1.0)
     draft_step: float = 0.3     # the draft's step in target steps
-    round_overhead: float = 0.02
+    round_overhead: float = PRICING.round_overhead
 
 
 class RecordedDraft(Drafter):
@@ -90,7 +93,7 @@ class RecordedDraft(Drafter):
         self.fed: list[int] = []
         self.spent = 0.0
         self._cv = CvCurve.measured(rec.draft_cv) if rec.draft_cv else CvCurve.constant(1.0)
-        self.guesser = Guesser(self._cv, GUESS_MAX) if guesses else None
+        self.guesser = Guesser(self._cv, DRAFTING.guess_max) if guesses else None
 
     def reset(self) -> None:
         self.fed = []
@@ -164,7 +167,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
            auto_excludes: frozenset[str] = frozenset()) -> Replay:
     """Replay `mode` (ngram | draft | eagle | eagle-tree | auto) on the recording: the engine's own rounds
     (decoding/round.py), verified against the recorded greedy output; `auto` offers the EAGLE drafters too when `eagle` is
-    given, less `auto_excludes` (as the runtime's). controller: the Controller class (or a factory with
+    given, less `auto_excludes` (NOT_AUTO: as the runtime's). controller: the Controller class (or a factory with
     its signature) to judge: the default is the shipped one."""
     from speczoo.decoding.drafters.ngram import NgramDrafter
 
@@ -204,7 +207,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
     steps0 = sum(d.steps for d in readers)                   # head steps from here on are the rounds'
     by: dict[str, int] = {}
 
-    def verify(g: Generation, plan: Plan):                   # run_round's Verifier: the recording's verdict
+    def verify(g: Generation, plan: RoundPlan):                   # run_round's Verifier: the recording's verdict
         i = len(g.out)                                       # out[i] is this round's a0
         verdict, judged = verify_recorded(plan, out, i)
         for d in readers:                                    # a0 and the accepted tokens, to every head
@@ -227,17 +230,17 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
 def record(rt, prompt_ids: list[int], gen: int) -> Recording:
     """Run the target greedily on the prompt and the draft teacher-forced over the output; take the
     costs from the runtime's profiles (the draft's own c_v curve included)."""
-    from speczoo.decoding.costprofile import load_or_measure
+    from speczoo.decoding.pricing.profile import load_or_measure
     from benchmarks.draft_replay import teacher
 
     t = teacher(rt, prompt_ids, gen)
-    tp, dp = load_or_measure(rt.target), load_or_measure(rt.draft)
+    tp, dp = load_or_measure(rt.target, draft_head=reduced_head), load_or_measure(rt.draft, draft_head=reduced_head)
     step_ms = dp.get("draft_ms", dp["ms"]["1"])
     head_saving = dp["ms"]["1"] - step_ms         # a catch-up forward ends in the same reduced head
     draft_cv = {int(s): (ms - head_saving) / step_ms for s, ms in dp["ms"].items()}
     return Recording(prompt=prompt_ids, out=t.out, guess=t.guess, sure=t.sure,
                      target_cv={int(s): c for s, c in tp["cv"].items()}, draft_cv=draft_cv,
-                     draft_step=step_ms / tp["ms"]["1"], round_overhead=0.02)
+                     draft_step=step_ms / tp["ms"]["1"], round_overhead=PRICING.round_overhead)
 
 
 def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recording],
@@ -249,15 +252,14 @@ def eagle_features(target: str, head_name: str, tree: str, recs: dict[str, Recor
     from speczoo.cache import KVCache
     from speczoo.runtime import load
     from speczoo.decoding.drafters.eagle import TreeShape
-    from speczoo.eagle_heads import EagleHeads
+    from speczoo.eagle_drafters import head_step_cost, load_for
+    from speczoo.zoo.heads import find_head
 
     depth, branch = (int(x) for x in tree.split(","))
     t = load(target)
-    heads = EagleHeads(target, t.model, max_seq=4096, backend=t.backend)
-    entry = heads.resolve("eagle:" + head_name)
-    head = heads.head(entry)
+    head = load_for(find_head(head_name), t.model, target, t.backend)
     if step is None:
-        step = heads.step_cost(entry)
+        step = head_step_cost(head, t.model, t.model.args)
     print(f"EAGLE head {head_name}: a draft step costs {step:.3f} target steps", flush=True)
     out = {}
     for name, rec in recs.items():
@@ -303,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replay", type=Path, default=None, help="replay saved recordings (no model runs)")
     ap.add_argument("--profile", action="append", default=[], metavar="NAME|FILE.json",
                     help=f"replay under this cost profile instead of the recordings' own: one of "
-                         f"{', '.join(PROFILES)}, or a target's profile file as decoding/costprofile.py saves it; "
+                         f"{', '.join(PROFILES)}, or a target's profile file as decoding/pricing/profile.py saves it; "
                          "comma-separated or repeated for several")
     ap.add_argument("--draft-profile", type=Path, default=None, metavar="FILE.json",
                     help="the draft model's profile file, pricing its step against a measured --profile")
@@ -324,8 +326,6 @@ def main(argv: list[str] | None = None) -> int:
         recs = load_recordings(args.replay)
     else:
         recs = record_all(args)
-    from speczoo.runtime import AUTO_EXCLUDES
-
     heads = eagle_features(args.target, args.head, args.tree, recs, args.eagle_step) if args.head else {}
     modes = ("ngram", "draft", *(EAGLE_MODES if heads else ()), "auto")
     holds = True
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             priced = {n: replace(r, draft_step=args.draft_ratio) for n, r in priced.items()}
         title = "recordings' own costs" if profile is None else profile.describe()
         print(title if args.draft_ratio is None else f"{title} (draft step {args.draft_ratio:g})")
-        results = replay_all(priced, modes, args.k, heads, AUTO_EXCLUDES)
+        results = replay_all(priced, modes, args.k, heads, NOT_AUTO)
         holds &= print_report(priced, results, modes, args.each).holds
         print()
     if len(profiles) > 1:

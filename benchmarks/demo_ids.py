@@ -16,7 +16,7 @@ from pathlib import Path
 
 def demo_ids(model: str, gen: int, specs: list[str]) -> dict[str, list[int]]:
     from speczoo.bench.prompts import BUILTIN_PROMPTS
-    from speczoo.events import GenerationRequest
+    from speczoo.request import GenerationRequest
     from speczoo.runtime import load_runtime
 
     rt = load_runtime(model)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from speczoo.decoding.cost import round_cost
+from speczoo.decoding.pricing.cost import round_cost
 
 
 @dataclass
@@ -65,13 +65,13 @@ def teacher(rt, prompt_ids: list[int], gen: int) -> Teacher:
     import torch
 
     from speczoo.bench.ab import run_request
-    from speczoo.decoding.costprofile import draft_head
+    from speczoo.decoding.drafters.draft_model import reduced_head
     from speczoo.cache import KVCache
-    from speczoo.events import GenerationRequest
+    from speczoo.request import GenerationRequest
 
     out = run_request(rt, GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=gen, spec="ngram")).ids
     seq = prompt_ids + out
-    head = draft_head(rt.draft)
+    head = reduced_head(rt.draft.model)
     if head is not None:
         head.keep(prompt_ids)
     cache = KVCache(rt.draft.args, len(seq) + 1)

@@ -19,11 +19,13 @@ A measurement script, never imported by the runtime.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 
 from speczoo.bench.ab import run_request
-from speczoo.events import GenerationRequest
+from speczoo.decoding.drafters.registry import EAGLE_HEAD
+from speczoo.request import GenerationRequest
 
 OFF = "off"
 NOGUESS = "draft-noguess"
@@ -63,28 +65,34 @@ def interleaved(runtime, prompt_ids: list[int], modes: list[str], k: int, gen: i
     return out
 
 
+_NOEAGLE: dict[int, tuple[object, object]] = {}    # id(engine) -> (engine, its variant for NOEAGLE), reused
+
+
 def run_mode(runtime, req: GenerationRequest):
-    """Run a request; the mode NOEAGLE runs as "auto" with the EAGLE drafters left out of it."""
+    """Run a request; the mode NOEAGLE runs as "auto" on a variant of the runtime's engine whose EAGLE
+    drafters `auto` may not pick (one variant per engine, reused, so it calibrates across its runs)."""
     if req.spec != NOEAGLE:
         return run_request(runtime, req)
     eng = runtime.engine
-    before = eng.auto_excludes
-    eng.auto_excludes = before | {"eagle", "eagle-tree"}
+    if id(eng) not in _NOEAGLE:
+        specs = [dataclasses.replace(s, auto=False) if s.takes_name == EAGLE_HEAD else s for s in eng.drafters.values()]
+        _NOEAGLE[id(eng)] = (eng, eng.offering(specs))
+    runtime.engine = _NOEAGLE[id(eng)][1]
     try:
         return run_request(runtime, GenerationRequest(**{**req.__dict__, "spec": "auto"}))
     finally:
-        eng.auto_excludes = before
+        runtime.engine = eng
 
 
 def add_noguess(rt) -> None:
     """Offer the draft model without guesses as the mode NOGUESS, at the draft's price (not in auto)."""
     from speczoo.decoding.drafters.draft_model import make_draft_drafter
 
-    if rt.draft is None:
+    if "draft" not in rt.engine.drafters:
         raise ValueError(f"{NOGUESS} needs a draft model")
-    eng = rt.engine
-    eng.offer(NOGUESS, make_draft_drafter(rt.draft, rt.target, rt.max_seq),
-              cost_per_token=eng.costs.draft_cost["draft"], exclude_auto=True)
+    draft = rt.engine.drafters["draft"]
+    rt.engine = rt.engine.offer(dataclasses.replace(draft, name=NOGUESS, auto=False, takes_name=None, names=(),
+                                                    factory=make_draft_drafter(rt.draft, rt.target, rt.max_seq)))
 
 
 def paired_ratio(a: ModeRuns, b: ModeRuns) -> float:

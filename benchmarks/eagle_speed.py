@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from speczoo.runtime import load
     from speczoo.decoding.eagle.config import head_config_for
     from speczoo.decoding.eagle.head import EagleHead
-    from speczoo.eagle_heads import head_step_ms
+    from speczoo.eagle_drafters import head_step_ms
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.eagle_speed", description=__doc__.split("\n")[0])
     p.add_argument("target")

@@ -8,7 +8,7 @@ prompt plus the answer so far, the drafter names its situation (NgramIndex.situa
 and whether the suffix's recent occurrences agree), and its lookup of K tokens is compared with what the
 target really wrote next. Prints, per situation and per group of categories (echo: output copies the
 input; prose: the rest), how many positions fell in it, P(first draft token accepted) and the mean
-accepted run. The drafter's SITUATION_PRIORS come from the "all" rows of this table. Model-free apart
+accepted run. Drafting.situation_priors (decoding/tuning.py) come from the "all" rows of this table. Model-free apart
 from the tokenizer; a measurement script, never imported by the runtime.
 """
 

@@ -1,5 +1,5 @@
 """What handing the controller re-calibrated costs every few rounds buys (decoding/round.py
-RECALIBRATE_EVERY): `auto` on the built-in demo prompts, live, with the shipped interval against
+Pricing.recalibrate_every): `auto` on the built-in demo prompts, live, with the shipped interval against
 calibrating once at the first round, interleaved, median tok/s of each.
 
     python -m benchmarks.recalibrate_ab [--every 4] [--runs 2] [--gen 128]
@@ -18,25 +18,24 @@ NEVER = 10**9       # calibrated costs handed over at the first round only
 
 def measure(every: int, runs: int, gen: int) -> list[tuple[str, float, float]]:
     """(prompt, median tok/s at `every`, median tok/s calibrating once) per built-in prompt."""
-    import speczoo.decoding.round as rnd
+    from speczoo.decoding.tuning import PRICING
     from speczoo.bench.prompts import BUILTIN_PROMPTS
-    from speczoo.events import GenerationRequest
+    from speczoo.request import GenerationRequest
     from speczoo.runtime import load_runtime
 
     rt = load_runtime("qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b")
     res: dict[tuple[int, str], list[float]] = {}
-    shipped = rnd.RECALIBRATE_EVERY
     try:
         for _ in range(runs):
             for interval in (every, NEVER):
-                rnd.RECALIBRATE_EVERY = interval
+                rt.engine.pricing = dataclasses.replace(PRICING, recalibrate_every=interval)
                 for p in BUILTIN_PROMPTS:
                     rt.engine.costs = dataclasses.replace(rt.engine.costs)     # a new profile object: a fresh meter
                     ids = rt.chat_ids([{"role": "user", "content": p.message}])
                     *_, done = rt.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=gen, spec="auto"))
                     res.setdefault((interval, p.name), []).append(done.stats.new_tokens / done.stats.seconds)
     finally:
-        rnd.RECALIBRATE_EVERY = shipped
+        rt.engine.pricing = PRICING
     return [(p.name, statistics.median(res[(every, p.name)]), statistics.median(res[(NEVER, p.name)]))
             for p in BUILTIN_PROMPTS]
 

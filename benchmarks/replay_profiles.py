@@ -4,7 +4,7 @@ The recordings carry the costs measured when they were made, but `auto` must hol
 whatever its costs. A profile re-prices a recording (its tokens and confidences unchanged): PROFILES
 holds three built-in shapes (cheap-verify, dear-verify, dear-draft; how each was chosen:
 docs/tuning.md), and `load_profile` reads a measured one (a target's profile as
-decoding/costprofile.py saves it, `speczoo cv MODEL --json` or a bundle's cost-<backend>.json, and
+decoding/pricing/profile.py saves it, `speczoo cv MODEL --json` or a bundle's cost-<backend>.json, and
 optionally the draft's). Pure data; it never runs a model.
 """
 
@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from speczoo.decoding.cost import CvCurve
+from speczoo.decoding.pricing.cost import CvCurve
+from speczoo.decoding.tuning import PRICING
 
 if TYPE_CHECKING:
     from benchmarks.auto_replay import Recording
@@ -34,7 +35,7 @@ class Profile:
     target_cv: dict[int, float]
     draft_step: float | None = None
     draft_cv: dict[int, float] | None = None
-    round_overhead: float = 0.02
+    round_overhead: float = PRICING.round_overhead
 
     def __post_init__(self) -> None:
         CvCurve.measured(self.target_cv, source=self.name)          # raises on a malformed curve
@@ -72,7 +73,7 @@ PROFILES = {
 
 
 def measured_profile(target: dict, draft: dict | None = None, name: str = "measured") -> Profile:
-    """A profile from decoding/costprofile.py's saved form: the target's {"ms", "cv"}; the draft's step
+    """A profile from decoding/pricing/profile.py's saved form: the target's {"ms", "cv"}; the draft's step
     from the draft model's profile ("draft_ms", its reduced-head step, else its "ms" at S = 1), over the
     target's step, and its rows from its "draft_cv" (else "cv"), as runtime_costs prices them."""
     cv = _curve(target, "cv", name)
@@ -85,7 +86,7 @@ def measured_profile(target: dict, draft: dict | None = None, name: str = "measu
 
 def _curve(data: dict, key: str, name: str) -> dict[int, float]:
     if not isinstance(data, dict) or not isinstance(data.get(key), dict):
-        raise ValueError(f"{name}: no {key!r} table; expected a cost profile as decoding/costprofile.py "
+        raise ValueError(f"{name}: no {key!r} table; expected a cost profile as decoding/pricing/profile.py "
                          'saves it ({"ms": {"1": ...}, "cv": {"1": 1.0, "2": ...}}: `speczoo cv MODEL --json`)')
     try:
         return {int(s): float(c) for s, c in data[key].items()}

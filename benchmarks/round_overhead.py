@@ -1,5 +1,5 @@
 """What a round costs outside the target's forward, in target decode steps: the controller's
-`round_overhead` (decoding/cost.py), measured.
+`round_overhead` (decoding/pricing/cost.py), measured.
 
     python -m benchmarks.round_overhead [--model qwen2.5-coder-1.5b] [--specs off,ngram] [--gen 96]
 
@@ -17,7 +17,7 @@ import time
 def measure(model_name: str, specs: list[str], gen: int) -> list[tuple[str, str, int, float, float]]:
     """(spec, prompt, rounds, ms per round outside the forward, the same in target steps) per run."""
     from speczoo.bench.prompts import BUILTIN_PROMPTS
-    from speczoo.events import GenerationRequest
+    from speczoo.request import GenerationRequest
     from speczoo.runtime import load_runtime
 
     rt = load_runtime(model_name)

@@ -1,4 +1,4 @@
-"""What fading a drafter's stale price buys (decoding/calibrate.py STALE_HALF_LIFE): a live A/B in one
+"""What fading a drafter's stale price buys (Pricing.stale_half_life, decoding/pricing/calibrate.py): a live A/B in one
 long-lived process, on prompts where `auto` drafts with the draft model.
 
     python -m benchmarks.stale_ab [--half-lives 64,inf,16] [--reps 3] [--gen 96] [--quiet 6]
@@ -31,7 +31,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
-from speczoo.decoding import calibrate
 
 SHORT = {"draft": "D", "ngram": "N", "none": "-"}
 # Built-in questions (bench/data/questions.jsonl) where prompt lookup finds little and `auto` drafts with
@@ -73,12 +72,13 @@ def cpu_burst(threads: int) -> Iterator[subprocess.Popen]:
 def run_sequence(engine, prompts: list[list[int]], gen: int, half_life: float,
                  burst: Callable[[], AbstractContextManager] | None) -> Sequence:
     """One arm: a fresh meter, the first request under `burst` (when given), the rest timed as the quiet
-    stretch, all with `auto` and the meter's STALE_HALF_LIFE set to `half_life`."""
+    stretch, all with `auto` and the meter's Pricing.stale_half_life set to `half_life` (the engine's
+    shipped Pricing is restored after)."""
     from speczoo.decoding.round import Finished, Round
-    from speczoo.events import GenerationRequest
+    from speczoo.request import GenerationRequest
 
     engine.costs = dataclasses.replace(engine.costs)      # a new profile object: a fresh meter
-    shipped, calibrate.STALE_HALF_LIFE = calibrate.STALE_HALF_LIFE, half_life
+    shipped, engine.pricing = engine.pricing, dataclasses.replace(engine.pricing, stale_half_life=half_life)
     seq = Sequence()
     try:
         for i, ids in enumerate(prompts):
@@ -94,7 +94,7 @@ def run_sequence(engine, prompts: list[list[int]], gen: int, half_life: float,
             if i == 0:
                 seq.priced = engine.meter.costs().draft_cost.get("draft", math.nan)
     finally:
-        calibrate.STALE_HALF_LIFE = shipped
+        engine.pricing = shipped
     return seq
 
 

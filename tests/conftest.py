@@ -1,13 +1,4 @@
-"""Fixtures shared by several test files (opt-in: a file names them in `pytestmark`)."""
+"""The shared fixtures (tests/fixtures.py) for the tests here. Helpers that are not fixtures live in helper
+modules (tiny.py, reference.py, offered.py, ...), never in a test file: no test file imports another."""
 
-import pytest
-import torch
-
-
-@pytest.fixture
-def one_thread():
-    """Tiny tensors: OpenMP's thread hand-offs cost more than the math on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from fixtures import one_thread, session_home, trained  # noqa: F401  (fixtures are found by name in a conftest)

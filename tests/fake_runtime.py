@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from speczoo.errors import CacheFullError
-from speczoo.events import DoneEvent, GenerationRequest, Stats, TokenEvent
+from speczoo.events import DoneEvent, Stats, TokenEvent
+from speczoo.request import GenerationRequest
 
 EOS = 256
 # Words the fake "model" speaks; multi-byte ones check UTF-8-safe streaming.

@@ -9,7 +9,8 @@ from speczoo.zoo.bundle import find_bundle, source_gguf
 
 QWEN_NAME = "qwen2.5-coder-0.5b"
 GEMMA_NAME = "gemma-3-270m"
-BY_ARCH = {"qwen2": QWEN_NAME, "gemma3": GEMMA_NAME}
+SMOLLM_NAME = "smollm2-135m"
+BY_ARCH = {"qwen2": QWEN_NAME, "gemma3": GEMMA_NAME, "llama": SMOLLM_NAME}
 
 
 def gguf_of(name: str) -> Path:

@@ -1,5 +1,6 @@
 """Compiled batch-invariant attention (kernels/attention.py): bitwise row invariance across S, tree rows,
-sliding windows, thread counts, GQA shapes of the real models, parity with the torch twin, errors.
+sliding windows, soft-capping, thread counts, GQA shapes of the real models, parity with the torch twin,
+errors.
 
 Fast (tiny caches); the first run compiles the kernels (cached under speczoo's home).
 """
@@ -143,3 +144,38 @@ def test_bad_plans_are_clear_errors():
         attention.attend(q, k, v, attention.KeyRows.from_rows([(0, 3)]))
     with pytest.raises(ValueError, match="multiple of Hkv"):
         attention.attend(torch.randn(1, 3, 16), k, v, attention.KeyRows.from_rows([(0, 3)]))
+
+
+@pytest.mark.parametrize("softcap", (50.0, 2.0))
+def test_soft_capped_rows_are_invariant_and_match_the_twin(softcap):
+    """Gemma 2's attention-logit soft-capping (softcap * tanh(score / softcap)): the kernel's lane-wise tanh
+    is the twin's torch.tanh to round-off, rows stay bit-identical across S, and capping changes the result
+    (scores here reach past 2, where the cap bends them)."""
+    h, hkv, dh = 8, 2, 32
+    q, k, v = _data(h, hkv, dh)
+    q = q * 4                                                     # scores up to ~10: both tanh branches run
+    l0 = 40
+    full = attention.attend(q, k, v, _chain(l0, 17), softcap=softcap)
+    torch.testing.assert_close(full, attention.attend_torch(q, k, v, _chain(l0, 17), softcap), rtol=1e-5, atol=2e-5)
+    for s in S_VALUES:
+        assert torch.equal(attention.attend(q[:s], k, v, _chain(l0, s), softcap=softcap), full[:s])
+    plain = attention.attend(q, k, v, _chain(l0, 17))
+    assert not torch.allclose(full, plain, atol=1e-3)
+
+
+def test_kernel_soft_cap_is_tanh_to_round_off():
+    """The kernel's tanh (a Taylor series below |y| = 1/8, (1 - e) / (1 + e) above) against torch.tanh over
+    the whole range, through one-key-pair attention: with two keys of scores 0 and x, the weight of the
+    second is sigmoid(cap * tanh(x / cap))."""
+    cap = 3.0
+    xs = torch.cat((torch.linspace(-40, 40, 801), torch.tensor([1e-6, -1e-6, 0.374, 0.376, -0.374, -0.376])))
+    dh = 16
+    q = torch.zeros(len(xs), 1, dh)
+    q[:, 0, 0] = xs                                               # score of key 1 = x, of key 0 = 0
+    k = torch.zeros(1, 2, dh)
+    k[0, 1, 0] = 1.0
+    v = torch.zeros(1, 2, dh)
+    v[0, 1, 0] = 1.0                                              # output = weight of key 1
+    out = attention.attend(q, k, v, attention.KeyRows.from_rows([(0, 2)] * len(xs)), softcap=cap)[:, 0, 0]
+    want = torch.sigmoid((torch.tanh(xs.double() / cap) * cap)).float()
+    torch.testing.assert_close(out, want, rtol=2e-6, atol=2e-7)

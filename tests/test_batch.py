@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.models.args import ModelArgs
 from speczoo.slots import SlotCache
 from speczoo.decoding.batch import BatchEngine
-from speczoo.decoding.batch_costs import batch_view
+from speczoo.decoding.pricing.batch_view import batch_view
 from speczoo.decoding.controller import Controller
-from speczoo.decoding.cost import Costs, CvCurve, best_k
+from speczoo.decoding.pricing.cost import Costs, CvCurve, best_k
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.engine import MAX_K, Engine
@@ -28,6 +28,7 @@ from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.gguf_tokenizer import read_tokenizer
 from tiny import tiny_model
 from tiny_gguf import write_tiny_gguf
+from offered import offered
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
@@ -68,14 +69,14 @@ class SlotOracle:
 
 
 def solo(oracle, req: GenerationRequest, eos, costs) -> tuple[list[Round], Finished]:
-    eng = Engine(OracleModel(oracle), TokenCache(MAX_SEQ + MAX_K + 1), dict(DRAFTERS), eos_ids=list(eos),
+    eng = Engine(OracleModel(oracle), TokenCache(MAX_SEQ + MAX_K + 1), offered(DRAFTERS), eos_ids=list(eos),
                  max_seq=MAX_SEQ, costs=costs)
     *rounds, done = eng.generate(req)
     return rounds, done
 
 
 def oracle_batch(oracle, eos, costs, n_slots: int, chunk: int) -> BatchEngine:
-    eng = Engine(SlotOracle(oracle), None, dict(DRAFTERS), eos_ids=list(eos), max_seq=MAX_SEQ, costs=costs)
+    eng = Engine(SlotOracle(oracle), None, offered(DRAFTERS), eos_ids=list(eos), max_seq=MAX_SEQ, costs=costs)
     return BatchEngine(eng, SlotCache(SlotOracle.model_args(oracle.vocab), n_slots, MAX_SEQ + MAX_K + 1),
                        chunk=chunk)
 
@@ -206,7 +207,7 @@ def test_the_draft_model_is_lent_to_one_greedy_auto_sequence_at_a_time():
         vocab = rng.choice([3, 5, 8])
         oracle = HashOracle(vocab, seed=rng.randrange(10**6), order=rng.choice([1, 2]))
         batch = oracle_batch(oracle, set(), PRICED, n_slots=rng.randint(1, 3), chunk=rng.choice([3, 64]))
-        batch.engine.drafters["draft"] = lambda req: SharedDraft(req.ngram)
+        batch.engine = batch.engine.offer(*offered({"draft": lambda req: SharedDraft(req.ngram)}))
         batch.engine.costs = Costs(cv=PRICED.cv, draft_cost={**PRICED.draft_cost, "draft": 0.0}, round_overhead=0.02)
         seqs = []
         submit = batch.submit
@@ -225,7 +226,7 @@ def test_the_draft_model_is_lent_to_one_greedy_auto_sequence_at_a_time():
         assert all(s.request.sampling.greedy and s.request.spec == "auto" for s in holders)
         lent += len(holders)
         for req, rounds, done in results:                                    # the ids of the solo engine
-            solo_eng = Engine(OracleModel(oracle), TokenCache(MAX_SEQ + MAX_K + 1), dict(DRAFTERS), eos_ids=[],
+            solo_eng = Engine(OracleModel(oracle), TokenCache(MAX_SEQ + MAX_K + 1), offered(DRAFTERS), eos_ids=[],
                               max_seq=MAX_SEQ, costs=PRICED)
             assert done.ids == list(solo_eng.generate(req))[-1].ids
     assert lent > 30
@@ -260,7 +261,7 @@ def test_a_cancelled_sequence_frees_its_slot_at_the_next_step():
 def test_drafters_that_share_state_are_refused_in_a_batch():
     oracle = MarkovOracle(20, seed=4)
     batch = oracle_batch(oracle, set(), None, n_slots=1, chunk=8)
-    batch.engine.drafters["draft"] = lambda req: NgramDrafter()
+    batch.engine = batch.engine.offer(*offered({"draft": lambda req: NgramDrafter()}))
     with pytest.raises(ValueError, match="cannot run in a batch"):
         batch.submit(GenerationRequest(prompt_ids=[1], max_new_tokens=4, spec="draft"))
     assert batch.spec_modes == ["off", "ngram", "ngram-tree", "auto"]
@@ -299,7 +300,7 @@ def test_a_tiny_models_batch_equals_its_solo_runs(backend):
             for n, m, spec, s in [(7, 24, "ngram", SamplingParams()), (3, 16, "off", SamplingParams()),
                                   (11, 20, "ngram-tree", SamplingParams()),
                                   (5, 24, "auto", SamplingParams(temperature=0.8, seed=7))]]
-    eng = Engine(model, KVCache(args, MAX_SEQ, extra=MAX_K + 1), dict(DRAFTERS), eos_ids=[], max_seq=MAX_SEQ)
+    eng = Engine(model, KVCache(args, MAX_SEQ, extra=MAX_K + 1), offered(DRAFTERS), eos_ids=[], max_seq=MAX_SEQ)
     with torch.no_grad():
         alone = [list(eng.generate(r)) for r in reqs]
         batch = BatchEngine(eng, SlotCache(args, 3, MAX_SEQ + MAX_K + 1), chunk=6)
@@ -327,7 +328,7 @@ def test_a_text_batch_streams_what_generate_text_streams(tok):
     eos = tok.eos_ids
 
     def alone(req):
-        eng = Engine(OracleModel(oracle), TokenCache(MAX_SEQ + MAX_K + 1), dict(DRAFTERS), eos_ids=eos,
+        eng = Engine(OracleModel(oracle), TokenCache(MAX_SEQ + MAX_K + 1), offered(DRAFTERS), eos_ids=eos,
                      max_seq=MAX_SEQ)
         return list(generate_text(eng, tok, req))
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from bits import bits_equal, random_k_blocks
 from tiny import tiny_args
 from tiny_gguf import _write_tokenizer, qwen_vocab
 
@@ -62,17 +63,6 @@ def _leftovers(home: Path) -> list[str]:
 
 # ---------------------------------------------------------------- a tiny GGUF with the real block types
 
-def _k_blocks(rng: np.random.Generator, rows: int, cols: int, qtype) -> np.ndarray:
-    """Random but valid Q4_K / Q6_K data [rows, bytes]: random codes, small finite fp16 scales."""
-    block, size = gguf.GGML_QUANT_SIZES[qtype]
-    raw = rng.integers(0, 256, size=(rows * cols // block, size), dtype=np.uint8)
-    scales = (rng.standard_normal((raw.shape[0], 2)) * 2e-3).astype(np.float16).view(np.uint8)
-    if qtype == T.Q4_K:
-        raw[:, 0:4] = scales                    # d, dmin
-    else:
-        raw[:, -2:] = scales[:, :2]             # Q6_K: d at the end
-    return raw.reshape(rows, cols // block * size)
-
 
 TYPES = {"token_embd.weight": T.Q4_K, "output.weight": T.Q6_K, "blk.0.ffn_down.weight": T.Q5_0,
          "blk.1.ffn_up.weight": T.Q8_0, "blk.0.attn_q.weight": T.F16}
@@ -93,7 +83,7 @@ def write_mixed_gguf(path: Path, tied: bool = False, seed: int = 0) -> tuple[Pat
     for name, shape in _shapes(args, tied).items():
         qtype = TYPES.get(name, T.F32)
         if qtype in (T.Q4_K, T.Q6_K):
-            w.add_tensor(name, _k_blocks(rng, *shape, qtype), raw_dtype=qtype)
+            w.add_tensor(name, random_k_blocks(rng, *shape, qtype), raw_dtype=qtype)
             continue
         a = (rng.standard_normal(shape) / 16).astype(np.float32)
         if name.endswith("norm.weight"):
@@ -135,11 +125,6 @@ def _logits(model, n: int = 9) -> torch.Tensor:
     return model(tokens, torch.arange(n), KVCache(model.args, max_seq=32)).logits
 
 
-def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype == torch.float32 and a.shape == b.shape and torch.equal(a.view(torch.int32),
-                                                                                      b.view(torch.int32))
-
-
 # ---------------------------------------------------------------- the dequantizer
 
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K, T.Q5_0, T.Q8_0, T.Q4_0, T.F16, T.BF16, T.F32])
@@ -148,12 +133,12 @@ def test_dequantize_is_ggufs_bit_for_bit(qtype):
     rng = np.random.default_rng(1)
     rows, cols = 2 * loader._DEQUANT_ROWS + 37, 256
     if qtype in (T.Q4_K, T.Q6_K):
-        raw = _k_blocks(rng, rows, cols, qtype)
+        raw = random_k_blocks(rng, rows, cols, qtype)
     else:
         raw = gguf.quants.quantize(rng.standard_normal((rows, cols)).astype(np.float32), qtype)
     raw = raw if qtype == T.F32 else np.ascontiguousarray(raw).view(np.uint8)
     want = torch.from_numpy(np.array(gguf.quants.dequantize(raw, qtype), dtype=np.float32))
-    assert _bits_equal(loader.dequantize(raw, qtype.name), want)
+    assert bits_equal(loader.dequantize(raw, qtype.name), want)
 
 
 def test_q8_0_rows_decode_to_ggufs_values_bit_for_bit():
@@ -168,7 +153,7 @@ def test_q8_0_rows_decode_to_ggufs_values_bit_for_bit():
     blocks[10:20, :, 2:] = rng.integers(0, 256, size=(10, blocks.shape[1], 32), dtype=np.uint8)  # -128 too
     want = torch.from_numpy(np.array(gguf.quants.dequantize(raw, T.Q8_0), dtype=np.float32))
     got = loader.row_decoder("Q8_0")(torch.from_numpy(raw))
-    assert _bits_equal(got, want)
+    assert bits_equal(got, want)
 
 
 # ---------------------------------------------------------------- what a lean bundle keeps
@@ -210,7 +195,7 @@ def test_lean_bundle_keeps_packing_and_unpacked_tensors_only(tmp_path, home, sma
     # kept in its Q4_K blocks (rows decoded when looked up)
     model = loader.load_model(b, backend)
     assert isinstance(model.embed, EncodedEmbedding) and model.embed.stored.dtype == torch.uint8
-    assert _bits_equal(model.embed.to_dense(), old["token_embd.weight"])
+    assert bits_equal(model.embed.to_dense(), old["token_embd.weight"])
     assert torch.equal(_logits(model), _logits(loader.build_model(args, old, backend)))
 
 
@@ -219,13 +204,13 @@ def test_fp32_reference_is_the_old_weights_bit_for_bit(tmp_path, small_chunks):
     old = old_weights(path)
     b = pull(str(path), backend=BACKEND, progress=False, log=_quiet).bundle
     ref = W.reference_tensors(b)
-    assert set(ref) == set(old) and all(_bits_equal(ref[k], old[k]) for k in old)
+    assert set(ref) == set(old) and all(bits_equal(ref[k], old[k]) for k in old)
     some = W.reference_tensors(b, ["output_norm.weight", "blk.1.ffn_up.weight"])
     assert set(some) == {"output_norm.weight", "blk.1.ffn_up.weight"}
     with pytest.raises(KeyError, match="no_such"):
         W.reference_tensors(b, ["no_such.weight"])
     head = W.lm_head_tensors(b)
-    assert set(head) == {"output.weight", "output_norm.weight"} and _bits_equal(head["output.weight"],
+    assert set(head) == {"output.weight", "output_norm.weight"} and bits_equal(head["output.weight"],
                                                                                 old["output.weight"])
     assert torch.equal(_logits(W.load_model(b, "fp32")), _logits(loader.build_model(args, old, "fp32")))
     assert torch.equal(_logits(W.load_model(b, "bf16")), _logits(loader.build_model(args, old, "bf16")))
@@ -247,7 +232,7 @@ def test_reference_of_a_tied_model_and_an_hf_source(tmp_path):
         assert json.loads(f.metadata()["encodings"]) == {}
     ref = W.reference_tensors(b)
     unpacked = loader.read_unpacked(b / "unpacked.safetensors")
-    assert all(_bits_equal(unpacked[k], ref[k]) for k in unpacked)
+    assert all(bits_equal(unpacked[k], ref[k]) for k in unpacked)
     assert set(ref) == set(expected)
 
 
@@ -311,7 +296,7 @@ def test_zoo_reference_comes_from_the_chunks_and_says_pull_when_they_are_gone(tm
     assert not gguf_file.exists()
     old = old_weights(path)
     ref = W.reference_tensors(b)                                  # a temporary assembly, removed after
-    assert all(_bits_equal(ref[k], old[k]) for k in old) and not gguf_file.exists() and not _leftovers(home)
+    assert all(bits_equal(ref[k], old[k]) for k in old) and not gguf_file.exists() and not _leftovers(home)
     gone = replace(model, source=Chunks(model.source.chunks, installed=False))
     monkeypatch.setitem(registry.MODELS, "tiny-zoo", gone)
     for call in (lambda: W.reference_tensors(b), lambda: source_gguf(b)):
@@ -364,7 +349,7 @@ def test_old_bundle_loads_and_a_pull_slims_it(tmp_path, home, capsys):
     want = _logits(loader.build_model(args, old, BACKEND))
     assert torch.equal(_logits(loader.load_model(b, BACKEND)), want)
     assert torch.equal(_logits(loader.load_model(b, "fp32")), _logits(loader.build_model(args, old, "fp32")))
-    assert all(_bits_equal(W.reference_tensors(b)[k], old[k]) for k in old)
+    assert all(bits_equal(W.reference_tensors(b)[k], old[k]) for k in old)
     assert cli.main(["models", "--no-verify"]) == 0
     assert "old layout" in capsys.readouterr().out
     before = sum(f.stat().st_size for f in b.iterdir())
@@ -376,7 +361,7 @@ def test_old_bundle_loads_and_a_pull_slims_it(tmp_path, home, capsys):
     assert m.format_version == FORMAT_VERSION and "weights.safetensors" not in m.files and check_bundle(b).ok
     assert sum(f.stat().st_size for f in b.iterdir()) < before - 0.7 * big
     assert torch.equal(_logits(loader.load_model(b, BACKEND)), want)
-    assert all(_bits_equal(W.reference_tensors(b)[k], old[k]) for k in old)
+    assert all(bits_equal(W.reference_tensors(b)[k], old[k]) for k in old)
     assert pull(str(path), backend=BACKEND, progress=False, log=_quiet).action == "already"
     assert not _leftovers(home)
 
@@ -485,9 +470,8 @@ REAL_PROMPT, REAL_GREEDY = "def fibonacci(n):\n    ", [421, 308, 2651, 220, 16, 
 
 
 @pytest.mark.real
-def test_real_bundle_is_lean_and_runs_as_before(monkeypatch):
-    monkeypatch.delenv("SPECZOO_HOME", raising=False)     # the user's speczoo home: the pull is reused
-    from speczoo.packed import greedy_packed
+def test_real_bundle_is_lean_and_runs_as_before(session_home):
+    from speczoo.greedy_many import greedy_many
     from speczoo.runtime import load
     from speczoo.zoo.source import kept_gguf
 
@@ -499,4 +483,4 @@ def test_real_bundle_is_lean_and_runs_as_before(monkeypatch):
     assert on_disk <= 1.3 * model.size, f"{REAL}: {on_disk / 1e6:.0f} MB > 1.3 x its GGUF ({model.size / 1e6:.0f} MB)"
     t = load(REAL)
     ids = t.tokenizer.encode(REAL_PROMPT)
-    assert greedy_packed(t.model, [ids], len(REAL_GREEDY), t.tokenizer.eos_ids)[0] == REAL_GREEDY
+    assert greedy_many(t.model, [ids], len(REAL_GREEDY), t.tokenizer.eos_ids)[0] == REAL_GREEDY

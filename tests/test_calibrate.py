@@ -1,21 +1,24 @@
 """Online cost calibration: running means of measured forwards and drafts, back into the controller's Costs."""
 
+import dataclasses
+
 import pytest
 import torch
 
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.round import Finished
-from speczoo.decoding.calibrate import CostMeter
-from speczoo.decoding.cost import Costs
-from speczoo.decoding.cost import CvCurve
+from speczoo.decoding.pricing.calibrate import CostMeter
+from speczoo.decoding.pricing.cost import Costs
+from speczoo.decoding.pricing.cost import CvCurve
+from speczoo.decoding.tuning import PRICING
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
 from reference import HashOracle, OracleModel, TokenCache, reference_greedy
+from offered import offered
 
 PROFILE = Costs(cv=CvCurve.measured({1: 30.0, 2: 30.6, 3: 31.8, 5: 36.0, 9: 54.0}),
-                draft_cost={"ngram": 0.0, "draft": 0.25}, round_overhead=0.02, step_ms=30.0,
-                rows={"draft": {1: 1.0, 9: 2.5}})
+                draft_cost={"ngram": 0.0, "draft": 0.25}, round_overhead=0.02, step_ms=30.0)
 
 
 def test_without_observations_the_profile_stands():
@@ -23,7 +26,6 @@ def test_without_observations_the_profile_stands():
     assert [round(c.cv(s), 6) for s in (1, 2, 3, 5, 9)] == [1.0, 1.02, 1.06, 1.2, 1.8]
     assert c.draft_cost == pytest.approx({"ngram": 0.0, "draft": 0.25})
     assert c.step_ms == pytest.approx(30.0) and c.round_overhead == 0.02
-    assert c.rows["draft"](9) == 2.5           # the draft's own row costs ride along
 
 
 def test_observed_forwards_and_drafts_replace_the_profile():
@@ -81,7 +83,7 @@ def test_noise_never_makes_more_tokens_cheaper():
 
 
 def test_running_means_follow_the_machine():
-    m = CostMeter(PROFILE, half_life=4)
+    m = CostMeter(PROFILE, dataclasses.replace(PRICING, half_life=4))
     for _ in range(40):
         m.forward(1, 0.030)
     for _ in range(16):
@@ -104,7 +106,7 @@ def test_the_engine_calibrates_its_controller_as_it_runs():
         return d
 
     drafters = {"ngram": lambda req: NgramDrafter(req.ngram), "draft": factory}
-    eng = Engine(OracleModel(base), TokenCache(300), drafters, [], 200, costs=PROFILE)
+    eng = Engine(OracleModel(base), TokenCache(300), offered(drafters), [], 200, costs=PROFILE)
     *_, done = eng.generate(GenerationRequest(prompt_ids=[1, 2, 3], max_new_tokens=60, spec="draft", k=4))
     assert isinstance(done, Finished) and done.ids == reference_greedy(base, [1, 2, 3], 60)
     meter = eng.meter
@@ -113,11 +115,11 @@ def test_the_engine_calibrates_its_controller_as_it_runs():
     costs = meter.costs()
     assert costs.step_ms == pytest.approx(meter.forwards[1].value)      # oracles run far faster than 30 ms
     assert costs.draft_cost["draft"] == pytest.approx(meter.drafts["draft"].value / meter.forwards[1].value)
-    assert Engine(OracleModel(base), TokenCache(300), drafters, [], 200).meter is None
+    assert Engine(OracleModel(base), TokenCache(300), offered(drafters), [], 200).meter is None
 
 
 def test_sampled_requests_decide_on_the_profile_so_a_seed_reproduces_its_text():
-    from speczoo.events import SamplingParams
+    from speczoo.request import SamplingParams
 
     base = HashOracle(30, seed=3)
     draft_model, draft_cache = OracleModel(base), TokenCache(300)
@@ -128,7 +130,7 @@ def test_sampled_requests_decide_on_the_profile_so_a_seed_reproduces_its_text():
         d.reset()
         return d
 
-    eng = Engine(OracleModel(base), TokenCache(300), {"draft": factory}, [], 200, costs=PROFILE)
+    eng = Engine(OracleModel(base), TokenCache(300), offered({"draft": factory}), [], 200, costs=PROFILE)
     req = GenerationRequest(prompt_ids=[1, 2, 3], max_new_tokens=30, spec="draft", k=4,
                             sampling=SamplingParams(temperature=0.8, seed=5))
     *_, first = eng.generate(req)
@@ -145,7 +147,7 @@ def test_sampled_requests_decide_on_the_profile_so_a_seed_reproduces_its_text():
 
 
 def test_replacing_the_engines_costs_replaces_their_calibration():
-    eng = Engine(OracleModel(HashOracle(10, seed=1)), TokenCache(50), {}, [], 20, costs=PROFILE)
+    eng = Engine(OracleModel(HashOracle(10, seed=1)), TokenCache(50), [], [], 20, costs=PROFILE)
     first = eng.meter
     first.forward(1, 0.01)
     assert eng.meter is first

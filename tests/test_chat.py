@@ -10,7 +10,7 @@ import pytest
 
 from fake_runtime import FakeRuntime, make_test_runtime
 from speczoo.chat import THINK_PRESEED, ChatSession, render_chat_prompt
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from speczoo.decoding.acceptance import AcceptanceEstimate
 from speczoo.decoding.controller import NONE, Choice, Controller, Costs
 from speczoo.decoding.tuning import Tuning
-from speczoo.decoding.cost import CvCurve, best_k, speedup
+from speczoo.decoding.pricing.cost import CvCurve, best_k, speedup
 
 LLAMA_15B = CvCurve.measured({1: 1.0, 2: 1.58, 3: 2.09, 5: 3.05, 9: 6.28, 17: 7.84})
 
@@ -429,7 +429,7 @@ ZEN4 = CvCurve.measured({1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02})
 def test_probes_are_spaced_by_their_waste():
     """A probe that finds nothing emits one token for its round's cost: probes of a drafter come every
     reprobe_every rounds while that waste is at most reprobe_every × Tuning.probe_budget, rarer beyond."""
-    from speczoo.decoding.cost import round_cost
+    from speczoo.decoding.pricing.cost import round_cost
 
     for cv, step in ((ZEN4, 0.28), (ZEN4, 0.8), (LLAMA_15B, 0.35), (CvCurve.constant(1.0), 0.0)):
         ctl = Controller(Costs(cv=cv, draft_cost={"ngram": 0.0, "draft": step}, round_overhead=0.02),
@@ -478,7 +478,7 @@ def test_drafters_that_cannot_pay_cost_under_four_percent(cv, step):
 def test_k_is_planned_on_what_is_known_not_on_the_optimistic_bound():
     """Where a verify is dear, a deeper K is a bet on α: K maximizes the tokens expected over what is
     known of α (the estimate's posterior) per unit of the round's cost, not the optimistic bound's."""
-    from speczoo.decoding.cost import expected_tokens, round_cost
+    from speczoo.decoding.pricing.cost import expected_tokens, round_cost
 
     dear = Costs(cv=CvCurve.measured({1: 1.0, 2: 1.6, 3: 2.1, 5: 3.05, 9: 5.0, 17: 7.5}),
                  draft_cost={"ngram": 0.0}, round_overhead=0.02)
@@ -509,7 +509,7 @@ def test_a_prior_alone_is_not_a_deep_bet_where_a_verify_is_dear():
     """A situation known only by its prior (0.95, two tokens' worth) has a posterior with most of its
     mass near 1; the plan takes it as worth Tuning.plan_evidence tokens, so it is not drafted 8 deep where a
     9-row verify costs 5 steps, and still is where a verify is cheap."""
-    from speczoo.decoding.cost import expected_tokens
+    from speczoo.decoding.pricing.cost import expected_tokens
 
     dear = Costs(cv=CvCurve.measured({1: 1.0, 2: 1.6, 3: 2.1, 5: 3.05, 9: 5.0, 17: 7.5}),
                  draft_cost={"ngram": 0.0}, round_overhead=0.02)

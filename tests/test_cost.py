@@ -7,7 +7,7 @@ import json
 import pytest
 
 from speczoo.cli import main
-from speczoo.decoding.cost import (CvCurve, best_k, break_even_alpha, expected_tokens, round_cost,
+from speczoo.decoding.pricing.cost import (CvCurve, best_k, break_even_alpha, expected_tokens, round_cost,
                                speedup)
 
 

@@ -157,5 +157,6 @@ def test_doctor_on_the_real_models(capsys):
         torch.set_num_threads(threads)
     report = json.loads(out)
     assert report["kernels"]["built_for"] == report["kernels"]["path"]
-    assert report["models"] and report["bench"]["tokens"] >= 1 and report["bench"]["tok_s"] > 0, report
+    assert report["models"] and report["bench"] is not None and "error" not in report["bench"], report
+    assert report["bench"]["tokens"] >= 1 and report["bench"]["tok_s"] > 0, report
     assert rc == (1 if report["problems"] else 0)

@@ -7,7 +7,7 @@ import torch
 from tiny import tiny_model
 
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.round import Finished
 from speczoo.kernels.backends import get_backend
 from speczoo.kernels.quantized import select_strips
@@ -15,6 +15,7 @@ from speczoo.decoding.drafters.draft_head import ReducedHead
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
+from offered import offered
 
 
 @pytest.mark.parametrize("backend", ["q4", "q8"])
@@ -90,8 +91,8 @@ def test_drafting_with_a_reduced_head_is_lossless():
         d.reset()
         return d
 
-    eng = Engine(target, KVCache(args, 200, extra=40), {"ngram": lambda r: NgramDrafter(r.ngram),
-                                                                       "draft": factory}, [], 200)
+    eng = Engine(target, KVCache(args, 200, extra=40), offered({"ngram": lambda r: NgramDrafter(r.ngram),
+                                                                "draft": factory}), [], 200)
     prompt = [int(i) for i in torch.randint(0, 256, (20,), generator=torch.Generator().manual_seed(2))]
     outs = {}
     for spec in ("off", "draft"):

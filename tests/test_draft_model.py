@@ -5,33 +5,11 @@ import random
 
 import torch
 
-from speczoo.events import GenerationRequest
-from speczoo.decoding.round import Finished
+from speczoo.request import GenerationRequest
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
-from speczoo.decoding.drafters.ngram import NgramDrafter
-from speczoo.decoding.engine import Engine
 from reference import (HashOracle, MarkovOracle, NoisyOracle, OracleModel,
                                     TokenCache, reference_greedy)
-
-
-def engine_with_draft(target_oracle, draft_oracle, max_seq=200):
-    draft_model = OracleModel(draft_oracle)
-    draft_cache = TokenCache(max_seq + 160)
-
-    def factory(req):
-        d = DraftModelDrafter(draft_model, draft_cache, req.sampling)
-        d.reset()
-        return d
-
-    drafters = {"ngram": lambda req: NgramDrafter(req.ngram), "draft": factory}
-    target = OracleModel(target_oracle)
-    return Engine(target, TokenCache(max_seq + 80), drafters, [], max_seq), target, draft_model, draft_cache
-
-
-def generate(eng, **kw):
-    *_, done = eng.generate(GenerationRequest(**kw))
-    assert isinstance(done, Finished)
-    return done
+from oracle_engines import engine_with_draft, generate
 
 
 def test_draft_model_spec_equals_greedy_random_cases():
@@ -157,7 +135,7 @@ def test_confidence_floors_stop_the_draft():
 
 def test_confidence_stops_stay_lossless():
     """A priced draft step gives the draft model floors (it stops on low confidence); output unchanged."""
-    from speczoo.decoding.cost import Costs
+    from speczoo.decoding.pricing.cost import Costs
 
     rng = random.Random(11)
     short = 0

@@ -8,46 +8,20 @@ import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape, make_eagle_drafter
-from speczoo.training.eagle.pipeline import EagleTrainOptions, Target, train_eagle
-from speczoo.training.eagle.train import TrainConfig
-from speczoo.decoding.eagle.io import load_head
 from speczoo.decoding.engine import MAX_K, Engine
-from tiny import tiny_model, tiny_tensors
-
-VOCAB = 128
-INVARIANT = "fp32-rows"
-PROMPT = [5, 17, 33, 2, 90, 61, 7, 7, 12, 40]
+from tiny_eagle import INVARIANT, PROMPT, VOCAB
+from offered import offered
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """(model, args, head): the tiny qwen2 target and a head trained on its features for 60 steps."""
-    torch.set_num_threads(1)
-    tmp = tmp_path_factory.mktemp("eagle")
-    corpus = tmp / "corpus"
-    corpus.mkdir()
-    g = torch.Generator().manual_seed(0)
-    for i in range(4):
-        (corpus / f"f{i}.txt").write_text(" ".join(str(int(x)) for x in torch.randint(0, 60, (500,), generator=g)))
-    model, args = tiny_model("qwen2", backend=INVARIANT, seed=3)
-    target = Target(name="tiny", model=model, tensors=tiny_tensors(args, seed=3),
-                    encode=lambda text: [b % (VOCAB - 1) for b in text.encode()], separator=VOCAB - 1)
-    opts = EagleTrainOptions(out=tmp / "run", corpus=[corpus], max_tokens=64 * 48, seq_len=64, shard_seqs=8,
-                             draft_vocab=VOCAB, train=TrainConfig(steps=80, batch=8, lr=3e-3, warmup=5,
-                                                                 checkpoint_every=80, progress=False))
-    rep = train_eagle(target, opts)
-    return model, args, load_head(rep.head_dir, model.embed)
-
-
 def engine(model, args, head, tree=None, max_seq=128) -> Engine:
     return Engine(model, KVCache(args, max_seq, extra=MAX_K + 1),
-                  {"eagle": make_eagle_drafter(head, max_seq, tree)}, eos_ids=[], max_seq=max_seq)
+                  offered({"eagle": make_eagle_drafter(head, max_seq, tree)}), eos_ids=[], max_seq=max_seq)
 
 
 def run(eng, **kw) -> Finished:
@@ -73,7 +47,7 @@ def test_head_cache_holds_the_committed_rows(trained):
     made: list[EagleDrafter] = []
     factory = make_eagle_drafter(head, 128)
     eng = engine(model, args, head)
-    eng.drafters = {"eagle": lambda req: made.append(factory(req)) or made[-1]}
+    eng = eng.offer(*offered({"eagle": lambda req: made.append(factory(req)) or made[-1]}))
     done = run(eng, prompt_ids=PROMPT, max_new_tokens=30, spec="eagle", k=5)
     d = made[-1]
     committed = PROMPT + done.ids
@@ -157,11 +131,11 @@ def test_sampled_chain_carries_its_distribution(trained):
 
 def test_replay_counts_what_greedy_verification_accepts(trained):
     from speczoo.decoding.eagle_replay import greedy_with_features, replay
-    from speczoo.decoding.round import Plan, verify_recorded
+    from speczoo.decoding.round import RoundPlan, verify_recorded
     from speczoo.decoding.types import Draft
     a0 = [1]                                                                    # out[0]: the round's a0
-    assert verify_recorded(Plan("eagle", Draft([4, 5, 6])), a0 + [4, 5, 7], 0)[0].accepted == 2
-    tree = Plan("eagle", Draft([9, 4, 5, 6, 8], parents=[-1, -1, 1, 2, 2]), chain=False)
+    assert verify_recorded(RoundPlan("eagle", Draft([4, 5, 6])), a0 + [4, 5, 7], 0)[0].accepted == 2
+    tree = RoundPlan("eagle", Draft([9, 4, 5, 6, 8], parents=[-1, -1, 1, 2, 2]), chain=False)
     assert verify_recorded(tree, a0 + [4, 5, 8, 1], 0)[0].accepted == 3         # 4 -> 5 -> 8, off the first branch
     model, args, head = trained
     ids, hidden = greedy_with_features(model, PROMPT, 40, head.cfg.target_layers)
@@ -193,7 +167,7 @@ class StubTokenizer:
 
 def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
     """A runtime over a target with an installed head offers eagle and eagle-tree (auto too), all
-    lossless; an unknown head name fails before any event."""
+    lossless; a head the runtime did not load fails before any event, an unknown one at load."""
     from speczoo.errors import UnknownModelError
     from speczoo.runtime import LoadedModel, Runtime
     from speczoo.zoo.heads import install_head
@@ -205,7 +179,7 @@ def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
                          backend=INVARIANT)
     rt = Runtime(loaded, max_seq=128)
     assert {"eagle", "eagle-tree"} <= set(rt.spec_modes)
-    assert rt.engine._drafter_names("auto") == ["ngram", "eagle"]      # the tree only by name (runtime.py)
+    assert rt.engine._drafter_names("auto") == ["ngram", "eagle"]      # the tree only by name (its descriptor)
     assert rt.engine.costs.draft_cost["eagle"] > 0
 
     def ids(spec, k=6):
@@ -216,9 +190,11 @@ def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
     for spec in ("eagle", "eagle-tree", "eagle:tiny-eagle", "eagle-tree:tiny-eagle", "auto"):
         got, stats = ids(spec, k=12 if "tree" in spec else 6)
         assert got == plain, spec
-    with pytest.raises(UnknownModelError):
+    with pytest.raises(ValueError, match="drafts with tiny-eagle"):      # the head is the one loaded, never another
         rt.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=5, spec="eagle:nope-eagle"))
-    assert list(rt.eagle._step_costs) == ["tiny-eagle"]               # timed once, then reused
+    assert rt.eagle.names == ("tiny-eagle",) and rt.eagle.step > 0       # resolved and timed once, at load
+    with pytest.raises(UnknownModelError):                                # a head named at load must exist
+        Runtime(loaded, max_seq=128, eagle_head="nope-eagle")
 
 
 def test_head_step_is_priced_against_the_target_step_timed_with_it(trained):
@@ -227,7 +203,7 @@ def test_head_step_is_priced_against_the_target_step_timed_with_it(trained):
     steps instead of being read as the head's own cost."""
     import time
 
-    from speczoo.eagle_heads import head_step_cost
+    from speczoo.eagle_drafters import head_step_cost
     model, args, head = trained
     quick = head_step_cost(head, model, args, rounds=2, repeats=2)
     assert 0 < quick < math.inf
@@ -253,7 +229,7 @@ def test_chain_stops_on_its_confidence(trained):
     stopped = d.propose(ctx, 5, floors=(1.0,) * 4)          # no product of probabilities reaches 1.0
     assert stopped.tokens == full.tokens[:1] and d.cache.length == len(ctx) - 1
     assert feed(head, model, args, ctx).propose(ctx, 5, floors=(0.0,) * 4).tokens == full.tokens
-    from speczoo.decoding.cost import Costs
+    from speczoo.decoding.pricing.cost import Costs
     eng = engine(model, args, head)
     plain = run(eng, prompt_ids=PROMPT, max_new_tokens=40)
     eng.costs = Costs(cv={1: 1.0, 2: 1.05, 9: 1.6}, draft_cost={"eagle": 0.05})
@@ -281,7 +257,7 @@ def test_prompt_rows_are_fed_in_prefill_and_lag_counts_the_rest(trained):
         d.prefill = logged
         return d
     eng = engine(model, args, head)
-    eng.drafters = {"eagle": spy}
+    eng = eng.offer(*offered({"eagle": spy}))
     plain = run(eng, prompt_ids=PROMPT, max_new_tokens=20)
     assert run(eng, prompt_ids=PROMPT, max_new_tokens=20, spec="eagle", k=4).ids == plain.ids
     assert seen == [(len(PROMPT) - 1, len(PROMPT))]           # every prompt row but the last one, in prefill

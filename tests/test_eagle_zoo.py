@@ -14,7 +14,7 @@ from speczoo.errors import UnknownModelError
 from speczoo.decoding.eagle.config import head_config_for
 from speczoo.decoding.eagle.head import EagleHead
 from speczoo.decoding.eagle.io import save_head
-from speczoo.eagle_heads import EagleHeads
+from speczoo.eagle_drafters import load_for, resolve_head
 from speczoo.zoo.heads import install_head, list_heads
 from tiny import tiny_model
 
@@ -45,16 +45,11 @@ def test_heads_are_listed_and_resolved(home, capsys):
     install(home, make_head(args, seed=1), "tiny-eagle-b")
     os.utime(home / "home" / "eagle" / "tiny-eagle-a" / "model.safetensors", (1, 1))   # a is the older one
     assert [h.name for h in list_heads()] == ["tiny-eagle-a", "tiny-eagle-b"]
-    heads = EagleHeads("tiny-target", model, max_seq=32)
-    assert heads.resolve("eagle").name == "tiny-eagle-b" and heads.resolve("auto").name == "tiny-eagle-b"
-    assert heads.resolve("eagle:tiny-eagle-a").name == "tiny-eagle-a"
+    assert resolve_head("tiny-target").name == "tiny-eagle-b"                     # the newest installed
+    assert resolve_head("tiny-target", "tiny-eagle-a").name == "tiny-eagle-a"     # --spec eagle:tiny-eagle-a
     with pytest.raises(UnknownModelError, match="tiny-eagle-a"):
-        heads.resolve("eagle:nope-eagle")
-    named = EagleHeads("tiny-target", model, max_seq=32, default="tiny-eagle-a")    # --spec eagle:tiny-eagle-a
-    assert named.resolve("eagle").name == "tiny-eagle-a" and named.resolve("eagle-tree").name == "tiny-eagle-a"
-    assert EagleHeads("other-target", model, max_seq=32).default is None
-    with pytest.raises(ValueError, match="no EAGLE head"):
-        EagleHeads("other-target", model, max_seq=32).resolve("eagle")
+        resolve_head("tiny-target", "nope-eagle")
+    assert resolve_head("other-target") is None                                   # none: no EAGLE mode offered
     assert cli.main(["models", "--no-verify"]) == 0
     out = capsys.readouterr().out
     assert "tiny-eagle-b" in out and "eagle:tiny-eagle-b" in out
@@ -71,9 +66,8 @@ def test_a_head_for_another_target_is_refused(home):
     _, args = tiny_model("qwen2")
     install(home, make_head(args), "tiny-eagle")
     wider, _ = tiny_model("qwen2", n_layers=2, dim=32, n_heads=2, head_dim=16, n_kv_heads=1)
-    heads = EagleHeads("tiny-target", wider, max_seq=32)
     with pytest.raises(ValueError, match="does not fit"):
-        heads.head(heads.resolve("eagle"))
+        load_for(resolve_head("tiny-target"), wider, "tiny-target")
 
 
 def test_q8_packed_head_follows_the_fp32_head():

@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from test_bundle import _bits_equal, _k_blocks
+from bits import bits_equal, random_k_blocks
 from tiny import tiny_args, tiny_tensors
 
 from speczoo.cache import KVCache
@@ -29,7 +29,7 @@ def _source(qtype, rows: int = V, cols: int = D, seed: int = 0, narrow: bool = F
     """A random embedding as a GGUF file holds it: blocks of `qtype`, or fp32 (`narrow`: bf16 values)."""
     rng = np.random.default_rng(seed)
     if qtype in (T.Q4_K, T.Q6_K):
-        return W.SourceTensor(NAME, qtype.name, torch.from_numpy(_k_blocks(rng, rows, cols, qtype)))
+        return W.SourceTensor(NAME, qtype.name, torch.from_numpy(random_k_blocks(rng, rows, cols, qtype)))
     a = rng.standard_normal((rows, cols)).astype(np.float32)
     if qtype == T.F32:
         t = torch.from_numpy(a)
@@ -59,20 +59,20 @@ def test_rows_are_the_full_decode_bit_for_bit(tmp_path, small_chunks, qtype):
     emb, dense = _unpacked(tmp_path, _source(qtype))
     assert isinstance(emb, EncodedEmbedding) and emb.stored.dtype == torch.uint8
     assert emb.shape == dense.shape == (V, D) and emb.dtype == torch.float32
-    assert _bits_equal(emb.to_dense(), dense)
+    assert bits_equal(emb.to_dense(), dense)
     few = torch.tensor([7, 0, V - 1, 7, 42])                  # one chunk (duplicates too)
     many = torch.randint(0, V, (40,), generator=torch.Generator().manual_seed(1))   # several chunks
     for ids in (few, many, torch.arange(V)):
-        assert _bits_equal(emb[ids], dense[ids])
+        assert bits_equal(emb[ids], dense[ids])
 
 
 def test_an_f32_embedding_stays_dense_and_a_narrow_one_is_widened_per_row(tmp_path):
     emb, dense = _unpacked(tmp_path, _source(T.F32))
-    assert isinstance(emb, torch.Tensor) and _bits_equal(emb, dense)        # fp32 in the file: nothing to save
+    assert isinstance(emb, torch.Tensor) and bits_equal(emb, dense)        # fp32 in the file: nothing to save
     emb, dense = _unpacked(tmp_path, _source(T.F32, narrow=True))
     assert isinstance(emb, EncodedEmbedding) and emb.stored.dtype == torch.bfloat16
     ids = torch.tensor([[3, 1], [99, 3]])
-    assert _bits_equal(emb[ids], dense[ids]) and _bits_equal(emb.to_dense(), dense)
+    assert bits_equal(emb[ids], dense[ids]) and bits_equal(emb.to_dense(), dense)
 
 
 def test_indexes_like_the_dense_tensor(tmp_path):
@@ -84,7 +84,7 @@ def test_indexes_like_the_dense_tensor(tmp_path):
     for ids in cases:
         want = dense[torch.as_tensor(ids).long()]
         got = emb[ids]
-        assert got.shape == want.shape and _bits_equal(got, want), ids
+        assert got.shape == want.shape and bits_equal(got, want), ids
     with pytest.raises(IndexError):
         emb[torch.tensor([V])]
     for bad in (slice(0, 2), torch.tensor([1.0]), torch.tensor([True]), "3"):

@@ -5,37 +5,20 @@ engine (prefill sample, draft-model and n-gram drafts, rollback, controller) on 
 compares the joint distribution of the first three emitted tokens with the exact target joint.
 """
 
-import itertools
 from collections import Counter
 
 import pytest
 import torch
 
-from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.decoding.round import Finished
-from speczoo.sampling import probs
-from speczoo.decoding.cost import Costs
+from speczoo.decoding.pricing.cost import Costs
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
 from reference import HashOracle, NoisyOracle, OracleModel, TokenCache
-from test_verify_sampling import chi_square_p
-
-V = 5
-PROMPT = [1, 2, 1, 2]
-PARAMS = SamplingParams(temperature=1.0, top_k=4)
-
-
-def exact_joint(oracle, n: int) -> dict:
-    out = {}
-    for seq in itertools.product(range(V), repeat=n):
-        p, ctx = 1.0, list(PROMPT)
-        for t in seq:
-            p *= float(probs(oracle.logits(ctx)[None], PARAMS)[0, t])
-            ctx.append(t)
-        if p > 0:
-            out[seq] = p
-    return out
+from lossless_stats import PARAMS, PROMPT, V, chi_square_p, exact_joint
+from offered import offered
 
 
 @pytest.mark.parametrize("spec", ["off", "ngram", "draft", "draft-stops"])
@@ -55,7 +38,7 @@ def test_engine_sampling_matches_target_distribution(spec):
         return d
 
     drafters = {"ngram": lambda req: NgramDrafter(2), "draft": draft_factory}
-    eng = Engine(OracleModel(target), TokenCache(64), drafters, eos_ids=[], max_seq=32,
+    eng = Engine(OracleModel(target), TokenCache(64), offered(drafters), eos_ids=[], max_seq=32,
                  costs=costs)
     n, runs = 3, 8_000
     counts, accepted, drafted, rounds = Counter(), 0, 0, 0

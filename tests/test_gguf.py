@@ -128,24 +128,27 @@ def test_end_of_turn_tokens_join_eos(tmp_path):
 
 
 def test_unsupported_arch_is_a_clear_error(tmp_path):
-    path = tmp_path / "llama.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
+    path = tmp_path / "mamba.gguf"
+    w = gguf.GGUFWriter(str(path), "mamba")
     w.add_block_count(1)
     w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(ValueError, match="'llama' is not supported"):
+    with pytest.raises(ValueError, match="'mamba' is not supported; speczoo runs qwen2, qwen3, llama, phi3, gemma2, "
+                                         "gemma3"):
         gguf_model_args(open_gguf(path))
     with pytest.raises(FileNotFoundError):
         open_gguf(tmp_path / "absent.gguf")
 
 
 def test_linear_weight_pattern():
-    for name in ("blk.0.attn_q.weight", "blk.11.ffn_down.weight", "output.weight", "token_embd.weight"):
+    for name in ("blk.0.attn_q.weight", "blk.11.ffn_down.weight", "output.weight", "token_embd.weight",
+                 "blk.3.attn_qkv.weight"):
         assert LINEAR_WEIGHT_PATTERN.match(name), name
-    for name in ("blk.0.attn_q.bias", "blk.0.attn_norm.weight", "blk.0.attn_q_norm.weight", "output_norm.weight"):
+    for name in ("blk.0.attn_q.bias", "blk.0.attn_norm.weight", "blk.0.attn_q_norm.weight", "output_norm.weight",
+                 "rope_freqs.weight", "rope_factors_short.weight", "blk.0.post_ffw_norm.weight"):
         assert not LINEAR_WEIGHT_PATTERN.match(name), name
 
 
@@ -174,3 +177,29 @@ def test_real_gemma_metadata_and_orientation():
         if name == "token_embd.weight":
             assert t.shape == (262144, 640)
             break
+
+
+def test_the_plain_map_reader_reads_what_ggufs_own_reader_reads(tmp_path):
+    """open_gguf is gguf.GGUFReader over a plain ndarray view of the map: every field and tensor the same."""
+    args = tiny_args("qwen2")
+    path = tmp_path / "t.gguf"
+    write_gguf(path, args, tiny_tensors(args, seed=2))
+    ours, theirs = open_gguf(path), gguf.GGUFReader(path)
+    assert type(ours.data) is np.ndarray and isinstance(ours.data.base, np.memmap)     # zero-copy view
+    assert list(ours.fields) == list(theirs.fields)
+    assert all(ours.fields[k].contents() == theirs.fields[k].contents() for k in theirs.fields)
+    assert [(t.name, t.tensor_type, t.shape.tolist()) for t in ours.tensors] == \
+        [(t.name, t.tensor_type, t.shape.tolist()) for t in theirs.tensors]
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(ours.tensors, theirs.tensors))
+
+
+def test_a_truncated_gguf_is_a_clear_error(tmp_path):
+    args = tiny_args("qwen2")
+    path = tmp_path / "t.gguf"
+    write_gguf(path, args, tiny_tensors(args, seed=2))
+    whole = path.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    for keep in (2, 2000, len(whole) - 100):         # in the magic, in the metadata, in the tensor data
+        cut.write_bytes(whole[:keep])
+        with pytest.raises(ValueError, match="is not a readable GGUF file"):
+            open_gguf(cut)

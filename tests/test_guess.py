@@ -6,15 +6,15 @@ import random
 
 import torch
 
-from speczoo.events import SamplingParams
-from speczoo.decoding.cost import Costs
-from speczoo.decoding.cost import CvCurve
+from speczoo.request import SamplingParams
+from speczoo.decoding.pricing.cost import Costs
+from speczoo.decoding.pricing.cost import CvCurve
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.drafters.guess import Guesser
 from speczoo.decoding.drafters.ngram import NgramIndex
 from reference import MarkovOracle, NoisyOracle, OracleModel, TokenCache, reference_greedy
 
-from test_draft_model import engine_with_draft, generate
+from oracle_engines import engine_with_draft, generate
 
 FREE_ROWS = CvCurve.constant(1.0)           # rows cost nothing: guess whenever prompt lookup matches
 
@@ -114,7 +114,7 @@ def test_engine_with_guesses_equals_greedy():
                                                                          seed=case))
         rows = rng.choice([FREE_ROWS, CvCurve.measured({1: 1.0, 2: 1.05, 3: 1.2, 5: 1.8, 9: 3.0})])
         inner = eng.drafters["draft"]
-        eng.drafters["draft"] = lambda req, inner=inner, rows=rows: _with_guesser(inner(req), rows)
+        eng = eng.offer(inner.with_factory(lambda req, inner=inner.factory, rows=rows: _with_guesser(inner(req), rows)))
         if case % 2:
             eng.costs = Costs(cv=1.0, draft_cost={"ngram": 0.0, "draft": 0.3})
         prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 30))]

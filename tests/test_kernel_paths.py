@@ -4,8 +4,9 @@ Each path is its own build of the same sources (kernels/native.py, flags per pat
 run a path skips it here, and the torch-free driver (test_kernel_paths_driver.py) covers the Arm paths
 under qemu. Compared bit for bit against the scalar build: q8 and q4 linears (S in {1, 2, 5, 9, 17}, K
 off every block size and ending in partial super-blocks, N ending in a partial strip, bias or not, one
-and two threads), attention over chains and tree rows, and whole tiny models (prefill, decode, chain and
-tree verifies, and their caches). Also: how a path is chosen from the CPU's features.
+and two threads), attention over chains and tree rows (plain and soft-capped), and whole tiny models of
+the compiled block's shapes and gemma2's (prefill, decode, chain and tree verifies, and their caches).
+Also: how a path is chosen from the CPU's features.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from speczoo.cache import KVCache
 from speczoo.kernels import attention, native
 from speczoo.kernels.pack import pack_q4, pack_q8
 from speczoo.kernels.quantized import Q4Backend, Q8Backend
-from speczoo.models.qwen2 import Qwen2
+from speczoo.models.registry import arch_class
 
 PATHS = [p for p in native.runnable_paths() if p.simd]
 S_VALUES = (1, 2, 5, 9, 17)
@@ -78,11 +79,12 @@ def test_attention_equals_the_scalar_path(path, scalar):
     for h, hkv, dh in ((14, 2, 64), (12, 2, 128), (4, 4, 16), (8, 2, 40)):
         q = torch.randn(len(rows), h, dh, generator=g)
         kc, vc = torch.randn(hkv, 64, dh, generator=g) * 3, torch.randn(hkv, 64, dh, generator=g)
-        ref = attention.attend(q, kc, vc, keys, lib=ref_lib)
-        for threads in (1, 2):
-            with _threads(threads):
-                out = attention.attend(q, kc, vc, keys, lib=lib)
-            assert torch.equal(out, ref), f"{path.name} H={h} Hkv={hkv} Dh={dh} threads={threads}"
+        for softcap in (0.0, 50.0, 3.0):                       # Gemma 2's soft-capping: both tanh branches
+            ref = attention.attend(q, kc, vc, keys, lib=ref_lib, softcap=softcap)
+            for threads in (1, 2):
+                with _threads(threads):
+                    out = attention.attend(q, kc, vc, keys, lib=lib, softcap=softcap)
+                assert torch.equal(out, ref), f"{path.name} H={h} Hkv={hkv} Dh={dh} cap={softcap} threads={threads}"
 
 
 def _forwards(model, args) -> list[torch.Tensor]:
@@ -97,11 +99,14 @@ def _forwards(model, args) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("path", PATHS, ids=_path_ids(PATHS))
 @pytest.mark.parametrize("backend", (Q4Backend, Q8Backend))
-def test_whole_model_equals_the_scalar_path(path, backend, scalar):
-    args = tiny_args("qwen2")
+@pytest.mark.parametrize("arch", ("qwen2", "qwen3", "phi3", "gemma2"))   # bias, QK norm, fused tensors, soft-caps
+def test_whole_model_equals_the_scalar_path(path, backend, arch, scalar):
+    args = tiny_args(arch)
     tensors = tiny_tensors(args)
-    model, ref = Qwen2(args, tensors, backend(path)), Qwen2(args, tensors, backend(scalar))
-    assert model.layers[0].native is not None, "the compiled block should run on this path"
+    cls = arch_class(arch)
+    model, ref = cls(args, tensors, backend(path)), cls(args, tensors, backend(scalar))
+    compiled = model.layers[0].native is not None
+    assert compiled == (arch != "gemma2"), "the compiled block should run on this path (gemma2's blocks: PyTorch)"
     for a, b in zip(_forwards(model, args), _forwards(ref, args), strict=True):
         assert torch.equal(a, b), path.name
 

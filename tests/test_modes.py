@@ -2,6 +2,7 @@
 
 import pytest
 
+from speczoo.decoding.drafters.registry import BUILTIN, NGRAM, DrafterSpec
 from speczoo.decoding.modes import MODES, SpecMode
 
 
@@ -27,6 +28,13 @@ def test_a_bad_mode_is_an_error_listing_the_choices(text, message):
 
 
 def test_offered_drafters_are_the_choices_of_a_loaded_engine():
-    assert SpecMode.parse("tree", offered=["tree"]).mode == "tree"
+    assert SpecMode.parse("tree", offered={"tree": DrafterSpec("tree")}).mode == "tree"
     with pytest.raises(ValueError, match="'draft' is not available here; choose one of off, ngram, auto$"):
-        SpecMode.parse("draft", offered=["ngram"])
+        SpecMode.parse("draft", offered={"ngram": NGRAM})
+    with pytest.raises(ValueError, match="takes no name"):                 # the offered descriptor says
+        SpecMode.parse("tree:x", offered={"tree": DrafterSpec("tree")})
+
+
+def test_the_modes_are_the_descriptors_names_in_order():
+    assert MODES == ("off", *(s.name for s in BUILTIN), "auto")
+    assert [s.name for s in BUILTIN if s.takes_name] == ["draft", "eagle", "eagle-tree"]

@@ -4,7 +4,7 @@ import pytest
 
 from speczoo.decoding.drafters.ngram import NgramDrafter, NgramIndex
 from speczoo.decoding.types import Draft
-from speczoo.decoding.verify import verify_greedy
+from speczoo.decoding.verify.greedy import verify_greedy
 
 
 def test_empty_history_proposes_nothing():
@@ -101,26 +101,17 @@ def test_match_length_extends_backwards_up_to_the_cap():
     idx.extend(seq + [77] + seq)
     start = idx.longest()[-1]
     assert start == 40                                   # right after the first copy
-    assert idx.match_length(start) == 16                 # capped (MATCH_CAP)
+    assert idx.match_length(start) == 16                 # capped (Drafting.match_cap)
     assert idx.match_length(start, cap=100) == 40
     assert NgramIndex(2).longest() == []
 
 
 def test_every_situation_has_a_prior():
-    from speczoo.decoding.drafters.ngram import SITUATION_PRIORS
+    from speczoo.decoding.tuning import DRAFTING
+    SITUATION_PRIORS = DRAFTING.situation_priors
     bands, kinds = ("1", "2-3", "4-7", "8+"), ("agree", "mixed")
     assert set(SITUATION_PRIORS) == {f"{b}/{k}" for b in bands for k in kinds}
     assert all(0 < a < 1 for a in SITUATION_PRIORS.values())
     assert NgramDrafter.situation_priors is SITUATION_PRIORS
 
 
-def test_situation_replay_on_a_hand_made_answer():
-    from benchmarks.ngram_situations import replay
-    prompt = list(range(10, 30))
-    answer = list(range(10, 20)) + [5]           # copies the prompt's first ten tokens, then leaves it
-    got = replay(prompt, answer, k=4)
-    # after a0 = 10 the one-token match "10" proposes 11 12 13 14: all right; the match grows from there
-    assert got[0] == ("1/agree", 4)
-    assert [s for s, _ in got[:3]] == ["1/agree", "2-3/agree", "2-3/agree"]
-    assert got[-1] == ("8+/agree", 0)            # ... until the answer leaves the prompt (19 -> 5, not 20)
-    assert got[-2] == ("8+/agree", 1)

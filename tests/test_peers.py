@@ -13,7 +13,7 @@ import pytest
 from fake_runtime import FakeRuntime
 from speczoo.bench import peers
 from speczoo.bench.peers import (
-    Generation, PeerError, PeerPrompt, PeerSettings, SpeczooFamily, cut_at_eos, judge, make_row,
+    PeerOutput, PeerError, PeerPrompt, PeerSettings, SpeczooFamily, cut_at_eos, judge, make_row,
     parse_systems, run_peers, timed_tokens)
 from speczoo.bench.peers_summary import render_markdown, summarize
 from speczoo.bench.peers_llama import BUILD_HINT, LlamaCliFamily, LlamaCppFamily, parse_tool_output
@@ -119,7 +119,7 @@ def test_markdown_has_a_table_per_category_and_lossless_counts():
 # -- lossless judgement --------------------------------------------------------------------------------
 
 def _gen(ids, text="", finish="length"):
-    return Generation(ids=ids, text=text, finish=finish, seconds=1.0, tokens=len(ids), total_seconds=1.0,
+    return PeerOutput(ids=ids, text=text, finish=finish, seconds=1.0, tokens=len(ids), total_seconds=1.0,
                       timing="first-token")
 
 

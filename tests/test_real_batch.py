@@ -5,7 +5,8 @@ how many slots, how long the prompt chunks)."""
 import pytest
 
 from speczoo.bench.prompts import builtin_prompt
-from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
+from speczoo.events import DoneEvent
+from speczoo.request import GenerationRequest, SamplingParams
 from real_models import real_runtime
 
 pytestmark = pytest.mark.real

@@ -9,7 +9,8 @@ import torch
 from speczoo.bench.ab import run_ab
 from speczoo.bench.prompts import builtin_prompt
 from speczoo.cache import KVCache
-from speczoo.events import DoneEvent, GenerationRequest
+from speczoo.events import DoneEvent
+from speczoo.request import GenerationRequest
 from speczoo.kernels import native
 from speczoo.runtime import Runtime, load
 

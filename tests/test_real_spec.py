@@ -9,7 +9,8 @@ import pytest
 from speczoo.bench.ab import run_ab
 from speczoo.bench.prompts import builtin_prompt
 from speczoo.errors import CacheFullError
-from speczoo.events import DoneEvent, GenerationRequest
+from speczoo.events import DoneEvent
+from speczoo.request import GenerationRequest
 from speczoo.runtime import Runtime, load
 
 pytestmark = pytest.mark.real
@@ -44,10 +45,14 @@ def test_self_draft_accepts_everything_and_stays_lossless(loaded):
     # to pay; without a cost model every round drafts K, which is what this test is about. And with its
     # full LM head: the reduced drafting head cannot propose an id past 32768 that the prompt lacks (here
     # "```" after the first sentence), a rejection by design that the earlier K choices happened to miss.
-    from speczoo.decoding.drafters.draft_model import make_draft_drafter
+    import dataclasses
 
-    rt.engine.costs = None
-    rt.engine.drafters["draft"] = make_draft_drafter(loaded, loaded, 1024, head_vocab=None)
+    from speczoo.decoding.drafters.draft_model import make_draft_drafter
+    from speczoo.decoding.engine import Engine
+
+    full_head = dataclasses.replace(rt.engine.drafters["draft"], cost=None,
+                                    factory=make_draft_drafter(loaded, loaded, 1024, head_vocab=None))
+    rt.engine = Engine(rt.engine.target, rt.engine.cache, [full_head], rt.tokenizer.eos_ids, rt.max_seq)  # no costs
     *_, done = rt.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=24, spec="draft", k=4))
     assert isinstance(done, DoneEvent)
     assert done.stats.accepted == done.stats.drafted > 0

@@ -8,10 +8,12 @@ import pytest
 
 from speczoo.bench.ab import run_ab
 from speczoo.bench.prompts import builtin_prompt
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
+from speczoo.decoding.drafters.registry import DrafterSpec
+from speczoo.decoding.engine import Engine
 from speczoo.decoding.round import Finished
 from speczoo.runtime import Runtime, load
-from test_tree_engine import ScriptedTree
+from hand_tree import ScriptedTree
 
 pytestmark = pytest.mark.real
 MODEL = "qwen2.5-coder-0.5b"
@@ -35,14 +37,9 @@ def test_bushy_trees_with_off_branch_paths_stay_lossless(runtime):
     ids = runtime.chat_ids([{"role": "user", "content": "Write a Python function that reverses a string."}])
     *_, plain = runtime.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=32))
     drafter = ScriptedTree(ids + plain.ids, vocab=runtime.target.args.vocab_size, seed=3)
-    runtime.engine.drafters["tree"] = lambda req: drafter
-    costs, runtime.engine.costs = runtime.engine.costs, None      # no cost model: every round K = 16
-    try:
-        *_, done = runtime.engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=32, spec="tree",
-                                                             k=16))
-    finally:
-        del runtime.engine.drafters["tree"]
-        runtime.engine.costs = costs
+    engine = Engine(runtime.engine.target, runtime.engine.cache, [DrafterSpec("tree", lambda req: drafter)],
+                    runtime.tokenizer.eos_ids, runtime.max_seq)      # no cost model: every round K = 16
+    *_, done = engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=32, spec="tree", k=16))
     assert isinstance(done, Finished)                             # the engine's own end: ids, no text
     assert done.ids == plain.ids
     assert done.stats.accepted > 8

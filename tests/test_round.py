@@ -15,14 +15,15 @@ import torch
 from tiny import tiny_model
 from tiny_gguf import write_tiny_gguf
 
-from benchmarks.auto_replay import Recording, replay as auto_replay
 from speczoo.cache import KVCache
-from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
-from speczoo.decoding.cost import Costs, CvCurve
+from speczoo.events import DoneEvent, TokenEvent
+from speczoo.request import GenerationRequest
+from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.drafters.base import FeatureTaps
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
+from speczoo.decoding.drafters.registry import DRAFT, DrafterSpec
 from speczoo.decoding.eagle_replay import Always, replay as eagle_replay
 from speczoo.decoding.engine import Engine
 from speczoo.decoding.policy import make_policy
@@ -32,7 +33,8 @@ from speczoo.decoding.types import MAX_K
 from speczoo.textgen import generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.gguf_tokenizer import read_tokenizer
-from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and a head trained on it)
+from tiny_eagle import PROMPT
+from offered import offered
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
@@ -66,7 +68,7 @@ def recorded_rounds(req: GenerationRequest, out: list[int], costs: Costs | None)
                                                round_overhead=0.02)], ids=["free", "priced"])
 def test_a_replay_makes_the_engines_rounds_on_a_tiny_model(spec, costs):
     model, args = tiny_model("qwen2", backend="fp32-rows", vocab=16)
-    eng = Engine(model, KVCache(args, 160, extra=MAX_K + 1), DRAFTERS, eos_ids=[], max_seq=160, costs=costs)
+    eng = Engine(model, KVCache(args, 160, extra=MAX_K + 1), offered(DRAFTERS), eos_ids=[], max_seq=160, costs=costs)
     req = GenerationRequest(prompt_ids=LOOPING, max_new_tokens=60, spec=spec, k=6)
     live, done = engine_rounds(eng, req)
     assert sum((r.ids for r in live), []) == done.ids and done.finish_reason == "length"
@@ -79,30 +81,12 @@ def unseen_last(rounds: list[Round]) -> list[Round]:
     return rounds[:-1] + [replace(rounds[-1], pending=-1)]
 
 
-def test_the_auto_replay_makes_the_engines_rounds():
-    """benchmarks/auto_replay.py's prompt-lookup replay, priced as the engine's costs, on the engine's run."""
-    model, args = tiny_model("qwen2", backend="fp32-rows", vocab=16)
-    costs = Costs(cv=CvCurve.measured(CV), draft_cost={"ngram": 0.0}, round_overhead=0.02)
-    eng = Engine(model, KVCache(args, 160, extra=MAX_K + 1), {"ngram": DRAFTERS["ngram"]}, eos_ids=[],
-                 max_seq=160, costs=costs)
-    live, done = engine_rounds(eng, GenerationRequest(prompt_ids=LOOPING, max_new_tokens=60, spec="ngram", k=6))
-    rec = Recording(prompt=LOOPING, out=done.ids, guess=done.ids, sure=[1.0] * 60, target_cv=CV, round_overhead=0.02)
-    res = auto_replay(rec, "ngram", k_max=6)
-    by: dict[str, int] = {}
-    for r in live:
-        name = r.drafter if r.drafted else "none"
-        by[name] = by.get(name, 0) + 1
-    assert res.lossless and res.rounds == len(live) and res.by_drafter == by
-    step = sum(costs.cv(1 + r.drafted) + 0.02 if r.drafted else 1.0 for r in live)
-    assert res.cost == pytest.approx(step)
-
-
 @pytest.mark.parametrize("tree", [None, TreeShape(depth=3, branch=2)], ids=["chain", "tree"])
-def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # noqa: F811 (the imported fixture)
+def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # trained: tests/conftest.py
     """decoding/eagle_replay.py against the engine's rounds under the same always-draft policy."""
     model, args, head = trained
     k = 6 if tree is None else 12
-    eng = Engine(model, KVCache(args, 128, extra=MAX_K + 1), {}, eos_ids=[], max_seq=128)
+    eng = Engine(model, KVCache(args, 128, extra=MAX_K + 1), [], eos_ids=[], max_seq=128)
     drafter = make_eagle_drafter(head, 128, tree)(GenerationRequest(prompt_ids=PROMPT))
     g = Generation({drafter.name: drafter}, Always(drafter.name, k), list(PROMPT), 40, taps=FeatureTaps([drafter]))
     for _ in eng.rounds(g):
@@ -139,7 +123,8 @@ def tok(tmp_path_factory) -> Tokenizer:
 def text_engine(tok: Tokenizer, text: str) -> tuple[Engine, list[int]]:
     script = tok.encode(text)
     oracle = ScriptOracle(tok.vocab_size, len(script[:6]), script[6:] + script)
-    eng = Engine(OracleModel(oracle), TokenCache(400), {"ngram": DRAFTERS["ngram"]}, eos_ids=tok.eos_ids, max_seq=300)
+    eng = Engine(OracleModel(oracle), TokenCache(400), offered({"ngram": DRAFTERS["ngram"]}), eos_ids=tok.eos_ids,
+                 max_seq=300)
     return eng, script[:6]
 
 
@@ -185,13 +170,17 @@ def test_a_character_unfinished_at_the_end_shows_as_a_replacement(tok):
     assert all("\ufffd" not in e.text for e in events[:-1])         # only the flush at the end shows it
 
 
-def test_drafters_are_offered_through_the_engine():
+def test_offering_a_drafter_makes_a_new_engine_and_changes_nothing_under_anyone():
     costs = Costs(cv=CvCurve.measured(CV), draft_cost={"ngram": 0.0}, round_overhead=0.02)
-    eng = Engine(OracleModel(ScriptOracle(16, 4, [1, 2, 3])), TokenCache(100), {"ngram": DRAFTERS["ngram"]},
+    eng = Engine(OracleModel(ScriptOracle(16, 4, [1, 2, 3])), TokenCache(100), offered({"ngram": DRAFTERS["ngram"]}),
                  eos_ids=[], max_seq=60, costs=costs)
-    eng.offer("tree", DRAFTERS["ngram-tree"], cost_per_token=0.25, exclude_auto=True)
-    assert costs.draft_cost["tree"] == 0.25 and eng._drafter_names("auto") == ["ngram"]
-    *_, done = eng.generate(GenerationRequest(prompt_ids=[1, 2, 3, 1], max_new_tokens=20, spec="tree", k=4))
+    more = eng.offer(DrafterSpec("tree", DRAFTERS["ngram-tree"], cost=0.25, auto=False))
+    assert list(eng.drafters) == ["ngram"] and eng.costs.draft_cost == costs.draft_cost == {"ngram": 0.0}
+    assert more.costs.draft_cost["tree"] == 0.25 and more._drafter_names("auto") == ["ngram"]
+    *_, done = more.generate(GenerationRequest(prompt_ids=[1, 2, 3, 1], max_new_tokens=20, spec="tree", k=4))
     assert done.ids == [1, 2, 3] * 6 + [1, 2] and done.stats.accepted > 0
     with pytest.raises(ValueError, match="no cost profile"):
-        Engine(OracleModel(ScriptOracle(16, 4, [1])), TokenCache(100), {}, [], 60).offer("x", DRAFTERS["ngram"], 0.5)
+        Engine(OracleModel(ScriptOracle(16, 4, [1])), TokenCache(100), [], [], 60).offer(
+            DrafterSpec("x", DRAFTERS["ngram"], cost=0.5))
+    with pytest.raises(ValueError, match="no factory"):              # a drafter not bound to what a runtime loaded
+        Engine(OracleModel(ScriptOracle(16, 4, [1])), TokenCache(100), [DRAFT], [], 60)

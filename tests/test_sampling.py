@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from speczoo.events import SamplingParams
+from speczoo.request import SamplingParams
 from speczoo.sampling import greedy, make_generator, pick, probs, sample, validate
 
 

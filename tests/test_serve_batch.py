@@ -1,6 +1,6 @@
 """`speczoo serve --parallel N` (serve/batch_worker.py) behind the official `openai` client on a real
-uvicorn server: every test of test_serve_openai.py passes unchanged against the batch worker (the API
-behaves as with one generation at a time), and the batch's own promises hold: concurrent streams equal
+uvicorn server (test_serve_openai.py runs every API test against the batch worker too), and the batch's
+own promises hold: concurrent streams equal
 the same requests served alone, a disconnected client's slot is free within a step, and a full server
 answers 503 with Retry-After."""
 
@@ -17,10 +17,7 @@ from fake_runtime import FakeRuntime, make_test_runtime
 from speczoo.serve.app import create_app
 from speczoo.serve.background import BackgroundServer
 from speczoo.serve.batch_worker import BatchWorker, default_parallel
-from test_serve_openai import (KEY, chat, test_chat_stream_and_not, test_client_dropped_mid_stream_is_cancelled_and_next_request_is_served,  # noqa: F401
-                               test_completions_stream_and_not, test_eight_concurrent_streams_equal_the_same_requests_served_alone,
-                               test_faults, test_models, test_non_streaming_client_that_times_out_is_cancelled,
-                               test_sampling_with_a_seed_is_reproducible, test_stream_usage_and_extension_field)
+from openai_chat import KEY, chat
 
 
 @pytest.fixture(scope="module")

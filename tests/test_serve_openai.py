@@ -1,7 +1,9 @@
 """A real uvicorn server on 127.0.0.1 (random free port) driven by the official `openai` client:
 chat and completions, streaming and not; faults (bad JSON, unknown model, over-context, wrong key);
 a client dropped mid-stream (its generation is closed, the next request is served normally); and
-8 concurrent streaming clients whose outputs equal the same requests served alone."""
+8 concurrent streaming clients whose outputs equal the same requests served alone. Every test runs
+twice: against the one-at-a-time worker and against `--parallel 4`'s batch worker (the API behaves the
+same; the batch's own promises are test_serve_batch.py's)."""
 
 from __future__ import annotations
 
@@ -16,20 +18,26 @@ import openai
 import pytest
 
 from fake_runtime import is_fake, make_test_runtime
+from openai_chat import KEY, chat
 from speczoo.serve.app import create_app
 from speczoo.serve.background import BackgroundServer
+from speczoo.serve.batch_worker import BatchWorker
 
-KEY = "test-key"
+
+@pytest.fixture(scope="module", params=[1, 4], ids=["one-at-a-time", "parallel-4"])
+def parallel(request) -> int:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def runtime():
+def runtime(parallel):
     return make_test_runtime(max_seq=512, delay=0.001)
 
 
 @pytest.fixture(scope="module")
-def server(runtime):
-    with BackgroundServer(create_app(runtime, api_key=KEY)) as s:
+def server(runtime, parallel):
+    worker = BatchWorker(runtime, parallel) if parallel > 1 else None
+    with BackgroundServer(create_app(runtime, api_key=KEY, worker=worker)) as s:
         yield s
 
 
@@ -51,11 +59,6 @@ def wait_idle(server, timeout=20.0) -> dict:
             return h
         time.sleep(0.02)
     raise AssertionError(f"the server is still busy after {timeout} s: {health(server)}")
-
-
-def chat(client, runtime, text, **kw):
-    return client.chat.completions.create(model=runtime.name, messages=[{"role": "user", "content": text}],
-                                          **kw)
 
 
 def stream_text(client, runtime, text, **kw) -> tuple[str, str]:

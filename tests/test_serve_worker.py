@@ -10,7 +10,8 @@ import pytest
 
 from fake_runtime import FakeRuntime
 from speczoo.errors import CacheFullError
-from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
+from speczoo.events import DoneEvent, TokenEvent
+from speczoo.request import GenerationRequest
 from speczoo.serve.worker import Idle, QueueFullError, Worker
 
 

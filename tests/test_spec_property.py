@@ -4,18 +4,20 @@ import random
 
 import pytest
 
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.round import Finished
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import Engine
 from reference import (HashOracle, MarkovOracle, OracleModel, TokenCache,
                                     reference_greedy)
+from offered import offered
+from oracle_engines import random_case
 
 
 def make_engine(oracle, max_seq=256, eos=()):
     model = OracleModel(oracle)
     drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram)}
-    eng = Engine(model, TokenCache(max_seq + 80), drafters, eos_ids=list(eos), max_seq=max_seq)
+    eng = Engine(model, TokenCache(max_seq + 80), offered(drafters), eos_ids=list(eos), max_seq=max_seq)
     return eng, model
 
 
@@ -25,20 +27,6 @@ def run(eng, **kw):
     assert isinstance(done, Finished)
     assert sum((e.ids for e in events[:-1]), []) == done.ids
     return done
-
-
-def random_case(rng: random.Random):
-    vocab = rng.choice([2, 3, 5, 8, 20, 50])
-    oracle = (MarkovOracle(vocab, seed=rng.randrange(10**6)) if rng.random() < 0.5
-              else HashOracle(vocab, seed=rng.randrange(10**6), order=rng.choice([1, 2, 3])))
-    prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 40))]
-    if rng.random() < 0.3:                               # a prompt that repeats itself
-        prompt = prompt[: rng.randint(1, len(prompt))] * rng.randint(2, 4)
-    n = rng.randint(1, 60)
-    k = rng.choice([1, 2, 3, 4, 8])
-    order = rng.choice([1, 2, 3])
-    eos = {rng.randrange(vocab)} if rng.random() < 0.2 else set()
-    return oracle, prompt, n, k, order, eos
 
 
 def test_spec_equals_greedy_3000_random_cases():
@@ -108,7 +96,7 @@ def test_engine_asks_situations_and_never_asks_a_drafter_that_has_nothing():
 
     oracle = MarkovOracle(20, seed=5)
     rec = Recorder()
-    eng = Engine(OracleModel(oracle), TokenCache(200), {"ngram": lambda req: rec}, eos_ids=[],
+    eng = Engine(OracleModel(oracle), TokenCache(200), offered({"ngram": lambda req: rec}), eos_ids=[],
                  max_seq=120)
     prompt = [1, 2, 3, 4] + reference_greedy(oracle, [1, 2, 3, 4], 30)
     done = run(eng, prompt_ids=prompt, max_new_tokens=40, spec="ngram", k=4)
@@ -128,8 +116,8 @@ def test_auto_leaves_out_the_excluded_drafters_but_they_stay_usable_by_name():
 
     oracle = MarkovOracle(20, seed=2)
     eng = Engine(OracleModel(oracle), TokenCache(200),
-                 {"ngram": factory("ngram"), "ngram-tree": factory("ngram-tree")}, eos_ids=[], max_seq=120,
-                 auto_excludes=frozenset({"ngram-tree"}))
+                 offered({"ngram": factory("ngram"), "ngram-tree": factory("ngram-tree")},
+                         auto_excludes=frozenset({"ngram-tree"})), eos_ids=[], max_seq=120)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     done = run(eng, prompt_ids=prompt, max_new_tokens=20, spec="auto", k=4)
     assert done.ids == reference_greedy(oracle, prompt, 20) and built == ["ngram"]

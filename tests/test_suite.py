@@ -232,8 +232,8 @@ def test_cli_suite(tmp_path, monkeypatch, capsys):
     write_questions(qfile, QUESTIONS)
     seen = {}
 
-    def load_runtime(target, draft=None, backend=None, max_seq=4096):
-        seen.update(target=target, draft=draft, max_seq=max_seq)
+    def load_runtime(target, draft=None, backend=None, max_seq=4096, eagle_head=None):
+        seen.update(target=target, draft=draft, max_seq=max_seq, eagle_head=eagle_head)
         return FakeRuntime()
 
     fake = types.ModuleType("speczoo.runtime")
@@ -244,7 +244,7 @@ def test_cli_suite(tmp_path, monkeypatch, capsys):
             "--gen", str(GEN), "--limit", "1", "--categories", "rag,math", "--out", str(out),
             "--no-progress"]
     assert main(argv) == 0
-    assert seen == {"target": "fake-target", "draft": "tiny", "max_seq": 4096}
+    assert seen == {"target": "fake-target", "draft": "tiny", "max_seq": 4096, "eagle_head": None}
     rows = read_rows(out)
     assert [(r["question_id"], r["method"]) for r in rows] == [
         (1, "off"), (1, "draft:tiny"), (3, "off"), (3, "draft:tiny")]
@@ -267,3 +267,13 @@ def test_suite_loads_the_zoos_draft_for_draft_and_auto_methods():
         draft_to_load(target, ["off", "draft:a"], "b")
     with pytest.raises(ValueError, match="one draft model"):
         draft_to_load(target, ["off", "draft:a", "draft:b"], None)
+
+
+def test_suite_loads_the_one_head_its_methods_name():
+    """A runtime resolves its EAGLE head once, at load: the head of eagle:NAME methods, one at most."""
+    from speczoo.commands.suite import head_to_load
+
+    assert head_to_load(["off", "auto", "eagle"]) is None                  # the newest installed, if any
+    assert head_to_load(["off", "eagle:h-eagle", "eagle-tree:h-eagle"]) == "h-eagle"
+    with pytest.raises(ValueError, match="one EAGLE head"):
+        head_to_load(["off", "eagle:a-eagle", "eagle:b-eagle"])

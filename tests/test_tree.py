@@ -5,9 +5,10 @@ import random
 import pytest
 import torch
 
-from speczoo.decoding.tree import TreeLayout, check_parents, head, is_chain, verify_tree_greedy
+from speczoo.decoding.verify.greedy import verify_tree_greedy
+from speczoo.decoding.verify.tree import TreeLayout, check_parents, is_chain
 from speczoo.decoding.types import Draft
-from speczoo.decoding.verify import verify_greedy
+from speczoo.decoding.verify.greedy import verify_greedy
 
 #        a0 (row 0)
 #       /    \
@@ -106,10 +107,10 @@ def test_verify_needs_one_target_row_per_node():
         verify_tree_greedy(draft, TreeLayout.from_parents(draft.parents), [1, 2])
 
 
-def test_head_keeps_a_valid_tree():
+def test_truncated_keeps_a_valid_tree():
     draft = Draft(tokens=[5, 6, 7, 8, 9, 4], parents=PARENTS, probs=torch.rand(6, 10), drafter="x")
-    cut = head(draft, 4)
+    cut = draft.truncated(4)
     assert cut.tokens == [5, 6, 7, 8] and cut.parents == [-1, -1, 0, 0] and cut.probs.shape == (4, 10)
     assert cut.drafter == "x"
     check_parents(cut.parents)
-    assert head(draft, 6) is draft
+    assert draft.truncated(6) is draft

@@ -1,6 +1,6 @@
 """Token trees through the engine: one tree forward per round, compaction, greedy losslessness.
 
-Tiny random models (both architectures; the gemma one with its sliding window) and oracles. A scripted
+Tiny random models (every architecture; the gemma ones with their sliding windows) and oracles. A scripted
 drafter proposes trees that hide the target's true continuation among wrong branches, so that the
 accepted path is often not the first branch and the compaction really moves K/V rows.
 """
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest, SamplingParams
-from speczoo.decoding.round import Finished, Plan
+from speczoo.request import GenerationRequest, SamplingParams
+from speczoo.decoding.round import Finished, RoundPlan
 from speczoo.sampling import probs as sampling_probs
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
@@ -24,68 +24,20 @@ from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.engine import MAX_K, Engine
 from reference import (HashOracle, NoisyOracle, OracleModel, TokenCache,
                                     reference_greedy)
-from speczoo.decoding.tree import TreeLayout
+from speczoo.decoding.verify.tree import TreeLayout
 from speczoo.decoding.types import Draft
-from test_engine_sampling import PARAMS, PROMPT, V, exact_joint
-from test_verify_sampling import chi_square_p
-from tiny import tiny_model
+from lossless_stats import PARAMS, PROMPT, V, chi_square_p, exact_joint
+from tiny import ARCHS, tiny_model
+from hand_tree import PARENT, ScriptedTree, tree_inputs
+from offered import offered
+from oracle_engines import random_case
 
 INVARIANT = "fp32-rows"
-ARCHS = ["qwen2", "gemma3"]
-
-
-class ScriptedTree(Drafter):
-    """Knows the target's greedy output; proposes a random tree of at most k nodes in which the true
-    continuation runs for a random depth along a random branch, among wrong branches."""
-
-    name = "tree"
-
-    def __init__(self, truth: list[int], vocab: int, seed: int = 0):
-        self.truth, self.vocab = truth, vocab
-        self.rng = random.Random(seed)
-        self.paths: list[list[int]] = []
-
-    def reset(self) -> None:
-        pass
-
-    def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
-        rng = self.rng
-        future = self.truth[len(context):]
-        good = rng.randint(0, min(k, len(future)))          # how deep the true branch goes
-        tokens: list[int] = []
-        parents: list[int] = []
-        frontier = [-1]
-        true_node = -1
-        while len(tokens) < k and frontier:
-            parent = rng.choice(frontier)
-            depth = 0 if parent == -1 else self._depth(parents, parent) + 1
-            if parent == true_node and depth < good and rng.random() < 0.5:
-                tok = future[depth]
-                true_node = len(tokens)
-            else:
-                tok = rng.randrange(self.vocab)
-            tokens.append(tok)
-            parents.append(parent)
-            frontier.append(len(tokens) - 1)
-        return Draft(tokens=tokens, parents=parents, drafter=self.name)
-
-    @staticmethod
-    def _depth(parents: list[int], node: int) -> int:
-        d = 0
-        while parents[node] != -1:
-            node, d = parents[node], d + 1
-        return d
-
-    def commit(self, accepted: int) -> None:
-        pass
-
-    def commit_path(self, path: list[int]) -> None:
-        self.paths.append(path)
 
 
 def model_engine(arch: str, backend: str, drafters: dict, max_seq: int = 96, vocab: int = 32):
     model, args = tiny_model(arch, backend=backend, vocab=vocab)
-    eng = Engine(model, KVCache(args, max_seq, extra=MAX_K + 1), drafters, eos_ids=[],
+    eng = Engine(model, KVCache(args, max_seq, extra=MAX_K + 1), offered(drafters), eos_ids=[],
                  max_seq=max_seq)
     return eng, model, args
 
@@ -98,14 +50,14 @@ def run(eng, **kw) -> Finished:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("backend", ["fp32", INVARIANT])
+@pytest.mark.parametrize("backend", ["fp32", INVARIANT, "q4"])     # q4: the compiled kernels and blocks
 def test_scripted_trees_are_lossless_on_tiny_models(arch, backend):
     eng, _, _ = model_engine(arch, backend, {})
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     plain = run(eng, prompt_ids=prompt, max_new_tokens=40)
     truth = prompt + plain.ids
     drafter = ScriptedTree(truth, vocab=32, seed=1)
-    eng.drafters = {"tree": lambda req: drafter}
+    eng = eng.offer(*offered({"tree": lambda req: drafter}))
     spec = run(eng, prompt_ids=prompt, max_new_tokens=40, spec="tree", k=12)
     assert spec.ids == plain.ids
     assert spec.stats.accepted > 10 and spec.stats.rounds < 35
@@ -119,7 +71,7 @@ def test_cache_after_tree_rounds_equals_a_fresh_prefill(arch):
     eng, model, args = model_engine(arch, INVARIANT, {})
     prompt = [7, 7, 2, 9, 11, 3, 5, 8, 13]
     truth = prompt + run(eng, prompt_ids=prompt, max_new_tokens=30).ids
-    eng.drafters = {"tree": lambda req: ScriptedTree(truth, vocab=32, seed=2)}
+    eng = eng.offer(*offered({"tree": lambda req: ScriptedTree(truth, vocab=32, seed=2)}))
     gen = eng.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=30, spec="tree", k=10))
     committed = list(prompt)
     checked = 0
@@ -154,11 +106,11 @@ def test_tree_path_equals_chain_path_when_the_tree_is_a_chain(arch):
         draft = Draft(tokens=tokens, parents=[-1, 0, 1, 2, 3, 4])
         g = eng.open(GenerationRequest(prompt_ids=prompt.tolist(), max_new_tokens=1))
         g.pending = 3
-        verdict, judged = eng._verify(g, Plan("none", draft, chain=False))
+        verdict, judged = eng._verify(g, RoundPlan("none", draft, chain=False))
         tree_cache = [t[:, :eng.cache.length].clone() for t in eng.cache.k]
         eng.cache.truncate(7)
         chain_logits = eng._forward([3] + tokens)
-        from speczoo.decoding.verify import verify_greedy
+        from speczoo.decoding.verify.greedy import verify_greedy
         chain = verify_greedy(Draft(tokens=tokens), chain_logits.argmax(-1).tolist())
         eng.cache.truncate(7 + 1 + chain.accepted)
         assert (verdict.accepted, verdict.path, verdict.next_token) == \
@@ -168,9 +120,8 @@ def test_tree_path_equals_chain_path_when_the_tree_is_a_chain(arch):
 
 
 def test_tree_layout_matches_the_model_tests_hand_made_tree():
-    from test_models import PARENT, tree_inputs
     _, positions, mask = tree_inputs(9)
-    # test_models' tree has no a0 row: its nodes are rows 0..; ours put a0 first at position 9.
+    # the model tests' tree (hand_tree.py) has no a0 row: its nodes are rows 0..; ours put a0 first at 9.
     lay = TreeLayout.from_parents([p - 1 for p in PARENT[1:]])   # their node 0 is our a0
     assert torch.equal(lay.mask, mask)
     assert torch.equal(lay.positions(9), positions)
@@ -191,13 +142,12 @@ def oracle_engine(oracle, max_seq=256, eos=()):
     model = OracleModel(oracle)
     drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
                 "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
-    eng = Engine(model, TokenCache(max_seq + 80), drafters, eos_ids=list(eos), max_seq=max_seq)
+    eng = Engine(model, TokenCache(max_seq + 80), offered(drafters), eos_ids=list(eos), max_seq=max_seq)
     return eng, model
 
 
 def test_ngram_tree_equals_greedy_on_1000_random_oracle_cases():
     """The property test of test_spec_property.py with the tree drafter."""
-    from test_spec_property import random_case
     rng = random.Random(4321)
     accepted = {"ngram": 0, "ngram-tree": 0}
     rounds = {"ngram": 0, "ngram-tree": 0}
@@ -261,7 +211,7 @@ def test_engine_tree_sampling_matches_target_distribution(spec):
     drafters = {"sampled-tree": lambda req: SampledTree(noisy, req.sampling,
                                                         torch.Generator().manual_seed(req.sampling.seed + 7)),
                 "ngram-tree": lambda req: NgramTreeDrafter(2)}
-    eng = Engine(OracleModel(target), TokenCache(64), drafters, eos_ids=[], max_seq=32)
+    eng = Engine(OracleModel(target), TokenCache(64), offered(drafters), eos_ids=[], max_seq=32)
     n, runs = 3, 8_000
     counts, accepted = Counter(), 0
     for seed in range(runs):

@@ -19,10 +19,10 @@ import torch
 from torch import Tensor
 
 from speczoo.sampling import sample
-from speczoo.decoding.tree import TreeLayout
-from speczoo.decoding.tree_sampling import verify_tree_sampling
+from speczoo.decoding.verify.rejection import verify_tree_sampling
+from speczoo.decoding.verify.tree import TreeLayout
 from speczoo.decoding.types import Draft, Verdict
-from test_verify_sampling import L, N_SEQ, P_THRESHOLD, Oracle, lossless_p_values, oracles
+from lossless_stats import L, N_SEQ, P_THRESHOLD, Oracle, lossless_p_values, oracles
 
 
 def draw_without(row: list[float], taken: list[int], rng: random.Random) -> tuple[int, list[float]]:

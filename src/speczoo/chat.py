@@ -16,7 +16,8 @@ from typing import Iterable, TextIO
 
 from speczoo.decoding.prompt_checks import fits
 from speczoo.errors import SpeczooError
-from speczoo.events import DoneEvent, GenerationRequest, SamplingParams, Stats, TokenEvent
+from speczoo.events import DoneEvent, Stats, TokenEvent
+from speczoo.request import GenerationRequest, SamplingParams
 
 # An empty reasoning block after the generation prompt: reasoning models (Qwen3, DeepSeek-R1 style
 # templates) then answer directly instead of thinking first.
@@ -102,7 +103,12 @@ class ChatSession:
         """Send one user turn, stream the answer to `out`, keep both in the history; return the answer."""
         self.messages.append({"role": "user", "content": text})
         tok = self.runtime.tokenizer
-        prompt_ids = tok.encode(render_chat_prompt(tok, self.messages, self.no_think))
+        try:
+            prompt_ids = tok.encode(render_chat_prompt(tok, self.messages, self.no_think))
+        except SpeczooError as exc:                             # e.g. a template that rejects the conversation
+            self.messages.pop()
+            self.say(f"[error: {exc}]")
+            return ""
         room = self.runtime.max_seq - len(prompt_ids)          # the most the answer may take
         if not fits(len(prompt_ids), 1, self.runtime.max_seq):
             self.messages.pop()

@@ -1,45 +1,14 @@
-"""The generation API that the CLI, the chat, the server and the benches consume.
+"""What a generation streams back: the events that the CLI, the chat, the server and the benches consume.
 
-`Runtime.generate(request)` (speczoo/textgen.py over the engine's rounds) yields `TokenEvent`s as
-rounds finish and one final `DoneEvent`.
+`Runtime.generate(request)` (a GenerationRequest, speczoo/request.py; speczoo/textgen.py over the
+engine's rounds) yields `TokenEvent`s as rounds finish and one final `DoneEvent` with its `Stats`.
 Consumers only read these; they never touch models or caches. Closing the generator (a client that
-disconnects) ends the generation and frees its state.
+disconnects) ends the generation and frees its state. Plain data: never imports anything of speczoo.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-
-@dataclass
-class SamplingParams:
-    temperature: float = 0.0       # 0: greedy
-    top_k: int = 0                 # 0: off
-    top_p: float = 1.0             # 1.0: off
-    seed: int | None = None
-
-    def validate(self) -> None:
-        if not (self.temperature >= 0.0) or self.temperature > 100:
-            raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if not (0.0 < self.top_p <= 1.0):
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-
-@dataclass
-class GenerationRequest:
-    prompt_ids: list[int]
-    max_new_tokens: int = 128
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    stop: list[str] = field(default_factory=list)   # stop strings (EOS always stops)
-    spec: str = "off"               # "off" | "ngram" | "draft" | "draft:NAME" | "auto" | "eagle:NAME"
-    k: int = 8                      # max draft tokens per round
-    ngram: int = 3                  # max n-gram order for prompt lookup
+from dataclasses import dataclass
 
 
 @dataclass

@@ -1,7 +1,9 @@
-"""A loaded target (+ optional draft) ready to generate: what the CLI, chat, server and benches use.
+"""A loaded target (+ optional draft, EAGLE head) ready to generate: what the CLI, chat, server and benches use.
 
 `load_runtime` finds the pulled bundles, loads models (memory-mapped) with the chosen linear backend,
-builds the KV caches and the engine. The runtime is not thread-safe: one generation at a time (the
+measures or reads their cost profiles, resolves the EAGLE head, binds every built-in drafter's
+descriptor to what it loaded (decoding/drafters/registry.py: a drafter with nothing to draft with is
+not offered) and builds the KV caches and the engine, once: no request changes what is offered. The runtime is not thread-safe: one generation at a time (the
 server serializes requests through its worker), or one batch of them (`batch`). It never downloads anything: a model that is not
 pulled is an error that names the pull command.
 """
@@ -16,30 +18,27 @@ from pathlib import Path
 from torch import nn
 
 from speczoo.cache import KVCache
-from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
+from speczoo.events import DoneEvent, TokenEvent
+from speczoo.request import GenerationRequest
 from speczoo.kernels import native
 from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs
+from speczoo.decoding.batch import BatchEngine
+from speczoo.decoding.drafters.draft_model import reduced_head
 from speczoo.decoding.drafters.eagle import TreeShape
-from speczoo.decoding.drafters.ngram import NgramDrafter
-from speczoo.eagle_heads import EagleHeads
-from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
-from speczoo.decoding.types import MAX_K
-from speczoo.decoding.costprofile import runtime_costs
+from speczoo.decoding.drafters.registry import BUILTIN
 from speczoo.decoding.engine import Engine
-from speczoo.decoding.batch import CHUNK, BatchEngine
-from speczoo.decoding.modes import SpecMode
+from speczoo.decoding.modes import AUTO, OFF
+from speczoo.decoding.pricing.profile import DraftModelCosts, runtime_costs
 from speczoo.decoding.prompt_checks import check_ids
+from speczoo.decoding.tuning import BATCHING
+from speczoo.decoding.types import MAX_K
+from speczoo.eagle_drafters import LoadedHead, load_eagle
 from speczoo.slots import SlotCache
 from speczoo.textgen import TextBatch, generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
-
-# `auto` leaves the tree drafters out: the controller prices a K-node tree as a K-token chain (it cannot
-# accept more than the tree's depth), so it picks trees where they cannot pay (docs/results.md).
-# `--spec ngram-tree` and `--spec eagle-tree` stay.
-AUTO_EXCLUDES = frozenset({"ngram-tree", "eagle-tree"})
 
 
 @dataclass
@@ -50,6 +49,17 @@ class LoadedModel:
     model: nn.Module
     tokenizer: Tokenizer
     backend: str
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """What a runtime loaded, as the drafters' descriptors bind to it (decoding/drafters/registry.py Loaded)."""
+
+    target: LoadedModel
+    draft: LoadedModel | None
+    draft_costs: DraftModelCosts | None
+    eagle: LoadedHead | None
+    max_seq: int
 
 
 _NOTED: set[str] = set()      # models whose slower default has been pointed out in this process
@@ -91,6 +101,14 @@ def load(name: str, backend: str | None = None) -> LoadedModel:
 
 
 class Runtime:
+    """A loaded target ready to generate, with every drafter it can offer bound once, here.
+
+    target, draft: loaded models (`load`; draft None: no draft model, so no "draft" mode); max_seq: the
+    longest prompt + output; remeasure_costs: time the cost profiles now instead of reading the stored
+    ones; eagle_tree: the shape of "eagle-tree" proposals; eagle_head: the EAGLE head to draft with (a
+    name or directory; None: the newest installed for the target, if any).
+    """
+
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096,
                  remeasure_costs: bool = False, eagle_tree: TreeShape = TreeShape(), eagle_head: str | None = None):
         if max_seq < 2:
@@ -104,67 +122,49 @@ class Runtime:
         if draft is not None:
             from speczoo.decoding.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
-        costs = runtime_costs(target, draft, remeasure=remeasure_costs)
-        drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
-                    "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
-        if draft is not None:
-            from speczoo.decoding.drafters.draft_model import make_draft_drafter
-            drafters["draft"] = make_draft_drafter(draft, target, max_seq, rows=costs.rows["draft"])
-        self.eagle = EagleHeads(target.name, target.model, max_seq, eagle_tree, backend=target.backend,
-                                default=eagle_head)
-        if self.eagle.default is not None:
-            drafters["eagle"] = self.eagle.factory
-            drafters["eagle-tree"] = self.eagle.tree_factory
-        self.spec_modes = ["off", *drafters, "auto"]
+        costs, draft_costs = runtime_costs(target, draft, remeasure=remeasure_costs, draft_head=reduced_head)
+        # the EAGLE head is resolved, loaded and priced now (errors before any request), never per request
+        eagle = load_eagle(target.name, target.model, target.backend, named=eagle_head, tree=eagle_tree)
+        loaded = _Loaded(target, draft, draft_costs, eagle, max_seq)
+        drafters = [b for spec in BUILTIN if (b := spec.bound(loaded)) is not None]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
-        self.engine = Engine(target.model, cache, drafters,
-                             eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
-                             costs=costs,
-                             auto_excludes=AUTO_EXCLUDES)
-        if self.eagle.default is not None:
-            self._use_eagle("eagle")
+        self.engine = Engine(target.model, cache, drafters, eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
+                             costs=costs)
+        self.eagle = eagle
+
+    @property
+    def spec_modes(self) -> list[str]:
+        """The modes this runtime offers: off, each drafter it loaded, auto."""
+        return [OFF, *self.engine.drafters, AUTO]
 
     def generate(self, request: GenerationRequest) -> Iterator[TokenEvent | DoneEvent]:
         """Validate the request now (errors raise before any event), then stream its events."""
         self._check_ids(request)
-        if SpecMode.parse(request.spec).eagle_head:
-            self._use_eagle(request.spec)
         return generate_text(self.engine, self.tokenizer, request)
 
     def _check_ids(self, request: GenerationRequest) -> None:
         check_ids(request.prompt_ids, self.vocab_size, self.name)
 
-    def batch(self, n_slots: int, chunk: int = CHUNK) -> TextBatch:
+    def batch(self, n_slots: int, chunk: int = BATCHING.chunk) -> TextBatch:
         """Up to `n_slots` requests at once in one target forward per step (continuous batching,
         decoding/batch.py), each in a KV slot of `slot_bytes()`, `chunk` prompt rows per step; the same
         TokenEvent / DoneEvent stream per request as `generate`. Shares this runtime's model: use one
-        or the other at a time. Modes whose drafter shares one cache across requests (draft, EAGLE) are
-        refused in a batch."""
+        or the other at a time. Each drafter runs as its descriptor says (decoding/batch.py): prompt
+        lookup by name, the draft model lent to one greedy `auto` request at a time, EAGLE not at all."""
         slots = SlotCache(self.target.args, n_slots, self.max_seq + MAX_K + 1)
         return TextBatch(BatchEngine(self.engine, slots, chunk), self.tokenizer, self._check_ids)
 
     def cannot_batch(self) -> str | None:
         """Why this runtime cannot `batch` (None: it can)."""
         if self.target.args.sliding_window > 0:
-            return f"{self.name} has sliding-window layers (Gemma 3), which a batch's slot cache cannot hold"
+            return (f"{self.name} has sliding-window layers ({self.target.args.arch}), which a batch's slot cache "
+                    "cannot hold")
         return None
 
     def slot_bytes(self) -> int:
         """The KV bytes of one batch slot (fp32 keys and values of every layer for max_seq + a verify)."""
         a = self.target.args
         return 2 * a.n_layers * a.n_kv_heads * a.head_dim * 4 * (self.max_seq + MAX_K + 1)
-
-    def _use_eagle(self, spec: str) -> None:
-        """Load the EAGLE head `spec` names (errors now, before any event), offer the "eagle" and
-        "eagle-tree" drafters and give the controller their measured costs in target decode steps: a
-        chain pays one head step per token; a tree one batched step per depth for `branch` nodes, so
-        about a step per `branch` nodes."""
-        step = self.eagle.step_cost(self.eagle.resolve(spec))     # loads the head: errors before anything
-        for name, factory, cost in (("eagle", self.eagle.factory, step),
-                                    ("eagle-tree", self.eagle.tree_factory, step / self.eagle.tree.branch)):
-            self.engine.offer(name, factory, cost_per_token=cost)
-            if name not in self.spec_modes:
-                self.spec_modes.insert(-1, name)
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """Render messages through the chat template (generation prompt appended) and encode."""

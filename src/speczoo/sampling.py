@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from speczoo.events import SamplingParams
+from speczoo.request import SamplingParams
 
 
 def validate(params: SamplingParams) -> None:

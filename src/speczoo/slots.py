@@ -66,7 +66,7 @@ class SlotCache:
         if n_slots < 1 or slot_capacity < 1:
             raise ValueError(f"SlotCache needs n_slots >= 1 and slot_capacity >= 1, got {n_slots}, {slot_capacity}")
         if args.sliding_window > 0:
-            raise ValueError("a SlotCache cannot hold a model with sliding-window layers (Gemma 3)")
+            raise ValueError(f"a SlotCache cannot hold a model with sliding-window layers ({args.arch})")
         self.n_slots = n_slots
         self.slot_capacity = slot_capacity
         self.kv = KVCache(args, n_slots * slot_capacity, extra=0, dtype=dtype)

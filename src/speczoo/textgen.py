@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
-from speczoo.decoding.batch import BatchEngine, Sequence
+from speczoo.events import DoneEvent, TokenEvent
+from speczoo.request import GenerationRequest
+from speczoo.decoding.batch import BatchEngine, BatchedRequest
 from speczoo.decoding.engine import Engine
 from speczoo.decoding.round import Finished, Generation, Round
 from speczoo.textstream import TextStream
@@ -71,7 +72,7 @@ class TextBatch:
 
     def __init__(self, batch: BatchEngine, tokenizer, check: Callable[[GenerationRequest], None] = lambda r: None):
         self.batch, self.tokenizer, self.check = batch, tokenizer, check
-        self._text: dict[Sequence, Text] = {}
+        self._text: dict[BatchedRequest, Text] = {}
 
     @property
     def busy(self) -> bool:
@@ -94,17 +95,17 @@ class TextBatch:
     def waiting(self) -> int:
         return len(self.batch.waiting)
 
-    def submit(self, req: GenerationRequest) -> Sequence:
+    def submit(self, req: GenerationRequest) -> BatchedRequest:
         self.check(req)
         seq = self.batch.submit(req)
         self._text[seq] = Text(self.tokenizer, req)
         return seq
 
-    def cancel(self, seq: Sequence) -> None:
+    def cancel(self, seq: BatchedRequest) -> None:
         seq.cancel()
         self._text.pop(seq, None)
 
-    def step(self) -> list[tuple[Sequence, list[TokenEvent | DoneEvent]]]:
+    def step(self) -> list[tuple[BatchedRequest, list[TokenEvent | DoneEvent]]]:
         out = []
         for seq in self.batch.step():
             text = self._text.get(seq)

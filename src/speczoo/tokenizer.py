@@ -19,6 +19,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 
 from jinja2.exceptions import TemplateError
+from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as Backend
 
@@ -43,7 +44,7 @@ def byte_alphabet() -> dict[int, str]:
     return table
 
 
-# Chat templates speczoo supplies for models whose file carries none, by name (the registry names one).
+# Chat templates speczoo supplies for models whose file carries none or one that cannot render, by name.
 BUILTIN_CHAT_TEMPLATES = {
     # Gemma's turn format: a system message is folded into the first user turn; the assistant is "model".
     "gemma": (
@@ -60,7 +61,43 @@ BUILTIN_CHAT_TEMPLATES = {
         "{%- endfor -%}"
         "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
     ),
+    # ChatML (Qwen, SmolLM2, many fine-tunes): every turn in <|im_start|>role ... <|im_end|>.
+    "chatml": (
+        "{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
+    ),
+    # Llama 3's header format; BOS first, as its own templates write it.
+    "llama3": (
+        "{{ bos_token }}{%- for m in messages -%}"
+        "{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\n\n' + (m['content'] | trim) + '<|eot_id|>' }}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif -%}"
+    ),
 }
+# The special token that shows a vocabulary was trained on a builtin template's format, in order of trust.
+BUILTIN_TEMPLATE_MARKERS = (("<start_of_turn>", "gemma"), ("<|start_header_id|>", "llama3"), ("<|im_start|>", "chatml"))
+# Conversations a chat template must render at least one of (some templates demand a system turn).
+TEMPLATE_PROBES = ([{"role": "user", "content": "Hello"}],
+                   [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}])
+
+
+class ChatTemplateError(SpeczooError, TemplateError):
+    """The model's chat template rejects a conversation or cannot render (a SpeczooError: callers show it)."""
+
+
+class _Raised(TemplateError):
+    """raise_exception() in a template: the template's own refusal of the conversation."""
+
+
+class _GenerationTag(Extension):
+    """HF's {% generation %}...{% endgeneration %} (it marks the assistant's text for training masks):
+    rendered as its body, as transformers renders it."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
 def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -69,12 +106,13 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
 
 
 def _raise_exception(message):
-    raise TemplateError(message)
+    raise _Raised(message)
 
 
 def chat_environment() -> ImmutableSandboxedEnvironment:
     """The sandboxed jinja2 environment chat templates run in, with the helpers HF templates expect."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols", _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -151,8 +189,32 @@ class Tokenizer:
             if "role" not in m:
                 raise ValueError(f"every chat message needs a 'role'; got {sorted(m)}")
         specials = {k: self.config.get(k) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
-        return self._template().render(messages=msgs, add_generation_prompt=add_generation_prompt,
-                                       tools=tools, **specials, **extra)
+        try:
+            return self._template().render(messages=msgs, add_generation_prompt=add_generation_prompt,
+                                           tools=tools, **specials, **extra)
+        except _Raised as exc:
+            raise ChatTemplateError(f"the model's chat template rejects this conversation: {exc}") from exc
+        except (TemplateError, TypeError, ValueError, LookupError, AttributeError) as exc:
+            raise ChatTemplateError(f"the model's chat template failed to render ({type(exc).__name__}: {exc}); "
+                                    "it may use a feature speczoo's jinja2 sandbox lacks: send a plain completion "
+                                    "prompt instead, or pull the model from a GGUF whose template renders") from exc
+
+    def chat_template_problem(self) -> str | None:
+        """Why the chat template cannot render even a one-message chat (None when it renders one of
+        TEMPLATE_PROBES): what a pull checks before it keeps a template."""
+        first = None
+        for probe in TEMPLATE_PROBES:
+            try:
+                self.apply_chat_template(probe)
+                return None
+            except ChatTemplateError as exc:
+                first = first or str(exc)
+        return first
+
+    def builtin_template_name(self) -> str | None:
+        """The builtin template whose turn markers this vocabulary holds (None: none of them)."""
+        return next((name for marker, name in BUILTIN_TEMPLATE_MARKERS
+                     if self.backend.token_to_id(marker) is not None), None)
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """The conversation's prompt ids: rendered through the chat template with the generation prompt
@@ -162,7 +224,13 @@ class Tokenizer:
     def _template(self):
         """The compiled chat template (recompiled when `chat_template` was replaced)."""
         if self._compiled is None or self._compiled[0] != self.chat_template:
-            self._compiled = (self.chat_template, chat_environment().from_string(self.chat_template))
+            try:
+                compiled = chat_environment().from_string(self.chat_template)
+            except TemplateError as exc:
+                raise ChatTemplateError(f"the model's chat template is not valid jinja for speczoo "
+                                        f"({type(exc).__name__}: {exc}): send a plain completion prompt instead, "
+                                        "or pull the model from a GGUF whose template compiles") from exc
+            self._compiled = (self.chat_template, compiled)
         return self._compiled[1]
 
     @cached_property

@@ -43,8 +43,8 @@ int sz_q6_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_
 int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs, const uint8_t* sc,
                  const uint8_t* mn, const float* dd, int64_t N, const float* bias, float* y, int nthreads);
 int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc, int64_t Hkv,
-              int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx, float* out,
-              int nthreads);
+              int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx, float softcap,
+              float* out, int nthreads);
 int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps, const float* cos_k,
                    const float* sin_k, const float* cos_q, const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh,
                    int64_t C, int64_t l0, const int64_t* dst, const int64_t* lo, const int64_t* hi,
@@ -346,10 +346,12 @@ static Plan make_plan(Rng& r, const char* kind, int64_t S, int64_t L, int64_t C)
 
 struct Heads { int64_t H, Hkv, Dh; };
 
-static void attention_case(const Heads& hd, const char* kind, int64_t S, int64_t L) {
+// softcap > 0: the scores soft-capped (Gemma 2), named ".../capN"
+static void attention_case(const Heads& hd, const char* kind, int64_t S, int64_t L, float softcap = 0.0f) {
     char base[128];
     snprintf(base, sizeof base, "attn/H%lld/Hkv%lld/Dh%lld/%s/L%lld/S%lld", (long long)hd.H, (long long)hd.Hkv,
              (long long)hd.Dh, kind, (long long)L, (long long)S);
+    if (softcap > 0.0f) snprintf(base + strlen(base), sizeof base - strlen(base), "/cap%g", (double)softcap);
     if (g_list) {
         for (int t = 1; t <= 2; ++t) printf("%s/t%d\n", base, t);
         return;
@@ -372,7 +374,7 @@ static void attention_case(const Heads& hd, const char* kind, int64_t S, int64_t
     for (int64_t i = 0; i < S; ++i) {
         const int64_t lo = p.lo[i], hi = p.hi[i], off[2] = {0, p.off[i + 1] - p.off[i]};
         check_rc(base, "1-row call", sz_attend(q.data() + i * HD, 1, H, Dh, kc.data(), vc.data(), Hkv, C, &lo, &hi, off,
-                                               p.idx.data() + p.off[i], o1.data() + i * HD, 1));
+                                               p.idx.data() + p.off[i], softcap, o1.data() + i * HD, 1));
         const std::vector<int64_t> sl = p.slots(i);
         const int64_t n = (int64_t)sl.size();
         std::vector<float> kg((size_t)(Hkv * n * Dh)), vg(kg.size());
@@ -383,13 +385,13 @@ static void attention_case(const Heads& hd, const char* kind, int64_t S, int64_t
             }
         const int64_t zlo = 0, zhi = n, zoff[2] = {0, 0};
         check_rc(base, "contiguous call", sz_attend(q.data() + i * HD, 1, H, Dh, kg.data(), vg.data(), Hkv, n, &zlo,
-                                                    &zhi, zoff, nullptr, oc.data() + i * HD, 1));
+                                                    &zhi, zoff, nullptr, softcap, oc.data() + i * HD, 1));
     }
     for (int t = 1; t <= 2; ++t) {
         const std::string name = std::string(base) + "/t" + std::to_string(t);
         std::vector<float> out((size_t)(S * HD), SENTINEL);
         check_rc(name, "call", sz_attend(q.data(), S, H, Dh, kc.data(), vc.data(), Hkv, C, p.lo.data(), p.hi.data(),
-                                         p.off.data(), p.idx.data(), out.data(), t));
+                                         p.off.data(), p.idx.data(), softcap, out.data(), t));
         emit(name, fnv1a(out.data(), out.size() * sizeof(float)), out.data(), out.size() * sizeof(float));
         for (int64_t i = 0; i < S; ++i) {
             const std::string w1 = "row " + std::to_string(i) + " vs its 1-row call";
@@ -409,16 +411,21 @@ static void attention_cases() {
             attention_case(hd, "tree", S, 45);
             if (S >= 5) attention_case(hd, "mixed", S, 120);
         }
+    for (int64_t S : Ss) {  // soft-capped: scores on both sides of the tanh's branch point, and the sink's
+        attention_case(heads[0], "chain", S, 203, 30.0f);
+        attention_case(heads[2], "tree", S, 45, 4.0f);
+    }
 }
 
 // ---------------------------------------------------------------- whole blocks (sz_qwen_blocks)
 struct BlockShape {
     const char* name;
     int64_t D, H, Hkv, Dh, F;
+    bool qk_norm = false;  // per-head norms of q and k (Qwen3)
 };
 
 struct Layer {
-    std::vector<float> norm1, norm2;
+    std::vector<float> norm1, norm2, qnorm, knorm;  // qnorm, knorm [Dh] with a qk_norm shape, else empty
     Lin lin[6];        // the linears as called: qkv runs, wo, gate_up runs, down (the "split" kind uses all 6)
     int64_t desc[64];  // sz_qwen_blocks' 8 descriptor slots: qkv runs 0-2, wo, gate_up runs 4-5, down, unused
 };
@@ -430,7 +437,9 @@ static void make_layer(Layer& ly, Rng& r, const BlockShape& b, const char* fmt) 
     const int64_t HD = b.H * b.Dh, KVD = b.Hkv * b.Dh;
     ly.norm1.resize((size_t)b.D);
     ly.norm2.resize((size_t)b.D);
-    for (auto* v : {&ly.norm1, &ly.norm2})
+    ly.qnorm.resize(b.qk_norm ? (size_t)b.Dh : 0);
+    ly.knorm.resize(ly.qnorm.size());
+    for (auto* v : {&ly.norm1, &ly.norm2, &ly.qnorm, &ly.knorm})
         for (auto& w : *v) w = 1.0f + 0.25f * r.normal();
     memset(ly.desc, 0, sizeof ly.desc);
     struct Part { int slot; int64_t N, K; bool bias; int64_t fmt; };
@@ -486,13 +495,16 @@ static std::vector<float> rows_of(const std::vector<float>& t, const std::vector
 static int call_blocks(const BlockShape& b, std::vector<Layer>& layers, std::vector<std::vector<float>>& kcs,
                        std::vector<std::vector<float>>& vcs, int64_t C, int64_t l0, BlockRun& run, int threads) {
     const int64_t n = (int64_t)layers.size(), S = run.plan.rows();
-    std::vector<int64_t> table((size_t)(5 * n));
+    std::vector<int64_t> table((size_t)(7 * n));
     for (int64_t i = 0; i < n; ++i) {
-        table[5 * i + 0] = (int64_t)(intptr_t)layers[i].norm1.data();
-        table[5 * i + 1] = (int64_t)(intptr_t)layers[i].norm2.data();
-        table[5 * i + 2] = (int64_t)(intptr_t)layers[i].desc;
-        table[5 * i + 3] = (int64_t)(intptr_t)kcs[i].data();
-        table[5 * i + 4] = (int64_t)(intptr_t)vcs[i].data();
+        const bool qk = !layers[i].qnorm.empty();
+        table[7 * i + 0] = (int64_t)(intptr_t)layers[i].norm1.data();
+        table[7 * i + 1] = (int64_t)(intptr_t)layers[i].norm2.data();
+        table[7 * i + 2] = (int64_t)(intptr_t)layers[i].desc;
+        table[7 * i + 3] = (int64_t)(intptr_t)kcs[i].data();
+        table[7 * i + 4] = (int64_t)(intptr_t)vcs[i].data();
+        table[7 * i + 5] = qk ? (int64_t)(intptr_t)layers[i].qnorm.data() : 0;
+        table[7 * i + 6] = qk ? (int64_t)(intptr_t)layers[i].knorm.data() : 0;
     }
     return sz_qwen_blocks(run.x.data(), S, b.D, n, table.data(), 1e-6f, run.ck.data(), run.sk.data(), run.cq.data(),
                           run.sq.data(), b.H, b.Hkv, b.Dh, C, l0, nullptr, run.plan.lo.data(), run.plan.hi.data(),
@@ -613,6 +625,7 @@ static void block_cases() {
     // 2F = 360 end in partial strips. qwen: Qwen2-0.5B's heads and width (K = 896: 28 groups), a short FFN.
     const BlockShape tiny{"tiny", 200, 4, 2, 32, 180};
     const BlockShape qwen{"qwen", 896, 14, 2, 64, 320};
+    const BlockShape qwen3{"qwen3", 200, 4, 2, 48, 180, true};  // QK norm, heads wider than D / H
     const int64_t Ss[] = {1, 5, 9};
     for (const char* fmt : {"q4", "q8", "q8b", "q6"})
         for (int64_t S : Ss) {
@@ -625,6 +638,10 @@ static void block_cases() {
     block_case(tiny, "mix", 1, "chain", 5);
     block_case(tiny, "split", 2, "tree", 9);
     block_case(qwen, "split", 1, "chain", 5);
+    for (int64_t S : Ss) {
+        block_case(qwen3, "q4", 2, "chain", S);
+        if (S > 1) block_case(qwen3, "q8", 2, "tree", S);
+    }
 }
 
 // ---------------------------------------------------------------- main

@@ -16,7 +16,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from speczoo.decoding.prompt_checks import check_ids
-from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
+from speczoo.events import DoneEvent
+from speczoo.request import GenerationRequest, SamplingParams
 
 NEAR_TIE_GAP = 0.05     # top-2 logit gap below which a flip can come from rounding alone
 

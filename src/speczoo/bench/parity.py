@@ -5,7 +5,10 @@ Two comparisons on a few hundred real tokens (Python standard-library source by 
      agreement over positions where the reference's top-2 gap exceeds `tie_gap` must be 100%;
      near-ties are counted and shown apart; max |logit diff| is reported.
   2. the fast linear backend vs our fp32: top-1 agreement and perplexity on the same text.
-plus the tokenizer parity of `speczoo.zoo.tokparity` (speczoo's ids == transformers' ids).
+plus the tokenizer parity of `speczoo.zoo.tokparity`: speczoo's ids == llama.cpp's (`llama-tokenize`, when
+SPECZOO_LLAMA_BIN or PATH has it); without it, transformers' ids are shown as a proxy that does not fail
+the gate, since transformers tokenizes some files otherwise than llama.cpp (Gemma's long space runs,
+SmolLM2's digits).
 Our model runs the text as a chunked prefill, so the KV-cache path (and gemma3's sliding window, when
 the text is longer than the window) is what gets compared. transformers is an optional extra (`check`);
 this module imports it lazily and never falls back silently when it is missing. The reference model
@@ -156,15 +159,20 @@ def reference_logits(gguf_path: Path, tokens: Tensor) -> Tensor:
 
 
 def tokenizer_check(gguf_path: Path, bundle: Path | None, reference, text: str) -> tuple[str, bool]:
-    """speczoo's tokenizer (from the bundle, else from the GGUF) vs transformers', on the gate's text
-    and a slice of the standard library. Returns (summary, passed)."""
+    """speczoo's tokenizer (from the bundle, else from the GGUF) vs llama.cpp's when its llama-tokenize is
+    found, else vs transformers' (`reference`, a proxy that never fails the gate), on the gate's text and a
+    slice of the standard library. Returns (summary, passed)."""
     from speczoo.tokenizer import Tokenizer
     from speczoo.zoo.gguf_tokenizer import read_tokenizer
-    from speczoo.zoo.tokparity import stdlib_texts, tokenizer_parity
+    from speczoo.zoo.tokparity import llama_reference, stdlib_texts, tokenizer_parity
 
     ours = Tokenizer.from_bundle(bundle) if bundle is not None else read_tokenizer(gguf_path)
-    result = tokenizer_parity(ours, gguf_path, [text] + stdlib_texts(min_chars=100_000), reference=reference)
-    return result.summary(), result.mismatching == 0
+    llama = llama_reference(gguf_path)
+    result = tokenizer_parity(ours, gguf_path, [text] + stdlib_texts(min_chars=100_000), reference=llama or reference)
+    if llama is not None:
+        return f"vs llama.cpp: {result.summary()}", result.mismatching == 0
+    return (f"vs transformers, a proxy (set SPECZOO_LLAMA_BIN to check against llama.cpp's llama-tokenize): "
+            f"{result.summary()}"), True
 
 
 def _build(gguf_path: Path, bundle: Path | None, backend: str, cache: dict):
@@ -196,14 +204,14 @@ def run_parity(model: str | Path, *, n_tokens: int = 640, chunk: int = 128, tie_
     text = text if text is not None else default_text()
     report = ParityReport(model=str(model), n_tokens=0)
 
-    log(f"tokenizer: transformers' tokenizer of {gguf_path.name} vs speczoo's")
+    log(f"tokenizer: llama.cpp's (else transformers') tokenizer of {gguf_path.name} vs speczoo's")
     tr = _transformers()
     ref_tok = tr.AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     tokens = torch.tensor(ref_tok(text).input_ids[:n_tokens], dtype=torch.long)       # [S]
     report.n_tokens = int(tokens.shape[0])
     report.tokenizer, ok = tokenizer_check(gguf_path, bundle, ref_tok, text)
     if not ok:
-        report.failures.append("tokenizer: speczoo's ids differ from transformers'")
+        report.failures.append("tokenizer: speczoo's ids differ from llama.cpp's")
     del ref_tok
 
     ref_logits = None

@@ -83,7 +83,7 @@ class PeerSettings:
 
 
 @dataclass
-class Generation:
+class PeerOutput:
     """One system's answer to one prompt, and how it was timed."""
 
     ids: list[int]            # new tokens, EOS excluded ([] where the system returns only text)
@@ -133,7 +133,7 @@ class PeerFamily(Protocol):
 
     def open(self) -> None: ...
 
-    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> Generation: ...
+    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> PeerOutput: ...
 
     def close(self) -> None: ...
 
@@ -221,8 +221,9 @@ class SpeczooFamily:
             s = self.settings
             self.runtime = load_runtime(s.target, draft=s.draft, backend=s.backend, max_seq=s.n_ctx)
 
-    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> Generation:
-        from speczoo.events import DoneEvent, GenerationRequest
+    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> PeerOutput:
+        from speczoo.events import DoneEvent
+        from speczoo.request import GenerationRequest
 
         req = GenerationRequest(prompt_ids=list(prompt.ids), max_new_tokens=max_new_tokens,
                                 spec=method, k=self.settings.k)
@@ -234,7 +235,7 @@ class SpeczooFamily:
             raise SpeczooError(f"speczoo's runtime ended question {prompt.question_id} ({method}) without a "
                                "DoneEvent; this is a bug in the runtime")
         s = done.stats
-        return Generation(ids=list(done.ids), text=done.text, finish=done.finish_reason, seconds=s.seconds,
+        return PeerOutput(ids=list(done.ids), text=done.text, finish=done.finish_reason, seconds=s.seconds,
                           tokens=timed_tokens(len(done.ids), done.finish_reason),
                           total_seconds=s.seconds + s.prefill_seconds, timing="engine",
                           drafted=s.drafted, accepted=s.accepted)
@@ -262,7 +263,7 @@ def context_for(prompts: list[PeerPrompt], max_new_tokens: int, k: int) -> int:
     return int(math.ceil(need / 64) * 64)
 
 
-def judge(gen: Generation, ref_row: dict | None, compare: str) -> tuple[bool | None, list[int] | None]:
+def judge(gen: PeerOutput, ref_row: dict | None, compare: str) -> tuple[bool | None, list[int] | None]:
     """(lossless, first mismatch [turn, position]) against the reference row; None without a reference."""
     if ref_row is None:
         return None, None
@@ -276,7 +277,7 @@ def judge(gen: Generation, ref_row: dict | None, compare: str) -> tuple[bool | N
     return False, [0, at]          # position in characters for a text comparison
 
 
-def make_row(prompt: PeerPrompt, family: str, method: str, describe: str, gen: Generation,
+def make_row(prompt: PeerPrompt, family: str, method: str, describe: str, gen: PeerOutput,
              settings: PeerSettings, reference: tuple[str, str] | None, ref_row: dict | None) -> dict:
     compare = reference[1] if reference else None
     lossless, mismatch = judge(gen, ref_row, compare) if reference else (None, None)

@@ -20,7 +20,7 @@ import gc
 import time
 
 from speczoo.bench.peers import (
-    INSTALL_HINT, Generation, PeerError, PeerPrompt, PeerSettings, cut_at_eos, timed_tokens)
+    INSTALL_HINT, PeerOutput, PeerError, PeerPrompt, PeerSettings, cut_at_eos, timed_tokens)
 
 
 class FirstTokenTimer:
@@ -90,7 +90,7 @@ class HFFamily:
         torch.set_num_threads(self.settings.threads)
         self.model = self._load(self.settings.target_gguf)
 
-    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> Generation:
+    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> PeerOutput:
         import torch
 
         s = self.settings
@@ -121,7 +121,7 @@ class HFFamily:
             if seconds <= 0.1 * total:   # a noisy machine made greedy's prefill look longer than this call
                 seconds, timing = total, "total"
         text = s.tokenizer.decode(ids) if s.tokenizer is not None else ""
-        return Generation(ids=ids, text=text, finish=finish, seconds=seconds,
+        return PeerOutput(ids=ids, text=text, finish=finish, seconds=seconds,
                           tokens=timed_tokens(len(ids), finish), total_seconds=t_end - t0, timing=timing)
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from speczoo.bench.peers import (
-    INSTALL_HINT, Generation, PeerError, PeerPrompt, PeerSettings, timed_tokens)
+    INSTALL_HINT, PeerOutput, PeerError, PeerPrompt, PeerSettings, timed_tokens)
 
 TOOL = "llama-speculative-simple"
 BUILD_HINT = (f"{TOOL} is not on PATH: build it from llama.cpp (cmake -B build && cmake --build build "
@@ -75,7 +75,7 @@ class LlamaCppFamily:
                 draft_model=lookup_cls(num_pred_tokens=s.k) if lookup else None)
         return self._llms[method]
 
-    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> Generation:
+    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> PeerOutput:
         llm = self._llm(method)
         n = max_new_tokens
         eos = set(self.settings.eos_ids)
@@ -100,7 +100,7 @@ class LlamaCppFamily:
             stream.close()
         t_end = time.perf_counter()
         text = llm.detokenize(ids).decode("utf-8", errors="replace")
-        return Generation(ids=ids, text=text, finish=finish, seconds=t_end - (t_first or t_end),
+        return PeerOutput(ids=ids, text=text, finish=finish, seconds=t_end - (t_first or t_end),
                           tokens=timed_tokens(len(ids), finish), total_seconds=t_end - t0,
                           timing="first-token")
 
@@ -181,7 +181,7 @@ class LlamaCliFamily:
             cmd += ["--spec-type", method]
         return cmd
 
-    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> Generation:
+    def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> PeerOutput:
         cmd = self.command(method, prompt, max_new_tokens)
         t0 = time.perf_counter()
         try:
@@ -194,7 +194,7 @@ class LlamaCliFamily:
             raise PeerError(f"{TOOL} ({method}) exited with status {done.returncode}; its last lines:\n{tail}")
         text, n, seconds, drafted, accepted = parse_tool_output(done.stdout, done.stderr, prompt.text)
         finish = "length" if n >= max_new_tokens else "stop"
-        return Generation(ids=[], text=text, finish=finish, seconds=seconds, tokens=n, new_tokens=n,
+        return PeerOutput(ids=[], text=text, finish=finish, seconds=seconds, tokens=n, new_tokens=n,
                           total_seconds=total, timing="reported", drafted=drafted, accepted=accepted)
 
     def close(self) -> None:

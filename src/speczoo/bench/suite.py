@@ -23,7 +23,8 @@ from typing import Iterator, Protocol
 from speczoo.bench import report
 from speczoo.bench.questions import Question, categories_of
 from speczoo.errors import SpeczooError
-from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
+from speczoo.events import DoneEvent, TokenEvent
+from speczoo.request import GenerationRequest
 
 RESULTS = "results.jsonl"
 SUMMARY = "summary.md"

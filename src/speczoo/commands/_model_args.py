@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 
-from speczoo.decoding.modes import AUTO, SpecMode
+from speczoo.decoding.drafters.registry import BY_NAME, DRAFT_MODEL
+from speczoo.decoding.modes import AUTO, SpecMode, using
 
 # The chat's word for "the best speculative mode there is" (speczoo/chat.py resolves it).
 CHAT_ON = "on"
-# Modes that may use a draft model, so the zoo's default draft is loaded for them when none is named.
-DRAFT_USING_MODES = ("draft", "auto")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -45,9 +44,9 @@ def draft_for(target: str, spec: str, draft: str | None) -> str | None:
         return mode.draft_model
     if draft:
         return draft
-    if mode.mode in DRAFT_USING_MODES:
+    if mode.mode in using(DRAFT_MODEL):            # modes that may draft with a draft model: load the zoo's
         name = default_draft(target)
-        if name is None and mode.mode == "draft":
+        if name is None and mode.mode != AUTO:
             raise ValueError(f"--spec draft needs a draft model and the zoo has none for {target!r}: "
                              f"give --draft NAME or --spec draft:NAME")
         return name
@@ -62,6 +61,13 @@ def spec_mode(spec: str) -> str:
 def eagle_for(spec: str) -> str | None:
     """The EAGLE head a --spec value names (`eagle:NAME` or `eagle-tree:NAME` -> NAME), else None."""
     return _parse(spec).eagle_head
+
+
+def serves_by_name_in_batch(spec: str) -> bool:
+    """Whether a batch (`--parallel N`) can serve the --spec mode when a request names it: off, auto, and
+    the drafters whose descriptor keeps all their state per request."""
+    mode = _parse(spec)
+    return mode.mode in (AUTO, "off") or BY_NAME[mode.mode].by_name_in_batch
 
 
 def _parse(spec: str) -> SpecMode:

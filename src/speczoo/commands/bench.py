@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from speczoo.bench.ab import read_prompt_ids, run_ab
 from speczoo.bench.prompts import BUILTIN_PROMPTS, builtin_prompt
-from speczoo.commands._model_args import add_model_args, draft_for
-from speczoo.events import SamplingParams
+from speczoo.commands._model_args import add_model_args, draft_for, eagle_for
+from speczoo.request import SamplingParams
 
 
 def register(sub) -> None:
@@ -48,7 +48,8 @@ def prompt_ids_from_args(args, runtime) -> list[int]:
 def run(args) -> int:
     from speczoo.runtime import load_runtime
     rt = load_runtime(args.target, draft=draft_for(args.target, args.spec, args.draft),
-                      backend=args.backend, max_seq=args.max_seq, remeasure_costs=True)
+                      backend=args.backend, max_seq=args.max_seq, remeasure_costs=True,
+                      eagle_head=eagle_for(args.spec))
     ids = prompt_ids_from_args(args, rt)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)
     res = run_ab(rt, ids, args.spec, k=args.k, ngram=args.ngram, gen=args.gen, runs=args.runs,

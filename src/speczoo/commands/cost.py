@@ -1,6 +1,6 @@
 """`speczoo cost`: print what the cost model predicts (best K, tokens per round, speedup, break-even α).
 
-Only parses arguments, calls speczoo.decoding.cost and prints tables; it never runs a model.
+Only parses arguments, calls speczoo.decoding.pricing.cost and prints tables; it never runs a model.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from speczoo.decoding.cost import CvCurve, best_k, break_even_alpha
+from speczoo.decoding.pricing.cost import CvCurve, best_k, break_even_alpha
 
 DEFAULT_ALPHAS = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 DEFAULT_DRAFT_COSTS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]

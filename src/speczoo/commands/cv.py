@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from speczoo.decoding.costprofile import measure_cv
+    from speczoo.decoding.pricing.profile import measure_cv
     from speczoo.runtime import load
 
     if args.max_s < 1:
@@ -31,8 +31,9 @@ def run(args) -> int:
     res = measure_cv(m.model, m.args, sizes, context=args.context, repeats=args.repeats)
     data = res.to_json(args.model, m.backend)
     if args.save:
-        from speczoo.decoding.costprofile import profile_data, write_profile
-        data = profile_data(m, res, args.repeats)
+        from speczoo.decoding.drafters.draft_model import reduced_head
+        from speczoo.decoding.pricing.profile import profile_data, write_profile
+        data = profile_data(m, res, args.repeats, draft_head=reduced_head)
         write_profile(m, data)
     if args.json:
         print(json.dumps(data))

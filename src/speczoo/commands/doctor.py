@@ -133,7 +133,7 @@ def bench_section(name: str, tokens: int, backend: str | None) -> dict:
     """Load `name` as every command does and time `tokens` greedy tokens after a short chat prompt
     (one short warm-up first); {"error": ...} when it cannot be loaded or run."""
     from speczoo.bench.ab import run_request
-    from speczoo.events import GenerationRequest
+    from speczoo.request import GenerationRequest
     from speczoo.runtime import load_runtime
 
     try:

@@ -32,7 +32,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from speczoo.runtime import load
     from speczoo.decoding.drafters.eagle import TreeShape
-    from speczoo.eagle_heads import EagleHeads
+    from speczoo.eagle_drafters import load_for
     from speczoo.decoding.eagle_replay import greedy_with_features, replay
     from speczoo.zoo.heads import find_head
 
@@ -45,8 +45,7 @@ def run(args) -> int:
         tree = TreeShape(depth=depth, branch=branch)
     text = builtin_prompt(args.builtin).message if args.builtin else args.prompt
     t = load(args.target, args.backend)
-    heads = EagleHeads(args.target, t.model, max_seq=4096, backend=t.backend)
-    head = heads.head(find_head(args.head))
+    head = load_for(find_head(args.head), t.model, args.target, t.backend)
     if args.raw:
         prompt = t.tokenizer.encode(text, add_special=True)
     else:

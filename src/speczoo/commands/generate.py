@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from speczoo.commands._model_args import add_model_args, draft_for
+from speczoo.commands._model_args import add_model_args, draft_for, eagle_for
 
 
 def register(sub) -> None:
@@ -28,11 +28,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from speczoo.events import DoneEvent, GenerationRequest, SamplingParams
+    from speczoo.events import DoneEvent
+    from speczoo.request import GenerationRequest, SamplingParams
     from speczoo.runtime import load_runtime
 
     rt = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
-                      backend=args.backend, max_seq=args.max_seq)
+                      backend=args.backend, max_seq=args.max_seq, eagle_head=eagle_for(args.spec))
     if args.chat:
         ids = rt.chat_ids([{"role": "user", "content": args.prompt}])
     else:

@@ -10,7 +10,7 @@ import argparse
 import ipaddress
 import sys
 
-from speczoo.commands._model_args import add_model_args, draft_for, eagle_for, spec_mode
+from speczoo.commands._model_args import add_model_args, draft_for, eagle_for, serves_by_name_in_batch, spec_mode
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
@@ -54,7 +54,7 @@ def _worker(runtime, args: argparse.Namespace):
     if n is None:
         if refusal is not None:
             n, bound = 1, refusal
-        elif spec_mode(args.spec) in ("draft", "eagle", "eagle-tree"):
+        elif not serves_by_name_in_batch(args.spec):
             n, bound = 1, "the default --spec does not batch"
         else:
             n, bound = default_parallel(runtime.slot_bytes())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from speczoo.commands._model_args import draft_for
+from speczoo.commands._model_args import draft_for, eagle_for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +45,16 @@ def draft_to_load(target: str, methods: list[str], explicit: str | None) -> str 
     return names.pop() if names else None
 
 
+def head_to_load(methods: list[str]) -> str | None:
+    """The one EAGLE head the runtime must load: the NAME of eagle:NAME / eagle-tree:NAME methods (None:
+    the newest installed for the target, if any). A runtime resolves its head once, at load."""
+    names = {n for m in methods for n in [eagle_for(m)] if n is not None}
+    if len(names) > 1:
+        raise ValueError(f"one runtime loads one EAGLE head; got {', '.join(sorted(names))}: run the suite once "
+                         "per head into the same --out (rows are kept) instead")
+    return names.pop() if names else None
+
+
 def run(args: argparse.Namespace) -> int:
     from speczoo.bench.questions import load_questions, select
     from speczoo.bench.suite import SUMMARY, SuiteSettings, parse_methods, run_suite
@@ -55,10 +65,11 @@ def run(args: argparse.Namespace) -> int:
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     questions = select(load_questions(args.questions), categories, args.limit)
     draft = draft_to_load(args.target, methods, args.draft)
+    head = head_to_load(methods)
 
     from speczoo.runtime import load_runtime
 
-    runtime = load_runtime(args.target, draft=draft, backend=args.backend, max_seq=args.max_seq)
+    runtime = load_runtime(args.target, draft=draft, backend=args.backend, max_seq=args.max_seq, eagle_head=head)
     settings = SuiteSettings(methods=methods, max_new_tokens=args.gen, k=args.k, ngram=args.ngram,
                              backend=runtime.target.backend)
     outcome = run_suite(runtime, questions, settings, args.out, progress=not args.no_progress,

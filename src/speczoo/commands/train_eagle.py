@@ -110,15 +110,15 @@ def answerer(target):
     """(conversations' user turns, max new tokens) -> each conversation's ids: its turns through the chat
     template, each followed by the target's greedy reply (the earlier replies enter the later turns'
     prompts as text, as in a chat). The conversations are decoded side by side, one turn at a time
-    (speczoo/packed.py), exactly plain greedy's. A model with sliding-window layers (no packed decode)
+    (speczoo/greedy_many.py), exactly plain greedy's. A model with sliding-window layers (no packed decode)
     answers one conversation at a time through the engine, with lossless speculation (`auto`, with the
     zoo's draft model for it when pulled)."""
-    from speczoo.packed import greedy_packed
+    from speczoo.greedy_many import greedy_many
 
     tok = target.tokenizer
     if target.args.sliding_window == 0:
         def reply(prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
-            return greedy_packed(target.model, prompts, max_tokens, tok.eos_ids)
+            return greedy_many(target.model, prompts, max_tokens, tok.eos_ids)
     else:
         reply = engine_reply(target)
 
@@ -141,7 +141,7 @@ def engine_reply(target):
     """answerer's way for a model without packed decode: one prompt at a time through the engine."""
     from speczoo.bench.ab import run_request
     from speczoo.errors import NotPulledError
-    from speczoo.events import GenerationRequest
+    from speczoo.request import GenerationRequest
     from speczoo.runtime import Runtime, load
     from speczoo.zoo.registry import default_draft
 

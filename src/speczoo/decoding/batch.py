@@ -2,14 +2,14 @@
 
 `BatchEngine` owns a SlotCache (speczoo/slots.py) beside a single `Engine`, whose target, drafters,
 costs and request validation it uses. `submit(request)` validates now (errors raise before anything
-runs) and queues a `Sequence`; each `step()` admits queued sequences into free slots, first come first
+runs) and queues a `BatchedRequest`; each `step()` admits queued sequences into free slots, first come first
 served (a slot already holding a prefix of the prompt, or another slot's copy of it: SlotCache.acquire),
 and runs one forward over:
   * the next chunk of each prompt still being prefilled past that prefix, `chunk` prompt rows per step in all (first come
     first served), so a long prompt does not stall the streams that already decode;
   * every other sequence's round: [a0] + its draft, a chain or a token tree, from round.plan.
 After the forward each sequence judges its own logits rows with the same code as the single engine
-(decoding/judge.py: greedy, or rejection sampling with its own generator), rolls back its own slot and
+(decoding/engine.py's `conclude`: greedy, or rejection sampling with its own generator), rolls back its own slot and
 settles the round (round.settle); the `Round`s, and a `Finished` at the end, wait in its `events`. A
 cancelled sequence leaves at the next step and frees its slot.
 
@@ -20,18 +20,19 @@ order. So every sequence emits exactly the ids of its solo `Engine` run, and a s
 same samples, whatever joins or leaves around it (tests/test_batch.py).
 
 Pricing: a greedy (or unseeded) sequence's controller sees its round's price on top of the step's
-other rows (decoding/batch_costs.py). A seeded sampled sequence keeps the loaded profile, as alone:
+other rows (decoding/pricing/batch_view.py). A seeded sampled sequence keeps the loaded profile, as alone:
 its samples depend on which draft tokens meet which random numbers, and must not depend on the batch.
 
-Limits: drafters that keep their state per request run in a batch (`batchable`: prompt lookup). The
-draft model keeps one cache across requests, so the batch lends it to one sequence at a time (`lease`):
-the first greedy `auto` sequence admitted while no other holds it, until it leaves. It drafts for that
-sequence alone, priced like any drafter on top of the step's other rows, so the controller drops it as
-the batch grows; a lone client gets the same speculation as from the single engine. Greedy only: a
-greedy sequence's ids are the target's whatever it drafts with, while a sampled one's samples would
-depend on whether the lease was free. EAGLE (which reads the target's features) and an explicit
-`draft`/`eagle` mode are refused with a clear error, so features of the target (FeatureTaps) are never
-needed here. Sliding-window models (Gemma 3) cannot use
+Limits, from each drafter's descriptor (decoding/drafters/registry.py): a batchable drafter that keeps
+its state per request runs in a batch by name (prompt lookup). A batchable one whose factories share one
+cache across requests (the draft model) is lent to one sequence at a time (`lease`): the first greedy
+`auto` sequence admitted while no other holds it, until it leaves. It drafts for that sequence alone,
+priced like any drafter on top of the step's other rows, so the controller drops it as the batch grows;
+a lone client gets the same speculation as from the single engine. Greedy only: a greedy sequence's ids
+are the target's whatever it drafts with, while a sampled one's samples would depend on whether the
+lease was free. A drafter that is not batchable (EAGLE, which reads the target's features) and an
+explicit mode of a lent one are refused with a clear error, so features of the target (FeatureTaps) are
+never needed here. Sliding-window models (Gemma 3) cannot use
 a SlotCache (its constructor says so). This module never detokenizes and is not thread-safe: one
 thread calls submit, step and cancel.
 """
@@ -46,23 +47,19 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.slots import Feed, SlotCache, forward_batch
-from speczoo.decoding.batch_costs import batch_view
-from speczoo.decoding.engine import Engine
-from speczoo.decoding.judge import conclude, first_token
+from speczoo.decoding.pricing.batch_view import batch_view
+from speczoo.decoding.engine import Engine, conclude, first_token
 from speczoo.decoding.modes import AUTO, OFF, SpecMode
-from speczoo.decoding.round import Finished, Generation, Plan, Round, plan, settle
-from speczoo.decoding.tree import TreeLayout
+from speczoo.decoding.round import Finished, Generation, RoundPlan, Round, plan, settle
+from speczoo.decoding.verify.tree import TreeLayout
+from speczoo.decoding.tuning import BATCHING
 from speczoo.decoding.types import MAX_K
-
-CHUNK = 128        # prompt rows per step, over every sequence still prefilling
-BATCHABLE = frozenset({"ngram", "ngram-tree"})   # drafters whose factories build all their state per request
-LEASED = "draft"   # the drafter with one cache across requests that the batch lends to one sequence at a time
 
 
 @dataclass(eq=False)
-class Sequence:
+class BatchedRequest:
     """One request in the batch. events: what its steps produced and the consumer has not taken yet
     (Rounds, then one Finished); done: it finished or was cancelled, and holds no slot."""
 
@@ -102,7 +99,7 @@ class Sequence:
 
 
 class _Slot:
-    """One slot of a SlotCache as the rollback of decoding/judge.py sees it."""
+    """One slot of a SlotCache as the rollback of `conclude` (decoding/engine.py) sees it."""
 
     def __init__(self, cache: SlotCache, slot: int):
         self.cache, self.slot = cache, slot
@@ -118,42 +115,52 @@ class _Slot:
 class _Work:
     """One sequence's part of a step: its feed, where its logits rows start, and what it does with them."""
 
-    seq: Sequence
+    seq: BatchedRequest
     feed: Feed
     logits_at: int = -1                # first of its rows in the forward's logits (-1: needs none)
-    plan: Plan | None = None           # a round (None: a prompt chunk)
+    plan: RoundPlan | None = None      # a round (None: a prompt chunk)
     layout: TreeLayout | None = None
     base: int = 0                      # its slot's length before the forward
     logits: Tensor | None = None       # its rows' logits [n, V] once the forward ran
 
 
 class BatchEngine:
-    """engine: the single engine whose target, drafters and costs the batch shares; slots: the SlotCache
-    of the batch (each slot holds engine.max_seq + MAX_K + 1 tokens at least); chunk: prompt rows per step;
-    batchable: the drafters that may run in a batch."""
+    """engine: the single engine whose target, drafters and costs the batch shares (its drafters'
+    descriptors say which run here by name and which are lent); slots: the SlotCache of the batch (each
+    slot holds engine.max_seq + MAX_K + 1 tokens at least); chunk: prompt rows per step (Batching.chunk)."""
 
-    def __init__(self, engine: Engine, slots: SlotCache, chunk: int = CHUNK, batchable: frozenset[str] = BATCHABLE):
+    def __init__(self, engine: Engine, slots: SlotCache, chunk: int = BATCHING.chunk):
         if slots.slot_capacity < engine.max_seq + MAX_K + 1:
             raise ValueError(f"a slot holds {slots.slot_capacity} tokens; a request may need "
                              f"{engine.max_seq + MAX_K + 1} (max_seq + a verify of MAX_K + 1 rows)")
         if chunk < 1:
             raise ValueError(f"the prefill chunk must be >= 1 row, got {chunk}")
-        self.engine, self.slots, self.chunk, self.batchable = engine, slots, chunk, frozenset(batchable)
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
-        self.lease: Sequence | None = None      # the sequence the draft model drafts for (LEASED)
+        self.engine, self.slots, self.chunk = engine, slots, chunk
+        self.waiting: deque[BatchedRequest] = deque()
+        self.running: list[BatchedRequest] = []
+        self.lease: BatchedRequest | None = None      # the sequence the lent drafters draft for
         self._numbers = itertools.count()
         self.steps = 0
         self.rows = 0                   # rows of the last forward
         self.size = 0                   # sequences in the last forward
 
     @property
+    def batchable(self) -> frozenset[str]:
+        """The drafters a batch runs by name: those that keep all their state per request."""
+        return frozenset(n for n, s in self.engine.drafters.items() if s.by_name_in_batch)
+
+    @property
+    def leased(self) -> frozenset[str]:
+        """The drafters the batch lends to one greedy `auto` sequence at a time (one cache across requests)."""
+        return frozenset(n for n, s in self.engine.drafters.items() if s.leased)
+
+    @property
     def spec_modes(self) -> list[str]:
         return [OFF, *[d for d in self.engine.drafters if d in self.batchable], AUTO]
 
-    def submit(self, req: GenerationRequest) -> Sequence:
+    def submit(self, req: GenerationRequest) -> BatchedRequest:
         """Validate now (errors raise here) and queue; it joins at a step with a free slot."""
-        seq = Sequence(req, self.engine.open(req, self.batchable), next(self._numbers))
+        seq = BatchedRequest(req, self.engine.open(req, self.batchable), next(self._numbers))
         self.waiting.append(seq)
         return seq
 
@@ -161,7 +168,7 @@ class BatchEngine:
     def busy(self) -> bool:
         return bool(self.running or self.waiting)
 
-    def step(self) -> list[Sequence]:
+    def step(self) -> list[BatchedRequest]:
         """Admit, run one forward for every running sequence, settle; returns the sequences with new
         events (finished ones included)."""
         self._leave(s for s in self.running if s.cancelled)
@@ -176,7 +183,7 @@ class BatchEngine:
             self.running.append(seq)
         if not self.running:
             return []
-        touched: list[Sequence] = []
+        touched: list[BatchedRequest] = []
         self.rows = self.size = 0
         work = self._prompt_chunks()
         self._rounds(work, touched)
@@ -201,7 +208,7 @@ class BatchEngine:
             work.append(_Work(seq, Feed(seq.slot, ids)))
         return work
 
-    def _rounds(self, work: list[_Work], touched: list[Sequence]) -> None:
+    def _rounds(self, work: list[_Work], touched: list[BatchedRequest]) -> None:
         """Plan every decoding sequence's round (each priced on top of the step's other rows); the last
         token of a budget is settled at once, without a row."""
         decoding = [s for s in self.running if not s.prefilling and s.g.finish is None]
@@ -269,16 +276,15 @@ class BatchEngine:
         verdict, judged = conclude(g, w.plan, w.logits, [], _Slot(self.slots, seq.slot), w.base, w.layout)
         seq.events.append(settle(g, w.plan, verdict, judged))
 
-    def _lend(self, seq: Sequence) -> None:
-        """Lend the draft model to a sequence just admitted, when no other holds it and it decodes
-        greedily in `auto`: its generation is built again with the draft model among its drafters
-        (nothing of it has run yet)."""
-        req = seq.request
-        if (self.lease is not None or LEASED not in self.engine.drafters or LEASED in self.batchable
-                or not req.sampling.greedy or SpecMode.parse(req.spec, offered=self.engine.drafters).mode != AUTO
-                or LEASED in self.engine.auto_excludes):
+    def _lend(self, seq: BatchedRequest) -> None:
+        """Lend the drafters that share one cache (the draft model) to a sequence just admitted, when no
+        other holds them and it decodes greedily in `auto`: its generation is built again with them among
+        its drafters (nothing of it has run yet)."""
+        req, leased = seq.request, self.leased
+        if (self.lease is not None or not leased or not req.sampling.greedy
+                or SpecMode.parse(req.spec, offered=self.engine.drafters).mode != AUTO):
             return
-        seq.g = self.engine.open(req, self.batchable | {LEASED})
+        seq.g = self.engine.open(req, self.batchable | leased)
         self.lease = seq
 
     def _leave(self, gone) -> None:

@@ -2,7 +2,7 @@
 
 It keeps a running estimate of each drafter's per-position acceptance α (decoding/acceptance.py) and
 picks the (drafter, K) with the most expected tokens per unit of time under the cost model
-(decoding/cost.py):
+(decoding/pricing/cost.py):
     rate(drafter, K) = E(α, K) / (K·draft_cost + c_v(K+1) + round_overhead)     (plain decoding: 1.0)
 The costs are whatever the machine measured (a cheap or a dear verify, a cheap or a dear draft step),
 so every decision prices them the same way, and none bets on an α the evidence does not show:
@@ -31,7 +31,7 @@ alone would lose the round (`spread_rounds`).
 Confidence: a drafter that knows how sure it is of each token it proposes (a draft model) is asked for
 up to K tokens with per-depth floors and stops itself once the chain is unlikely to survive
 (`stop_rate`); once it keeps the floor for long runs (decoding/runs.py) it may draft up to k_max. The
-engine re-prices the costs as it runs from its own timings (decoding/calibrate.py) and hands them over
+engine re-prices the costs as it runs from its own timings (decoding/pricing/calibrate.py) and hands them over
 with `use_costs`.
 
 Every constant lives in one Tuning (decoding/tuning.py); how each was measured: docs/tuning.md.
@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass, replace
 
 from speczoo.decoding.acceptance import AcceptanceEstimate
-from speczoo.decoding.cost import Costs, best_k, round_cost, speedup
+from speczoo.decoding.pricing.cost import Costs, best_k, round_cost, speedup
 from speczoo.decoding.runs import RunLengths
 from speczoo.decoding.tuning import Tuning
 

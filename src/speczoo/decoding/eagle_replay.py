@@ -21,7 +21,7 @@ from speczoo.cache import KVCache
 from speczoo.decoding.controller import Choice
 from speczoo.decoding.drafters.eagle import EagleDrafter, TreeShape
 from speczoo.decoding.eagle.head import EagleHead
-from speczoo.decoding.round import Generation, Plan, run_round, verify_recorded
+from speczoo.decoding.round import Generation, RoundPlan, run_round, verify_recorded
 from speczoo.decoding.types import Verdict
 
 
@@ -66,7 +66,7 @@ def replay(head: EagleHead, ids: list[int], hidden: list[Tensor], start: int, k:
     d.observe([h[:start] for h in hidden])
     out = ids[start:]
 
-    def verify(g: Generation, plan: Plan) -> tuple[Verdict, int]:
+    def verify(g: Generation, plan: RoundPlan) -> tuple[Verdict, int]:
         i = len(g.out)                              # out[i] is a0: the target chose it, not yet verified
         verdict, judged = verify_recorded(plan, out, i)
         d.observe([h[start + i:start + i + 1 + verdict.accepted] for h in hidden])

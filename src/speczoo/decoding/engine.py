@@ -7,7 +7,7 @@ the accepted length (O(1)) and the drafter is told what survived. Plain decoding
 K = 0, so greedy and speculative runs share every line of code but the draft.
 
 A token-tree draft (Draft.parents, not a chain) takes one detour: its N nodes go through one target
-forward with the tree attention mask and tree positions (decoding/tree.py), the tree verify picks a root
+forward with the tree attention mask and tree positions (decoding/verify/tree.py), the tree verify picks a root
 path, and the path's K/V rows are compacted next to the prefix before the truncation. Chains, and
 trees that are chains, never take it.
 
@@ -18,73 +18,123 @@ strings and detokenization live above it (speczoo/textgen.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Protocol
 
 import torch
+from torch import Tensor
 
-from speczoo.events import GenerationRequest, Stats
+from speczoo.events import Stats
+from speczoo.request import GenerationRequest
 from speczoo import sampling
-from speczoo.decoding.calibrate import CostMeter
-from speczoo.decoding.cost import Costs
-from speczoo.decoding.drafters.base import Drafter, FeatureTaps
+from speczoo.decoding.pricing.calibrate import CostMeter
+from speczoo.decoding.pricing.cost import Costs
+from speczoo.decoding.tuning import PRICING
+from speczoo.decoding.drafters.base import FeatureTaps
+from speczoo.decoding.drafters.registry import DrafterSpec
 from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.policy import make_policy
 from speczoo.decoding.prompt_checks import check_fits
-from speczoo.decoding.round import Finished, Generation, Plan, Round, run_round
-from speczoo.decoding.judge import conclude, first_token
-from speczoo.decoding.tree import TreeLayout
+from speczoo.decoding.round import Finished, Generation, RoundPlan, Round, run_round
 from speczoo.decoding.types import MAX_K, Verdict
+from speczoo.decoding.verify.judge import judge, kept_rows
+from speczoo.decoding.verify.tree import TreeLayout
 
+
+class Rollback(Protocol):
+    """What `conclude` needs of a cache: positions count from the sequence's own start (a KVCache, or
+    one slot of a SlotCache)."""
+
+    def truncate(self, n: int) -> None: ...
+
+    def compact(self, src: list[int], dst: int) -> None: ...
+
+
+def first_token(g: Generation, logits: Tensor) -> None:
+    """The prefill's last logits row [1, V] chose a0 (argmax, or a draw from the request's generator)."""
+    g.start(sampling.pick(logits, g.sampling, g.rng).tolist()[0])
+
+
+def conclude(g: Generation, plan: RoundPlan, logits: Tensor, hidden: list[Tensor], cache: Rollback, base: int,
+             layout: TreeLayout | None = None) -> tuple[Verdict, int]:
+    """The end of a round's verify, shared by the engine and the batch: the verdict on [a0] + plan.draft
+    (decoding/verify/judge.py), the cache rolled back to `base` + a0 + the accepted tokens (a tree's
+    accepted path first moved next to the prefix), and the committed rows' features handed to the
+    drafters that read them. Returns the verdict and how many draft tokens the target judged.
+
+    logits: [S, V] the verify forward's logits (S = K + 1, or the tree's N + 1 rows of `layout`).
+    hidden: the forward's hidden states [S, D] at g.taps.layers ([] when no drafter reads any).
+    cache:  the sequence's cache; base: its length before the forward (a0 went to position base).
+    """
+    verdict, judged = judge(plan.draft, logits, g.sampling, g.rng, layout)
+    if layout is not None:
+        cache.compact([base + 1 + i for i in verdict.path], base + 1)
+    cache.truncate(base + 1 + verdict.accepted)
+    g.taps.send(hidden, kept_rows(verdict, layout))
+    return verdict, judged
 
 
 class Engine:
     """Owns the target model's KV cache and the drafters on offer; generates for one request at a time.
 
-    target: a model with the forward contract of speczoo.models (tokens, positions, cache -> logits).
-    cache:  the target's KV cache (preallocated; capacity >= max_seq + MAX_K + 1).
-    drafters: name -> factory of a Drafter (built per request: "ngram", "draft", ...); more are
-            offered later with `offer`.
-    costs:  measured costs (target c_v curve, draft cost per token) for the per-round controller; with
-            their step_ms known, greedy requests re-calibrate them from this engine's own timings as they
-            run (decoding/calibrate.py), across requests; seeded sampled requests keep them as loaded.
-    auto_excludes: drafters the "auto" mode does not offer the controller.
+    target:   a model with the forward contract of speczoo.models (tokens, positions, cache -> logits).
+    cache:    the target's KV cache (preallocated; capacity >= max_seq + MAX_K + 1).
+    drafters: the descriptors of the drafters on offer (decoding/drafters/registry.py), each complete (a
+              factory, built per request); their order is the controller's order of preference on ties.
+    eos_ids:  the ids that end a generation; max_seq: the longest prompt + output a request may reach.
+    costs:    measured costs (target c_v curve, round overhead, step_ms) for the per-round controller,
+              priced here with each drafter's cost (a new value: the caller's Costs never changes); with
+              their step_ms known, greedy requests re-calibrate them from this engine's own timings as
+              they run (decoding/pricing/calibrate.py, with `pricing`), across requests; seeded sampled
+              requests keep them as loaded. None (oracle models in tests): the controller decides without
+              prices, and a drafter that costs something is refused.
     """
 
-    def __init__(self, target, cache, drafters: dict[str, Callable[[GenerationRequest], Drafter]],
-                 eos_ids: list[int], max_seq: int, costs: Costs | None = None,
-                 auto_excludes: frozenset[str] = frozenset()):
+    def __init__(self, target, cache, drafters: Iterable[DrafterSpec], eos_ids: list[int], max_seq: int,
+                 costs: Costs | None = None):
+        specs = tuple(drafters)
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"drafter names must be unique, got {names}")
+        unbound = [s.name for s in specs if s.factory is None]
+        if unbound:
+            raise ValueError(f"drafters {unbound} have no factory yet: bind them to what a runtime loaded "
+                             f"(DrafterSpec.bound) before offering them")
+        priced = {s.name: s.cost for s in specs if s.cost is not None}
+        if costs is None and any(priced.values()):
+            raise ValueError(f"drafters {sorted(n for n, c in priced.items() if c)} come with a cost but this "
+                             f"engine has no cost profile to price them against")
         self.target = target
         self.cache = cache
-        self.drafters = drafters
+        self.drafters: Mapping[str, DrafterSpec] = MappingProxyType(dict(zip(names, specs)))
         self.eos = frozenset(eos_ids)
         self.max_seq = max_seq
-        self.costs = costs            # measured c_v curve and draft costs for the controller
+        self.costs = None if costs is None else costs.priced(priced)   # for the controller
+        self.pricing = PRICING        # how `meter` calibrates them (a bench may set another Pricing)
         self._meter: CostMeter | None = None
-        self.auto_excludes = auto_excludes   # drafters "auto" leaves out (still usable by name)
 
     @property
     def meter(self) -> CostMeter | None:
         """The online calibration of `costs` (None without costs or their step_ms); it starts afresh
-        when `costs` is replaced."""
+        when `costs` or `pricing` is replaced."""
         if self.costs is None or self.costs.step_ms is None:
             return None
-        if self._meter is None or self._meter.profile is not self.costs:
-            self._meter = CostMeter(self.costs)
+        if self._meter is None or self._meter.profile is not self.costs or self._meter.pricing is not self.pricing:
+            self._meter = CostMeter(self.costs, self.pricing)
         return self._meter
 
-    def offer(self, name: str, factory: Callable[[GenerationRequest], Drafter],
-              cost_per_token: float | None = None, exclude_auto: bool = False) -> None:
-        """Offer the drafter `name` (built per request by `factory`; replaces one of that name) to the
-        requests that name it, and to the "auto" mode unless auto_excludes names it or `exclude_auto`
-        adds it there. cost_per_token: its draft step in target decode steps, for the controller (None:
-        the costs already price it)."""
-        self.drafters[name] = factory
-        if cost_per_token is not None:
-            if self.costs is None:
-                raise ValueError(f"drafter {name!r} comes with a cost but this engine has no cost profile")
-            self.costs.draft_cost[name] = cost_per_token
-        if exclude_auto:
-            self.auto_excludes = self.auto_excludes | {name}
+    def offer(self, spec: DrafterSpec) -> Engine:
+        """A new engine that also offers `spec` (in place of a drafter of its name), on the same target,
+        cache, costs and Pricing; this one is unchanged. The new one calibrates afresh."""
+        return self.offering([*(s for s in self.drafters.values() if s.name != spec.name), spec])
+
+    def offering(self, drafters: Iterable[DrafterSpec]) -> Engine:
+        """A new engine that offers `drafters` instead, on the same target, cache, costs and Pricing; this
+        one is unchanged. The new one calibrates afresh."""
+        engine = Engine(self.target, self.cache, drafters, list(self.eos), self.max_seq, self.costs)
+        engine.pricing = self.pricing
+        return engine
 
     # -- validation -------------------------------------------------------------------------
     def _check(self, req: GenerationRequest) -> None:
@@ -98,6 +148,11 @@ class Engine:
         if req.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {req.max_new_tokens}")
         self._drafter_names(req.spec)
+        mode = SpecMode.parse(req.spec, offered=self.drafters)
+        if mode.name is not None and mode.name not in self.drafters[mode.mode].names:
+            raise ValueError(f"speculative mode {req.spec!r} names {mode.takes} {mode.name!r}, but this engine's "
+                             f"{mode.mode!r} drafts with {' / '.join(self.drafters[mode.mode].names) or 'another'}: "
+                             f"load {mode.name!r} with the runtime (--spec {req.spec} on the command line)")
         check_fits(len(req.prompt_ids), req.max_new_tokens, self.max_seq)
 
     # -- target calls -----------------------------------------------------------------------
@@ -135,16 +190,18 @@ class Engine:
         """Validate the request and build its state: its drafters (from their factories), the policy
         over them, the feature taps and the random generator of a sampled request. No model runs yet.
         only: the drafters this request may have (None: all; a batch offers those that keep their state
-        per request), "auto" then offering the ones among them."""
+        per request, and lends one that shares its cache), "auto" then offering the ones among them."""
         self._check(req)
         greedy = req.sampling.greedy
         names = self._drafter_names(req.spec)
         if only is not None:
             if SpecMode.parse(req.spec, offered=self.drafters).mode not in (OFF, AUTO) and names[0] not in only:
-                raise ValueError(f"speculative mode {req.spec!r} cannot run in a batch (its drafter shares one "
-                                 f"cache across requests); a batch offers {[OFF, AUTO, *sorted(only)]}")
+                why = ("its drafter shares one cache across requests" if self.drafters[names[0]].shared_cache
+                       else "its drafter cannot run in a batch")
+                raise ValueError(f"speculative mode {req.spec!r} cannot run in a batch ({why}); a batch offers "
+                                 f"{[OFF, AUTO, *sorted(only)]}")
             names = [n for n in names if n in only]
-        drafters = {name: self.drafters[name](req) for name in names}
+        drafters = {name: self.drafters[name].factory(req) for name in names}
         # Calibrated costs make the controller's choices depend on timing. Greedy output cannot change
         # with them; a sampled text would (which draft tokens meet which random numbers), so a request
         # that sampled with a seed decides on the loaded profile alone and reproduces its text run after run.
@@ -175,7 +232,7 @@ class Engine:
             g.stats.seconds = time.perf_counter() - t1
             g.stats.new_tokens = len(g.out)
 
-    def _verify(self, g: Generation, plan: Plan) -> tuple[Verdict, int]:
+    def _verify(self, g: Generation, plan: RoundPlan) -> tuple[Verdict, int]:
         """The target's verdict on [a0] + the plan's draft: one forward (a chain, S = K + 1; or the tree's
         N + 1 nodes with the tree mask and tree positions), then the shared verify and rollback."""
         base = self.cache.length
@@ -189,10 +246,10 @@ class Engine:
         return conclude(g, plan, fwd.logits, fwd.hidden, self.cache, base, layout)
 
     def _drafter_names(self, spec: str) -> list[str]:
-        """Which drafters a spec mode may use: "off" none; "auto" every one available but auto_excludes."""
+        """Which drafters a spec mode may use: "off" none; "auto" every one offered that `auto` may pick."""
         mode = SpecMode.parse(spec, offered=self.drafters).mode
         if mode == OFF:
             return []
         if mode == AUTO:
-            return [name for name in self.drafters if name not in self.auto_excludes]
+            return [name for name, s in self.drafters.items() if s.auto]
         return [mode]

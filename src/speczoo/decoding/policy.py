@@ -9,9 +9,9 @@ decoding/controller.py; this module only configures it.
 
 from __future__ import annotations
 
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.controller import Controller
-from speczoo.decoding.cost import Costs
+from speczoo.decoding.pricing.cost import Costs
 from speczoo.decoding.drafters.base import Drafter
 
 

@@ -4,7 +4,7 @@ A round: the policy chooses a drafter and K, the drafter proposes, the target ve
 the target cache is rolled back to the accepted length, and drafters and policy are told what
 survived. `run_round` is that round, in three phases that a batch of requests can interleave:
 
-    plan(g)                         choose + propose: the draft to verify after a0 (a `Plan`)
+    plan(g)                         choose + propose: the draft to verify after a0 (a `RoundPlan`)
     verify(g, plan)                 whoever owns the target: forward, verify, roll back (a `Verifier`)
     settle(g, plan, verdict, ...)   commit to drafters and policy, extend the output: the `Round`
 
@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from speczoo.events import SamplingParams, Stats
-from speczoo.decoding.calibrate import CostMeter
+from speczoo.events import Stats
+from speczoo.request import SamplingParams
+from speczoo.decoding.pricing.calibrate import CostMeter
 from speczoo.decoding.controller import NONE, Controller
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
-from speczoo.decoding.tree import TreeLayout, head, is_chain, verify_tree_greedy
 from speczoo.decoding.types import Draft, Verdict
-from speczoo.decoding.verify import verify_greedy
+from speczoo.decoding.verify.greedy import verify_greedy, verify_tree_greedy
+from speczoo.decoding.verify.tree import TreeLayout, is_chain
 
-RECALIBRATE_EVERY = 4   # rounds between handing the controller re-calibrated costs
 NO_TAPS = FeatureTaps(())
 
 
@@ -66,7 +66,7 @@ class Finished:
 
 
 @dataclass(slots=True)
-class Plan:
+class RoundPlan:
     """What a round verifies: `draft` after a0, proposed by `drafter` (NONE: plain decoding); verify
     False for the last token of the budget, emitted without a forward."""
 
@@ -118,11 +118,16 @@ class Generation:
 
 
 # (g, plan) -> (verdict, draft tokens the target judged): forward, verify and roll back one plan
-Verifier = Callable[[Generation, Plan], tuple[Verdict, int]]
+Verifier = Callable[[Generation, RoundPlan], tuple[Verdict, int]]
 
 
 def run_round(g: Generation, verify: Verifier) -> Round:
-    """One round: choose and propose, verify and roll back, commit."""
+    """One round: choose and propose, verify and roll back, commit; the generation `g` advances by it.
+
+    verify: whoever owns the target (the engine's forward, or a replay's recording) turns the plan into
+            the verdict and the count of draft tokens judged. The round's time feeds g.meter, which hands
+            the policy re-calibrated costs every Pricing.recalibrate_every rounds.
+    """
     p = plan(g)
     if not p.verify:
         return settle(g, p, None, 0)
@@ -131,34 +136,38 @@ def run_round(g: Generation, verify: Verifier) -> Round:
     r = settle(g, p, verdict, judged)
     if g.meter is not None:
         g.meter.forward(1 + p.draft.k, time.perf_counter() - t)
-        if (g.stats.rounds - 1) % RECALIBRATE_EVERY == 0:
+        if g.meter.due(g.stats.rounds):
             g.policy.use_costs(g.meter.costs())
     return r
 
 
-def plan(g: Generation) -> Plan:
+def plan(g: Generation) -> RoundPlan:
     """The policy's choice and the chosen drafter's draft (empty when it has no candidate: a plain
     round). The last token of the budget is emitted as it is (no draft, no forward)."""
     remaining = g.remaining
     if remaining == 1:
-        return Plan(NONE, Draft(tokens=[]), verify=False)
+        return RoundPlan(NONE, Draft(tokens=[]), verify=False)
     drafters = g.drafters
     ctx = g.context + [g.pending] if drafters else g.context     # what the drafters see (plain: no one)
     lags = {name: d.lag(ctx) for name, d in drafters.items()}
     choice = g.policy.choose(lags, {name: d.situation(ctx) for name, d in drafters.items()})
     if not choice.drafting:
-        return Plan(NONE, Draft(tokens=[]))
+        return RoundPlan(NONE, Draft(tokens=[]))
     k = min(choice.k, remaining - 1)
     t = time.perf_counter()
-    draft = head(drafters[choice.drafter].propose(ctx, k, choice.floors), k)
-    if g.meter is not None and lags[choice.drafter] <= 2:      # in step: no catch-up
+    draft = drafters[choice.drafter].propose(ctx, k, choice.floors).truncated(k)
+    if g.meter is not None and g.meter.in_step(lags[choice.drafter]):      # no catch-up in its time
         g.meter.draft(choice.drafter, draft.k if draft.work is None else draft.work, time.perf_counter() - t)
-    return Plan(choice.drafter, draft, is_chain(draft.parents))
+    return RoundPlan(choice.drafter, draft, is_chain(draft.parents))
 
 
-def settle(g: Generation, p: Plan, verdict: Verdict | None, judged: int) -> Round:
+def settle(g: Generation, p: RoundPlan, verdict: Verdict | None, judged: int) -> Round:
     """Tell the drafter and the policy what the target accepted; emit a0 and the accepted tokens (up to
-    an EOS); the target's own token becomes the next a0."""
+    an EOS); the target's own token becomes the next a0.
+
+    p: the round's plan; verdict: the target's (None: the last token of the budget, emitted unverified);
+    judged: the draft tokens the target ruled on (decoding/verify/__init__.py), what the policy counts.
+    """
     draft = p.draft
     if verdict is None:
         new, accepted, pending = [g.pending], 0, g.pending
@@ -193,7 +202,7 @@ def settle(g: Generation, p: Plan, verdict: Verdict | None, judged: int) -> Roun
     return Round(new, draft.k, accepted, p.drafter, pending, finish)
 
 
-def verify_recorded(p: Plan, out: list[int], at: int) -> tuple[Verdict, int]:
+def verify_recorded(p: RoundPlan, out: list[int], at: int) -> tuple[Verdict, int]:
     """Greedy verification against a known continuation, for replays: `out` is the target's greedy
     output and out[at] the round's a0, so the verify forward's row r would hold out[at + 1 + r] (-1
     past the recording's end). The same pure verify functions as the engine's greedy rounds."""

@@ -1,15 +1,26 @@
-"""The controller's tuning: every constant that shapes its choices, in one frozen value passed whole.
+"""Every constant that shapes a decoding decision, in four frozen values:
 
+  Tuning    the controller's choice of drafter and K (decoding/controller.py), passed whole to it;
+  Pricing   how the costs it decides with are measured and kept current (decoding/pricing/);
+  Drafting  what the drafters decide on their own: prompt lookup's situations and trees, the draft
+            model's head and guesses, EAGLE's trees (decoding/drafters/);
+  Batching  how the continuous batch shares a step (decoding/batch.py).
 Each field says what it sets and why; how its value was measured, and what it bought on the offline
-replay (`python -m benchmarks.auto_replay --replay F --profile cheap-verify,dear-verify,dear-draft`),
-is docs/tuning.md, one row per field. Costs are not tuning: they are measured per machine (Costs,
-decoding/controller.py). A plain value: never reads a model, a cache or a clock.
+replay (`python -m benchmarks.auto_replay --replay F --profile cheap-verify,dear-verify,dear-draft`) or
+live, is docs/tuning.md, one row per field. Costs are not tuning: they are measured per machine (Costs,
+decoding/pricing/cost.py). The shipped values are TUNING, PRICING, DRAFTING and BATCHING; a bench that
+tries another value passes its own (dataclasses.replace) where the value is taken. Plain values: never
+read a model, a cache or a clock.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from speczoo.decoding.types import MAX_K
 
 
 @dataclass(frozen=True)
@@ -94,3 +105,150 @@ class Tuning:
         bad += [f"{n} must be finite" for n, v in vars(self).items() if not math.isfinite(v)]
         if bad:
             raise ValueError(f"bad controller tuning: {'; '.join(bad)} (got {self})")
+
+
+def _finite(value, infinite_ok: tuple[str, ...] = ()) -> list[str]:
+    return [f"{n} must be finite" for n, v in vars(value).items()
+            if isinstance(v, float) and not math.isfinite(v) and n not in infinite_ok]
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """How the controller's costs are measured and kept in step with the machine (decoding/pricing/).
+
+    At load (pricing/profile.py):
+    round_overhead:   the fixed cost of a round outside the target forward, in target steps (a price
+                      the profile cannot time: measured by benchmarks/round_overhead.py).
+    profile_budget_s: wall-clock seconds a first-load cost profile may take, all of it; a slow kernel
+                      path times S = 1 and 3 only and fits the rest.
+    cv_reach:         a measured c_v curve is extrapolated up to this multiple of its largest S, no
+                      further (pricing/cost.py): past it a forward's cost is a guess.
+    While generating (pricing/calibrate.py, decoding/round.py):
+    recalibrate_every: rounds between handing the controller re-calibrated costs.
+    in_step_lag:      a proposal is timed as the drafter's step only when the drafter had at most this
+                      many ids to catch up first (a catch-up forward is wider, so it would price the
+                      drafter's step too dear).
+    half_life:        observations of one forward size (or one drafter) after which an old one counts half.
+    min_weight:       the evidence (about two observations) before a running mean replaces the profile.
+    stale_half_life:  target forwards without a drafter's measurement after which its evidence counts
+                      half: a price measured in a bad moment fades back to the profile's, so a drafter
+                      priced out is tried again (inf: never, a bench's "no fading").
+    """
+
+    round_overhead: float = 0.02
+    profile_budget_s: float = 6.0
+    cv_reach: float = 2.0
+    recalibrate_every: int = 4
+    in_step_lag: int = 2
+    half_life: float = 8.0
+    min_weight: float = 1.5
+    stale_half_life: float = 64.0
+
+    def __post_init__(self) -> None:
+        bad = [f"{n} must be > 0" for n in ("profile_budget_s", "half_life", "min_weight", "stale_half_life")
+               if not getattr(self, n) > 0]
+        if not self.round_overhead >= 0:
+            bad.append("round_overhead must be >= 0")
+        if not self.cv_reach >= 1:
+            bad.append("cv_reach must be >= 1")
+        if self.recalibrate_every < 1:
+            bad.append("recalibrate_every must be >= 1 round")
+        if self.in_step_lag < 0:
+            bad.append("in_step_lag must be >= 0")
+        bad += _finite(self, infinite_ok=("stale_half_life",))
+        if bad:
+            raise ValueError(f"bad pricing: {'; '.join(bad)} (got {self})")
+
+
+# P(first draft token accepted) per prompt-lookup situation, measured offline on the greedy outputs of the
+# built-in suite with the 1.5B (docs/tuning.md, `python -m benchmarks.ngram_situations`).
+_SITUATION_PRIORS = MappingProxyType({"1/agree": 0.41, "1/mixed": 0.13, "2-3/agree": 0.64, "2-3/mixed": 0.12,
+                                      "4-7/agree": 0.84, "4-7/mixed": 0.16, "8+/agree": 0.95, "8+/mixed": 0.7})
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """What the drafters decide on their own, before and besides the controller (decoding/drafters/).
+
+    Prompt lookup (drafters/ngram.py, ngram_tree.py):
+    match_cap:        a match is measured backwards up to this many tokens (only its band matters:
+                      1, 2-3, 4-7, 8+).
+    agree_window:     the most recent occurrences of the suffix whose next tokens must agree for the
+                      situation to be "agree".
+    situation_priors: per situation "<band>/<agree|mixed>", α before any evidence there: where the
+                      controller's estimate (and the draft model's guesses) start.
+    tree_matches:     the most recent occurrences per order a prompt-lookup tree merges.
+    tree_order_weight: a candidate of order n weighs tree_order_weight^n (longer matches count more).
+    tree_decay:       the chance a tree path's next step is right, in the trie's node scores.
+    The draft model (drafters/draft_model.py, draft_head.py, guess.py):
+    head_vocab:       it proposes from a reduced LM head over the first head_vocab ids (plus the prompt's
+                      own): a cheaper step, and acceptance lost only on rarer ids.
+    head_extra_strips: the most 16-id head strips kept for a prompt's rarer ids.
+    guess_max:        the most prompt-lookup guesses fed along with one draft step.
+    guess_order:      the longest suffix prompt lookup matches for a guess.
+    guess_prior:      a guess's confirmation rate before evidence in a situation without a prior.
+    EAGLE trees (drafters/eagle.py, `--spec eagle-tree`):
+    eagle_tree_depth: the longest path a tree proposes.
+    eagle_tree_branch: children tried per expanded node, and nodes expanded per depth.
+    """
+
+    match_cap: int = 16
+    agree_window: int = 8
+    situation_priors: Mapping[str, float] = field(default_factory=lambda: _SITUATION_PRIORS, hash=False)
+    tree_matches: int = 4
+    tree_order_weight: float = 4.0
+    tree_decay: float = 0.8
+    head_vocab: int = 32768
+    head_extra_strips: int = 256
+    guess_max: int = 8
+    guess_order: int = 3
+    guess_prior: float = 0.5
+    eagle_tree_depth: int = 6
+    eagle_tree_branch: int = 4
+
+    @property
+    def draft_cache_margin(self) -> int:
+        """Rows a draft model's cache holds past max_seq: a proposal's own tokens (up to MAX_K), the
+        guessed ids fed along with its last step (up to MAX_K), the context's last id fed again, and one
+        spare. A bound, not a choice: any fewer and a long proposal at the end of the context overflows."""
+        return 2 * MAX_K + 2
+
+    def __post_init__(self) -> None:
+        bad = [f"{n} must be >= 1" for n in ("match_cap", "agree_window", "tree_matches", "head_vocab",
+                                              "guess_order", "eagle_tree_depth", "eagle_tree_branch")
+               if getattr(self, n) < 1]
+        if self.head_extra_strips < 0 or self.guess_max < 0:
+            bad.append("head_extra_strips and guess_max must be >= 0")
+        if not self.tree_order_weight >= 1.0:
+            bad.append("tree_order_weight must be >= 1")
+        if not 0.0 < self.tree_decay < 1.0:
+            bad.append("tree_decay must be in (0, 1)")
+        if not 0.0 < self.guess_prior < 1.0:
+            bad.append("guess_prior must be in (0, 1)")
+        out = {k: a for k, a in self.situation_priors.items() if not 0.0 < a < 1.0}
+        if out:
+            bad.append(f"situation priors must be in (0, 1), got {out}")
+        bad += _finite(self)
+        if bad:
+            raise ValueError(f"bad drafting constants: {'; '.join(bad)} (got {self})")
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How the continuous batch (decoding/batch.py) shares one target forward per step.
+
+    chunk: prompt rows per step, over every sequence still prefilling (oldest first): a long prompt is
+           fed in pieces, so the sequences already decoding keep streaming while it prefills.
+    """
+
+    chunk: int = 128
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1:
+            raise ValueError(f"the prefill chunk must be >= 1 row, got {self.chunk}")
+
+
+TUNING = Tuning()
+PRICING = Pricing()
+DRAFTING = Drafting()
+BATCHING = Batching()

@@ -1,6 +1,6 @@
 """Plain data exchanged between drafters, the pure verify functions and the engine.
 
-A drafter returns a `Draft`; `decoding.verify` turns (draft, target output) into a `Verdict`; only the
+A drafter returns a `Draft`; `decoding/verify/` turns (draft, target output) into a `Verdict`; only the
 engine acts on a verdict (emits tokens, rolls caches back). Nothing here touches a model or a cache.
 """
 
@@ -23,7 +23,7 @@ class Draft:
     parents: for a token tree, parents[i] is the index of node i's parent in `tokens` (-1: the root,
             i.e. the last committed token); None for a chain.
     work:   what proposing it took, in the drafter's own steps (a draft model: its forwards, each
-            counted at its cost over its rows; decoding/calibrate.py prices a step from it); None: one
+            counted at its cost over its rows; decoding/pricing/calibrate.py prices a step from it); None: one
             step per token.
     """
 
@@ -36,6 +36,15 @@ class Draft:
     @property
     def k(self) -> int:
         return len(self.tokens)
+
+    def truncated(self, k: int) -> Draft:
+        """The draft cut to its first k nodes (tokens, probs and parents alike; still a valid tree, since
+        parents come before their children); itself when it has k or fewer."""
+        if self.k <= k:
+            return self
+        return Draft(tokens=self.tokens[:k], probs=None if self.probs is None else self.probs[:k],
+                     parents=None if self.parents is None else self.parents[:k], drafter=self.drafter,
+                     work=self.work)
 
 
 @dataclass

@@ -74,8 +74,9 @@ def _check(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows) -> tuple[
     return s, h, dh, hkv
 
 
-def attend_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows) -> Tensor:
-    """Reference twin: q [S, H, Dh] fp32 (scaled, rotated); k/v caches [Hkv, C, Dh]. Returns [S, H, Dh]."""
+def attend_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows, softcap: float = 0.0) -> Tensor:
+    """Reference twin: q [S, H, Dh] fp32 (scaled, rotated); k/v caches [Hkv, C, Dh]; softcap > 0: scores
+    capped to softcap * tanh(scores / softcap) before the softmax. Returns [S, H, Dh]."""
     s, h, dh, hkv = _check(q, k_cache, v_cache, keys)
     qg = q.view(s, hkv, h // hkv, dh)                              # [S, Hkv, G, Dh]
     out = torch.empty(s, hkv, h // hkv, dh, dtype=q.dtype)
@@ -90,6 +91,8 @@ def attend_torch(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows) -> 
         if k.dtype != q.dtype:
             k, v = k.to(q.dtype), v.to(q.dtype)
         scores = torch.matmul(qg[i], k.transpose(1, 2))           # [Hkv, G, n_i]
+        if softcap > 0:
+            scores = torch.tanh(scores / softcap) * softcap
         torch.matmul(torch.softmax(scores, dim=-1), v, out=out[i])  # [Hkv, G, Dh]
     return out.view(s, h, dh)
 
@@ -120,25 +123,27 @@ def _lib() -> native.NativeKernels | None:
 
 
 def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows | Plan,
-           lib: native.NativeKernels | None = None) -> Tensor:
+           lib: native.NativeKernels | None = None, softcap: float = 0.0) -> Tensor:
     """q [S, H, Dh] fp32 (scaled, rotated); k/v caches [Hkv, C, Dh] of one layer. Returns [S, H, Dh] fp32.
 
     `lib` picks a build of the kernels (tests pass other paths); default: the path chosen for this CPU.
+    softcap > 0: attention logit soft-capping (Gemma 2), scores = softcap * tanh(scores / softcap), row by
+    row like everything here (the kernel's tanh is its own lane-wise formula, the same bits on every path).
     """
     plan = keys if isinstance(keys, Plan) else Plan(keys)
     s, h, dh, hkv = _check(q, k_cache, v_cache, plan.keys)
     if q.dtype != torch.float32 or k_cache.dtype != torch.float32 or v_cache.dtype != torch.float32:
-        return attend_torch(q, k_cache, v_cache, plan.keys)       # the kernel reads fp32 only
+        return attend_torch(q, k_cache, v_cache, plan.keys, softcap)   # the kernel reads fp32 only
     lib = lib if lib is not None else _lib()
     if lib is None:
-        return attend_torch(q, k_cache, v_cache, plan.keys)
+        return attend_torch(q, k_cache, v_cache, plan.keys, softcap)
     if not q.is_contiguous():
         q = q.contiguous()
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("attend needs contiguous per-layer caches [Hkv, C, Dh] (KVCache.k[layer] is one)")
     out = torch.empty(s, h, dh)                                    # [S, H, Dh]
     rc = lib.attend_fn(q.data_ptr(), s, h, dh, k_cache.data_ptr(), v_cache.data_ptr(), hkv, k_cache.shape[1],
-                       *plan.args, out.data_ptr(), torch.get_num_threads())
+                       *plan.args, softcap, out.data_ptr(), torch.get_num_threads())
     if rc == -1:
         raise MemoryError(f"attention kernel could not allocate its scratch (S={s}, H={h}, Dh={dh})")
     if rc != 0:

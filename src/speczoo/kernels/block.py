@@ -1,5 +1,6 @@
 """Qwen2-shaped decoder blocks run as ONE compiled call (cpu_block.cpp, `sz_qwen_blocks`): one block
-(`NativeBlock`), or a run of them (`NativeStack`).
+(`NativeBlock`), or a run of them (`NativeStack`). The shape: pre-norm, q/k/v (optional bias, optional
+per-head RMSNorm of q and k), NEOX RoPE, a SiLU-gated MLP; Qwen2, Llama, Qwen3 and Phi-3 blocks have it.
 
 The block's forward in PyTorch is ~40 small operations (norms, RoPE, cache writes, residual adds, SiLU)
 around four linear calls and the attention; on two cores their dispatch costs about a fifth of a decode
@@ -50,9 +51,12 @@ class NativeBlock:
     """
 
     def __init__(self, lin: Tensor, norm1: Tensor, norm2: Tensor, eps: float, n_heads: int, n_kv_heads: int,
-                 head_dim: int, lib: native.NativeKernels, keep: list[nn.Module]):
+                 head_dim: int, lib: native.NativeKernels, keep: list[nn.Module], q_norm: Tensor | None = None,
+                 k_norm: Tensor | None = None):
         self.lin = lin                       # [8 * 8] int64: qkv runs 0-2, wo, gate_up runs 4-5, down, unused
         self.norm1, self.norm2 = norm1.contiguous(), norm2.contiguous()
+        self.q_norm = None if q_norm is None else q_norm.float().contiguous()   # [Dh] per-head norms, or None
+        self.k_norm = None if k_norm is None else k_norm.float().contiguous()
         self.eps = eps
         self.h, self.hkv, self.dh = n_heads, n_kv_heads, head_dim
         self.lib = lib
@@ -61,10 +65,12 @@ class NativeBlock:
     @classmethod
     def build(cls, qkv: Sequence[nn.Module], wo: nn.Module, gate_up: Sequence[nn.Module], down: nn.Module,
               norm1: Tensor, norm2: Tensor, eps: float, n_heads: int, n_kv_heads: int, head_dim: int,
-              act: str) -> NativeBlock | None:
+              act: str, q_norm: Tensor | None = None, k_norm: Tensor | None = None) -> NativeBlock | None:
         """qkv and gate_up: the compiled runs of FusedLinears (`.runs`: one module when q|k|v share a
-        format, up to three when they do not; gate|up up to two)."""
-        if act != "silu" or not 1 <= len(qkv) <= 3 or not 1 <= len(gate_up) <= 2:
+        format, up to three when they do not; gate|up up to two). q_norm, k_norm [Dh]: the per-head RMSNorm
+        weights of q and k (Qwen3), both or neither."""
+        if (act != "silu" or not 1 <= len(qkv) <= 3 or not 1 <= len(gate_up) <= 2
+                or (q_norm is None) != (k_norm is None)):
             return None
         mods = [*qkv, wo, *gate_up, down]
         descs = [_descriptor(m) for m in mods]
@@ -74,7 +80,7 @@ class NativeBlock:
         slots = [*descs[: len(qkv)], *[none] * (3 - len(qkv)), descs[len(qkv)],
                  *descs[len(qkv) + 1: -1], *[none] * (2 - len(gate_up)), descs[-1], none]
         lin = torch.tensor([v for d in slots for v in d], dtype=torch.int64)     # [8 * 8]
-        return cls(lin, norm1, norm2, eps, n_heads, n_kv_heads, head_dim, mods[0].lib, mods)
+        return cls(lin, norm1, norm2, eps, n_heads, n_kv_heads, head_dim, mods[0].lib, mods, q_norm, k_norm)
 
     @staticmethod
     def supports(x: Tensor, k_cache: Tensor, keys, v_cache: Tensor | None = None) -> bool:
@@ -98,6 +104,7 @@ class NativeStack:
         self.blocks = blocks
         self._fn = blocks[0].lib.blocks_fn
         self._static = [(b.norm1.data_ptr(), b.norm2.data_ptr(), b.lin.data_ptr()) for b in blocks]
+        self._qk = [tuple(0 if t is None else t.data_ptr() for t in (b.q_norm, b.k_norm)) for b in blocks]
         first = blocks[0]
         self.eps, self.h, self.hkv, self.dh = first.eps, first.h, first.hkv, first.dh
 
@@ -127,8 +134,8 @@ class NativeStack:
         out = x.contiguous().clone()
         if stop <= start:
             return out
-        table = torch.tensor([(*self._static[i], k_caches[i].data_ptr(), v_caches[i].data_ptr())
-                              for i in range(start, stop)], dtype=torch.int64)           # [n, 5]
+        table = torch.tensor([(*self._static[i], k_caches[i].data_ptr(), v_caches[i].data_ptr(), *self._qk[i])
+                              for i in range(start, stop)], dtype=torch.int64)           # [n, 7]
         cos, sin, q_cos, q_sin = (t.contiguous() for t in (cos, sin, q_cos, q_sin))
         if isinstance(at, Tensor):
             slots = at.to(torch.int64).contiguous()                  # [S]

@@ -1,6 +1,7 @@
 // Whole pre-norm decoder blocks of the Qwen2 shape, a run of them in one call and one OpenMP region
 // (sz_qwen_blocks; one block is a run of one), each block:
-//   h = rmsnorm(x) ; q, k, v = qkv(h) (+ bias) ; rotate q (scaled) and k ; write k, v to the cache ;
+//   h = rmsnorm(x) ; q, k, v = qkv(h) (+ bias) ; [rmsnorm of each q and k head (Qwen3's QK norm)] ;
+//   rotate q (scaled) and k ; write k, v to the cache ;
 //   x += wo(attention(q, cache)) ; h = rmsnorm(x) ; g, u = gate_up(h) ; x += down(silu(g) * u).
 // It exists to remove the per-operation overhead of running those ~40 small steps from Python (about a
 // fifth of a decode step on two cores); the linears and the attention are the very routines the separate
@@ -90,17 +91,22 @@ static void runs_omp(const Runs& r, const float* x, int64_t S, int64_t ldx, floa
     }
 }
 
-// One layer's parameters: its two norms, its linears (qkv and gate_up as runs, wo, down) and its cache.
+// One layer's parameters: its two norms, its linears (qkv and gate_up as runs, wo, down), its cache, and the
+// per-head norms of q and k [Dh] (null when the block has none).
 struct Layer {
     const float *norm1, *norm2;
     Runs wqkv, wgu;
     SzLinear wo, wd;
     float *kc, *vc;
+    const float *qnorm, *knorm;
 };
 
-// lin: 8 descriptors: qkv runs 0-2, wo, gate_up runs 4-5, down, (unused).
-static Layer layer_at(const float* norm1, const float* norm2, const int64_t* lin, float* kc, float* vc) {
-    return Layer{norm1, norm2, runs_at(lin, 3), runs_at(lin + 32, 2), linear_at(lin + 24), linear_at(lin + 48), kc, vc};
+// p: norm1, norm2, lin, kc, vc, qnorm, knorm (pointers as int64); lin: 8 descriptors: qkv runs 0-2, wo,
+// gate_up runs 4-5, down, (unused).
+static Layer layer_at(const int64_t* p) {
+    const int64_t* lin = (const int64_t*)p[2];
+    return Layer{(const float*)p[0], (const float*)p[1], runs_at(lin, 3), runs_at(lin + 32, 2), linear_at(lin + 24),
+                 linear_at(lin + 48), (float*)p[3], (float*)p[4], (const float*)p[5], (const float*)p[6]};
 }
 
 static bool shapes_fit(const Layer& L, int64_t S, int64_t D, int64_t H, int64_t Hkv, int64_t Dh) {
@@ -158,7 +164,11 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
     runs_omp(L.wqkv, h, S, D, qkv, ws);
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < S; ++s) {
-        const float* row = qkv + s * L.wqkv.N;
+        float* row = qkv + s * L.wqkv.N;
+        if (L.qnorm)
+            for (int64_t h2 = 0; h2 < H; ++h2) rmsnorm_row(row + h2 * Dh, Dh, L.qnorm, eps, row + h2 * Dh);
+        if (L.knorm)
+            for (int64_t g = 0; g < Hkv; ++g) rmsnorm_row(row + HD + g * Dh, Dh, L.knorm, eps, row + HD + g * Dh);
         rope_row(row, H, Dh, cos_q + s * Dh, sin_q + s * Dh, q + s * HD);
         const int64_t at = dst ? dst[s] : l0 + s;
         for (int64_t g = 0; g < Hkv; ++g) {
@@ -167,7 +177,7 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
             memcpy(L.vc + (g * C + at) * Dh, row + HD + KVD + g * Dh, sizeof(float) * Dh);
         }
     }
-    sz_attend_omp(q, S, H, Dh, L.kc, L.vc, Hkv, C, lo, hi, off, idx, nmax, att, slots, scores);
+    sz_attend_omp(q, S, H, Dh, L.kc, L.vc, Hkv, C, lo, hi, off, idx, nmax, 0.0f, att, slots, scores);
     sz_linear_omp(L.wo, att, S, HD, x, D, true, ws);              // x += wo(att)
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, L.norm2, eps, h + s * D);
@@ -215,12 +225,13 @@ static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64
 }
 
 // Blocks n in a row over x [S, D] (the residual stream, in place), each with the same arithmetic as a
-// call of its own. layers: n x 5 int64 (pointers as int64): norm1, norm2 [D]; lin: 8 x 8 int64 (qkv runs
-// 0-2, wo, gate_up runs 4-5, down, unused; see linear_at and runs_at); kc, vc [Hkv, C, Dh] of that block's layer. cos_k/sin_k, cos_q/sin_q
-// [S, Dh] (the query pair has the query scale folded in); row s's key and value go to cache slot l0 + s, or
-// dst[s] when dst is not null; lo/hi/off/idx: the key plan of kernels/attention.py (read after every row
-// of the block is written). Returns 0; -1 when scratch could not be allocated; -2 on an invalid key plan;
-// -3 when a block's shapes do not fit together or the cache.
+// call of its own. layers: n x 7 int64 (pointers as int64): norm1, norm2 [D]; lin: 8 x 8 int64 (qkv runs
+// 0-2, wo, gate_up runs 4-5, down, unused; see linear_at and runs_at); kc, vc [Hkv, C, Dh] of that block's
+// layer; qnorm, knorm [Dh] or 0 (no per-head norm of q and k; rmsnorm_row in place, after the qkv bias,
+// before the rotation). cos_k/sin_k, cos_q/sin_q [S, Dh] (the query pair has the query scale folded in);
+// row s's key and value go to cache slot l0 + s, or dst[s] when dst is not null; lo/hi/off/idx: the key plan
+// of kernels/attention.py (read after every row of the block is written). Returns 0; -1 when scratch could
+// not be allocated; -2 on an invalid key plan; -3 when a block's shapes do not fit together or the cache.
 SZ_API int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps,
                               const float* cos_k, const float* sin_k, const float* cos_q, const float* sin_q,
                               int64_t H, int64_t Hkv, int64_t Dh, int64_t C, int64_t l0, const int64_t* dst,
@@ -229,10 +240,7 @@ SZ_API int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64
     if (n <= 0) return 0;
     Layer* ls = (Layer*)malloc(sizeof(Layer) * n);
     if (!ls) return -1;
-    for (int64_t i = 0; i < n; ++i) {
-        const int64_t* p = layers + 5 * i;
-        ls[i] = layer_at((const float*)p[0], (const float*)p[1], (const int64_t*)p[2], (float*)p[3], (float*)p[4]);
-    }
+    for (int64_t i = 0; i < n; ++i) ls[i] = layer_at(layers + 7 * i);
     const int rc = run_layers(ls, n, x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, dst, lo, hi, off,
                               idx, nthreads);
     free(ls);

@@ -51,7 +51,7 @@
 #define SZ_KBLOCK (SZ_ABLOCK / 4)
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 9; }
+SZ_API int sz_abi_version(void) { return 10; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;
@@ -478,9 +478,18 @@ static void attend_scores(const float* qh, const float* kh, int64_t Dh, int64_t 
 }
 
 // One (kv-head, row): G q-heads qh[G][Dh] -> oh[G][Dh]. slots[n]; scores: scratch [G][n16] then lsum [G].
+// softcap > 0: each score s becomes softcap * tanh(s / softcap) before the softmax (v_softcap).
 static void attend_task(const float* qh, const float* kh, const float* vh, int64_t Dh, int64_t G,
-                        const int32_t* slots, int64_t n, float* scores, int64_t n16, float* oh) {
+                        const int32_t* slots, int64_t n, float* scores, int64_t n16, float* oh, float softcap) {
     attend_scores(qh, kh, Dh, G, slots, n, scores, n16);
+    if (softcap > 0.0f) {
+        const V16 cap = v_set1(softcap);
+        for (int64_t h = 0; h < G; ++h)
+            for (int64_t j0 = 0; j0 < n; j0 += 16) {
+                const int cnt = (int)(n - j0);
+                v_storen(scores + h * n16 + j0, v_softcap(v_loadn(scores + h * n16 + j0, cnt), cap), cnt);
+            }
+    }
     float* lsum = scores + G * n16;
     for (int64_t h = 0; h < G; ++h) {  // softmax numerators in place, and their sum
         float* sh = scores + h * n16;
@@ -540,7 +549,7 @@ int64_t sz_attend_scores_len(int64_t nmax, int64_t G) {
 // slots, scores: this thread's scratch of sz_attend_slots_len / sz_attend_scores_len(nmax, G) entries.
 void sz_attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc, int64_t Hkv,
                    int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
-                   int64_t nmax, float* out, int32_t* slots, float* scores) {
+                   int64_t nmax, float softcap, float* out, int32_t* slots, float* scores) {
     const int64_t G = H / Hkv, n16 = sz_attend_slots_len(nmax);
 #pragma omp for schedule(static)
     for (int64_t task = 0; task < Hkv * S; ++task) {  // kv-head outermost: its K/V stay in cache
@@ -549,15 +558,16 @@ void sz_attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const float
         for (int64_t s = lo[i]; s < hi[i]; ++s) slots[n++] = (int32_t)s;
         for (int64_t t = off[i]; t < off[i + 1]; ++t) slots[n++] = (int32_t)idx[t];
         attend_task(q + (i * H + g * G) * Dh, kc + g * C * Dh, vc + g * C * Dh, Dh, G, slots, n, scores, n16,
-                    out + (i * H + g * G) * Dh);
+                    out + (i * H + g * G) * Dh, softcap);
     }
 }
 
-// q, out: [S, H, Dh]; kc, vc: [Hkv, C, Dh]; lo, hi: [S]; off: [S + 1]; idx: [off[S]] (all int64).
+// q, out: [S, H, Dh]; kc, vc: [Hkv, C, Dh]; lo, hi: [S]; off: [S + 1]; idx: [off[S]] (all int64);
+// softcap: 0, or the attention logit soft-cap (see attend_task).
 // Returns 0, -1 when scratch could not be allocated, -2 on an invalid slot or an empty row.
 SZ_API int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc,
                          int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off,
-                         const int64_t* idx, float* out, int nthreads) {
+                         const int64_t* idx, float softcap, float* out, int nthreads) {
     if (S <= 0) return 0;
     const int64_t nmax = sz_attend_plan(S, H, Hkv, C, lo, hi, off, idx);
     if (nmax < 0) return (int)nmax;
@@ -571,7 +581,7 @@ SZ_API int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const flo
             failed = 1;
         }
 #pragma omp barrier
-        if (!failed) sz_attend_omp(q, S, H, Dh, kc, vc, Hkv, C, lo, hi, off, idx, nmax, out, slots, scores);
+        if (!failed) sz_attend_omp(q, S, H, Dh, kc, vc, Hkv, C, lo, hi, off, idx, nmax, softcap, out, slots, scores);
         free(slots);
         free(scores);
     }

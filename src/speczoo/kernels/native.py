@@ -34,7 +34,7 @@ from speczoo.errors import SpeczooError
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.cpp", "cpu_block.cpp"))
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.h", "cpu_simd.h", "cpu_tiles.h"))
 BASE_FLAGS = ("-O3", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden")
-ABI_VERSION = 9
+ABI_VERSION = 10
 PATH_ENV = "SPECZOO_KERNEL_PATH"
 
 _P = ctypes.c_void_p
@@ -302,7 +302,7 @@ class NativeKernels:
         self._q4.argtypes = [_P, _I, _I, _I, _P, _P, _P, _P, _I, _P, _P, ctypes.c_int]
         self._q4.restype = ctypes.c_int
         self._attend = lib.sz_attend
-        self._attend.argtypes = [_P, _I, _I, _I, _P, _P, _I, _I, _P, _P, _P, _P, _P, ctypes.c_int]
+        self._attend.argtypes = [_P, _I, _I, _I, _P, _P, _I, _I, _P, _P, _P, _P, ctypes.c_float, _P, ctypes.c_int]
         self._attend.restype = ctypes.c_int
         self._blocks = lib.sz_qwen_blocks
         self._blocks.argtypes = [_P, _I, _I, _I, _P, ctypes.c_float, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P, _P, _P, _P,
@@ -326,13 +326,15 @@ class NativeKernels:
         return self._q4
 
     @property
-    def attend_fn(self):  # (q, S, H, Dh, k, v, Hkv, C, lo, hi, off, idx, out, nthreads) -> 0, -1 (memory), -2 (bad plan)
+    def attend_fn(self):  # (q, S, H, Dh, k, v, Hkv, C, lo, hi, off, idx, softcap, out, nthreads) -> 0, -1 (memory),
+        #                    -2 (bad plan); softcap 0: none
         return self._attend
 
     @property
-    def blocks_fn(self):  # (x, S, D, n, layers [n, 5], eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, dst, lo,
+    def blocks_fn(self):  # (x, S, D, n, layers [n, 7], eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, dst, lo,
         #                    hi, off, idx, nthreads); dst: [S] cache slots of the rows, or null for l0 + s -> 0, -1 (memory), -2 (bad plan), -3 (bad shapes);
-        #                    layers: norm1, norm2, lin (4 x 8 linear descriptors), k, v per block
+        #                    layers: norm1, norm2, lin (4 x 8 linear descriptors), k, v, q_norm, k_norm (0: none)
+        #                    per block
         return self._blocks
 
 

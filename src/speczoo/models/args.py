@@ -13,7 +13,7 @@ from pathlib import Path
 
 @dataclass
 class ModelArgs:
-    arch: str                      # "qwen2" | "gemma3" (registry key in models.loader)
+    arch: str                      # GGUF architecture name, the key of models.registry.ARCHS
     vocab_size: int
     dim: int                       # hidden size D
     n_layers: int
@@ -24,14 +24,19 @@ class ModelArgs:
     norm_eps: float = 1e-6
     rope_theta: float = 1_000_000.0        # base of global-attention layers
     rope_local_theta: float = 10_000.0     # base of sliding-window layers (gemma3)
+    rope_scale: float = 1.0                # linear RoPE scaling: angles of position p are those of p / scale
+    rope_attn_factor: float = 1.0          # phi3 LongRoPE: cos and sin multiplied by it (q and k both)
+    rope_max_positions: int = 0            # phi3 LongRoPE: its short factors hold below this position; 0: no limit
     sliding_window: int = 0                # 0: no sliding-window layers
-    sliding_pattern: int = 0               # gemma3: every Nth layer (1-based) is global; 0: all global
+    sliding_pattern: int = 0               # every Nth layer (1-based) is global (gemma3: 6, gemma2: 2; phi3:
+                                           # n_layers + 1, none global); 0: all global
     qkv_bias: bool = False                 # qwen2: True
     qk_norm: bool = False                  # gemma3: RMSNorm on q and k per head
     sandwich_norms: bool = False           # gemma3: post-attention and post-ffn norms too
     act: str = "silu"                      # "silu" | "gelu_tanh"
     embed_scale: float = 1.0               # gemma3: sqrt(dim)
     query_scale: float = 0.0               # 0: 1/sqrt(head_dim)
+    attn_logit_softcap: float = 0.0        # gemma2: scores = cap * tanh(scores / cap) before the softmax; 0: none
     final_logit_softcap: float = 0.0       # 0: none
     tie_embeddings: bool = True            # LM head = token embedding when no output weight exists
     context_length: int = 32768

@@ -1,7 +1,7 @@
 """Pieces every decoder model shares: RMSNorm, RoPE with explicit positions, attention over the KV cache.
 
-The model files (qwen2.py, gemma3.py) only wire these together. Two attention schemes give the same
-result up to round-off:
+models/decoder.py wires these into the blocks every architecture file configures. Two attention schemes
+give the same result up to round-off:
   * batched (`invariant=False`): one SDPA call over all S query rows with a boolean mask; fast, for the
     fp32/bf16 reference backends, which are not batch-invariant anyway;
   * row by row (`invariant=True`): each query row attends with shapes that depend only on the keys it
@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speczoo.kernels import attention
-from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.linear import LinearBackend
 
 
@@ -52,27 +51,50 @@ class Rope:
     track the references to round-off. The table is indexed by explicit positions, never by slot.
     Stored as cos [P, Dh] = (c, c) and a signed sin [P, Dh] = (-s, s), so that rotating is
     x * cos + swap_halves(x) * sin: the same products and sums as transformers' rotate_half form.
+
+    Scalings, as llama.cpp applies them: `factors` [Dh/2] divide each frequency (Llama 3.1's rope_freqs,
+    Phi-3's LongRoPE factors), `scale` divides all of them (linear scaling: position p turns as p / scale
+    would), `mscale` multiplies cos and sin (LongRoPE's attention factor). `limit` > 0: positions from
+    `limit` on are refused (the scaling is only valid below it).
     """
 
-    def __init__(self, head_dim: int, theta: float, initial: int = 4096):
+    def __init__(self, head_dim: int, theta: float, initial: int = 4096, factors: Tensor | None = None,
+                 scale: float = 1.0, mscale: float = 1.0, limit: int = 0):
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
-        self.inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        if factors is not None:
+            if factors.shape != inv_freq.shape:
+                raise ValueError(f"RoPE frequency factors must be [{head_dim // 2}] (head_dim / 2), got "
+                                 f"{tuple(factors.shape)}; the model file is inconsistent")
+            inv_freq = inv_freq / factors.float()
+        if scale != 1.0:
+            inv_freq = inv_freq / scale
+        self.inv_freq = inv_freq                       # [Dh/2] fp32
+        self.mscale = mscale
+        self.limit = limit
         self.cos = torch.empty(0, head_dim)
         self.sin = torch.empty(0, head_dim)
-        self._grow(initial)
+        self._grow(min(initial, limit) if limit > 0 else initial)
 
     def _grow(self, n: int) -> None:
         pos = torch.arange(n, dtype=torch.float32)
         ang = pos[:, None] * self.inv_freq[None, :]    # [P, Dh/2] fp32
         c, s = ang.cos(), ang.sin()
+        if self.mscale != 1.0:
+            c, s = c * self.mscale, s * self.mscale
         self.cos = torch.cat((c, c), dim=-1)           # [P, Dh]
         self.sin = torch.cat((-s, s), dim=-1)          # [P, Dh]
 
     def lookup(self, positions: Tensor, max_pos: int) -> tuple[Tensor, Tensor]:
         """cos, sin [S, 1, Dh] for positions [S]; max_pos is the largest position (a Python int)."""
+        if self.limit > 0 and max_pos >= self.limit:
+            raise ValueError(f"position {max_pos} is past this model's RoPE, which speczoo runs for positions below "
+                             f"{self.limit} (LongRoPE's short factors; its long-context factors are not supported "
+                             "yet): keep prompt and answer within that context")
         if max_pos >= self.cos.shape[0]:
-            self._grow(max(2 * self.cos.shape[0], max_pos + 1))
+            n = max(2 * self.cos.shape[0], max_pos + 1)
+            self._grow(min(n, self.limit) if self.limit > 0 else n)
         return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
 
 
@@ -168,9 +190,10 @@ def write_kv(k_cache: Tensor, v_cache: Tensor, at: int | Tensor, k: Tensor, v: T
         v_cache[:, at:at + v.shape[0]] = v.transpose(0, 1)
 
 
-def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: AttnPlan) -> Tensor:
+def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: AttnPlan, softcap: float = 0.0) -> Tensor:
     """q: [S, H, Dh] (already scaled and rotated); k_cache/v_cache: [Hkv, C, Dh] with this forward's keys
-    written. Returns [S, H * Dh] fp32."""
+    written. softcap > 0: scores become softcap * tanh(scores / softcap) before the softmax (gemma2).
+    Returns [S, H * Dh] fp32."""
     s, h, dh = q.shape
     hkv = k_cache.shape[0]
     if plan.mask is not None:
@@ -179,13 +202,19 @@ def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, plan: AttnPlan) -> Tenso
         v = v_cache[:, :n]
         if k.dtype != q.dtype:
             k, v = k.to(q.dtype), v.to(q.dtype)
+        qh = q.transpose(0, 1)                                      # [H, S, Dh]
+        if softcap > 0:                                             # SDPA cannot cap: written out
+            k, v = k.repeat_interleave(h // hkv, 0), v.repeat_interleave(h // hkv, 0)   # [H, N, Dh]
+            scores = torch.tanh(torch.matmul(qh, k.transpose(1, 2)) / softcap) * softcap   # [H, S, N]
+            scores = scores.masked_fill(~plan.mask, float("-inf"))
+            return torch.matmul(torch.softmax(scores, dim=-1), v).transpose(0, 1).reshape(s, h * dh)
         out = F.scaled_dot_product_attention(
-            q.transpose(0, 1)[None], k[None], v[None], attn_mask=plan.mask, scale=1.0,
+            qh[None], k[None], v[None], attn_mask=plan.mask, scale=1.0,
             enable_gqa=hkv != h)                                   # [1, H, S, Dh]
         return out[0].transpose(0, 1).reshape(s, h * dh)
     # row by row in the compiled kernel (kernels/attention.py; its torch twin for a non-fp32 cache)
     keys = plan.keys if plan.keys is not None else attention.KeyRows.from_rows(plan.rows)
-    return attention.attend(q, k_cache, v_cache, keys).view(s, h * dh)
+    return attention.attend(q, k_cache, v_cache, keys, softcap=softcap).view(s, h * dh)
 
 
 def make_linear(name: str, tensors: Mapping[str, Tensor], backend: LinearBackend,
@@ -206,11 +235,12 @@ def make_linear(name: str, tensors: Mapping[str, Tensor], backend: LinearBackend
 
 
 class Mlp(nn.Module):
-    """Gated MLP: down(act(gate(x)) * up(x)); gate and up run as one kernel call when the backend fuses."""
+    """Gated MLP: down(act(gate(x)) * up(x)); `gate_up` returns (gate(x), up(x)) (FusedLinears: one kernel call
+    when the backend fuses; or one fused GGUF tensor split in two)."""
 
-    def __init__(self, gate: nn.Module, up: nn.Module, down: nn.Module, act: str):
+    def __init__(self, gate_up: nn.Module, down: nn.Module, act: str):
         super().__init__()
-        self.gate_up, self.down = FusedLinears([gate, up]), down
+        self.gate_up, self.down = gate_up, down
         if act == "silu":
             self.act = F.silu
         elif act == "gelu_tanh":
@@ -221,13 +251,6 @@ class Mlp(nn.Module):
     def forward(self, x: Tensor) -> Tensor:  # x: [S, D] -> [S, D]
         gate, up = self.gate_up(x)                                 # [S, F] each
         return self.down(self.act(gate) * up)
-
-    @classmethod
-    def from_tensors(cls, prefix: str, tensors: Mapping[str, Tensor], backend: LinearBackend,
-                     packed: Mapping[str, Tensor] | None, act: str) -> Mlp:
-        """The layer's MLP from its GGUF-named weights (prefix "blk.N.")."""
-        return cls(*(make_linear(prefix + f"ffn_{n}.weight", tensors, backend, packed)
-                     for n in ("gate", "up", "down")), act)
 
 
 class DecoderBase(nn.Module):
@@ -289,7 +312,7 @@ class DecoderBase(nn.Module):
         """tokens, positions: [S] int64. Writes K/V at slots [L0, L0+S), advances cache.length by S.
 
         keys (optional): the slots each row attends to, in order, instead of the prefix [0, L0) and the
-        chain (or tree_mask) over the new rows: independent sequences packed in one cache (packed.py).
+        chain (or tree_mask) over the new rows: independent sequences packed in one cache (greedy_many.py).
         dest (optional, with keys): the cache slot each row's K/V goes to, int64 [S], instead of
         [L0, L0+S); cache.length is then left alone (the caller keeps each sequence's length: rows of
         several sequences, each in its own slot range, in one forward).

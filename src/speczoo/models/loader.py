@@ -1,4 +1,4 @@
-"""Turn a bundle on disk (or tensors in memory) into a model: the architecture registry and loading.
+"""Turn a bundle on disk (or tensors in memory) into a model of its architecture (models/registry.py).
 
 A bundle holds config.json (ModelArgs), weights-<backend>.safetensors for the backend whose packing was
 stored at pull time (keys "<tensor name>.<part>") and unpacked.safetensors: every tensor a backend does
@@ -16,7 +16,6 @@ itself: an unknown name, a missing file or a missing reference is an error that 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,10 +32,8 @@ from speczoo.kernels.pack import PACK_LAYOUT, concat_rows
 from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding, RowDecoder
 from speczoo.models.gguf_blocks import BLOCK_BYTES, BLOCK_VALUES, TORCH_TYPES, decode
-from speczoo.models.gemma3 import Gemma3
-from speczoo.models.qwen2 import Qwen2
+from speczoo.models.registry import LINEAR_WEIGHT_PATTERN, arch_class
 
-ARCHS: dict[str, type] = {"qwen2": Qwen2, "gemma3": Gemma3}
 CONFIG_FILE = "config.json"
 LEGACY_WEIGHTS_FILE = "weights.safetensors"     # bundles before the lean format: every tensor in fp32
 UNPACKED_FILE = "unpacked.safetensors"          # lean bundles: the tensors no backend packs
@@ -45,12 +42,6 @@ _DEQUANT_ROWS = 1024                            # rows of GGUF blocks gguf's dec
 _DECODE_CHUNK = 1 << 16                         # values the torch decoders make at a time (they stay in cache)
 _HEAD_ROWS = 1024                               # rows of a tied head decoded and packed at a time at load
 ROW_LOOKUP = ("token_embd.weight",)             # read by the model only row by row: kept encoded at load
-
-# Tensor names that are linear-layer weights (packed by a backend). token_embd.weight is one only when
-# the model has no output.weight (tied LM head); it is then packed under the name "output.weight".
-LINEAR_WEIGHT_PATTERN = re.compile(
-    r"^(blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight|output\.weight"
-    r"|token_embd\.weight)$")
 
 
 def packed_weights_file(backend: str) -> str:
@@ -109,11 +100,7 @@ def unpacked_names(tensor_names: Iterable[str]) -> list[str]:
 def build_model(args: ModelArgs, tensors: Mapping[str, Tensor], backend: str = "fp32",
                 packed: Mapping[str, Tensor] | None = None) -> nn.Module:
     """A model of args.arch whose linear layers use `backend` (packed now unless `packed` is given)."""
-    try:
-        cls = ARCHS[args.arch]
-    except KeyError:
-        raise ValueError(f"unsupported architecture {args.arch!r}; speczoo runs {sorted(ARCHS)}") from None
-    model = cls(args, tensors, get_backend(backend), packed)
+    model = arch_class(args.arch)(args, tensors, get_backend(backend), packed)
     model.eval()
     return model
 

@@ -21,7 +21,8 @@ from fastapi import Request
 
 from speczoo.decoding.prompt_checks import check_fits
 from speczoo.errors import CacheFullError
-from speczoo.events import DoneEvent, GenerationRequest, SamplingParams, Stats, TokenEvent
+from speczoo.events import DoneEvent, Stats, TokenEvent
+from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.serve.api_errors import APIError, runtime_error
 from speczoo.serve.schemas import MAX_STOP, ChatCompletion, Completion, ModelCard, Usage
 from speczoo.serve.sse import KEEPALIVE, EventStreamResponse, sse_data

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from speczoo.events import DoneEvent, GenerationRequest, TokenEvent
+from speczoo.events import DoneEvent, TokenEvent
+from speczoo.request import GenerationRequest
 
 log = logging.getLogger("speczoo.serve")
 

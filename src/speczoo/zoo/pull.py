@@ -47,6 +47,7 @@ from speczoo.kernels.quantized import MixedBackend
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import (linear_weight_sources, read_unpacked, stored_linear_sources, unpacked_names,
                                    with_tied_head)
+from speczoo.models.registry import arch_class
 from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
 from speczoo.zoo import bundle as B
 from speczoo.zoo import source as S
@@ -59,9 +60,6 @@ from speczoo.zoo.weights import (SourceTensor, UnpackedWriter, bundle_source, it
 # was packed by default, and a pull that names no backend replaces it by the default's (which the runtime
 # loads first anyway), instead of keeping both.
 OLD_DEFAULT_BACKEND = "q4"
-# A local source without a chat template gets the builtin one of its architecture (recorded in the manifest).
-ARCH_CHAT_TEMPLATES = {"gemma3": "gemma"}
-
 
 @dataclass
 class PullResult:
@@ -197,6 +195,8 @@ def open_gguf_source(path: Path, log: Callable[[str], None] = _log, label: str |
     check_types(types, set(linear_weight_sources(types).values()))
     log(f"reading the tokenizer of {label or Path(path).name}")
     built = tokenizer_from_gguf(reader)
+    for note in built.warnings:
+        log(f"warning: {label or Path(path).name}: {note}")
     return SourceContent(
         args=gguf_model_args(reader), quantization=gguf_quant_summary(reader),
         tokenizer=Tokenizer(built.tokenizer, built.config, built.chat_template),
@@ -216,15 +216,28 @@ def open_hf_source(hf_dir: Path) -> SourceContent:
 
 
 def _chat_template(src: SourceContent, name: str, fallback: str | None, log: Callable[[str], None]) -> str | None:
-    """Give a source without a chat template the builtin one (`fallback`, else by architecture)."""
-    if src.tokenizer.chat_template is not None:
-        return src.template_source
-    fallback = fallback or ARCH_CHAT_TEMPLATES.get(src.args.arch)
-    if fallback is None:
+    """Keep the source's chat template when it renders; else a builtin (the registry's `fallback`, the
+    architecture's, or the one whose turn markers the vocabulary holds), said in the log. Returns the
+    manifest's chat_template_source."""
+    tok = src.tokenizer
+    builtin = fallback or arch_class(src.args.arch).CHAT_TEMPLATE or tok.builtin_template_name()
+    if tok.chat_template is not None:
+        problem = tok.chat_template_problem()
+        if problem is None:
+            return src.template_source
+        if builtin is None:
+            log(f"warning: {name}: the source's chat template cannot render a one-message chat ({problem}); "
+                "speczoo has no builtin template for this model, so chat requests will fail with that error: "
+                "send plain completion prompts")
+            return src.template_source
+        log(f"warning: {name}: the source's chat template cannot render a one-message chat ({problem}); "
+            f"using speczoo's builtin {builtin!r} template instead")
+    elif builtin is None:
         return None
-    log(f"{name}: the source has no chat template; using speczoo's builtin {fallback!r} template")
-    src.tokenizer.chat_template = BUILTIN_CHAT_TEMPLATES[fallback]
-    return f"builtin:{fallback}"
+    else:
+        log(f"{name}: the source has no chat template; using speczoo's builtin {builtin!r} template")
+    tok.chat_template = BUILTIN_CHAT_TEMPLATES[builtin]
+    return f"builtin:{builtin}"
 
 
 def _file_sizes(d: Path) -> dict[str, int]:

@@ -1,13 +1,22 @@
-"""Tokenizer parity: do speczoo's ids equal transformers' ids for the same GGUF, text for text?
+"""Tokenizer parity: do speczoo's ids equal a reference's ids for the same GGUF, text for text?
 
-The reference is `AutoTokenizer.from_pretrained(dir, gguf_file=name)`, which builds its tokenizer from
-the same GGUF metadata. transformers is an optional extra (`pip install speczoo[check]`): it is imported
-only here and only when a parity check runs. This module measures; it never changes either tokenizer.
+The reference for ids is llama.cpp: `LlamaTokenize` runs its `llama-tokenize` tool on the GGUF (found in
+SPECZOO_LLAMA_BIN or on PATH; benchmarks/build_llama.sh builds it). transformers'
+`AutoTokenizer.from_pretrained(dir, gguf_file=name)` builds a tokenizer from the same metadata and agrees
+with llama.cpp on most files, but not everywhere (it splits Gemma's runs of more than 31 spaces and
+SmolLM2's digits otherwise). transformers is an optional extra (`pip install speczoo[check]`), imported
+only when a check runs. This module measures; it never changes either tokenizer.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +56,38 @@ def reference_tokenizer(gguf_path: Path):
     return AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
 
 
+def llama_tool(name: str) -> Path | None:
+    """llama.cpp's tool `name` (e.g. llama-tokenize): in SPECZOO_LLAMA_BIN when set, else on PATH; None if absent."""
+    folder = os.environ.get("SPECZOO_LLAMA_BIN")
+    path = Path(folder) / name if folder else (Path(found) if (found := shutil.which(name)) else None)
+    return path if path is not None and path.is_file() else None
+
+
+class LlamaTokenize:
+    """llama.cpp's tokenization of a GGUF through its `llama-tokenize` tool: the text as bytes from a file,
+    no escape processing, special tokens parsed (as speczoo's encode does); BOS/EOS only with add_special."""
+
+    def __init__(self, gguf_path: Path, binary: Path):
+        self.gguf_path, self.binary = Path(gguf_path), Path(binary)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        with tempfile.NamedTemporaryFile("wb", suffix=".txt") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            cmd = [str(self.binary), "-m", str(self.gguf_path), "-f", f.name, "--ids", "--no-escape", "--log-disable"]
+            out = subprocess.run(cmd + ([] if add_special_tokens else ["--no-bos"]), capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SpeczooError(f"{self.binary.name} failed on {self.gguf_path.name} (exit {out.returncode}): "
+                               f"{out.stderr.strip()[-500:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def llama_reference(gguf_path: Path) -> LlamaTokenize | None:
+    """llama.cpp's tokenizer of the GGUF when its llama-tokenize is found (see `llama_tool`), else None."""
+    binary = llama_tool("llama-tokenize")
+    return None if binary is None else LlamaTokenize(gguf_path, binary)
+
+
 def _show(ours: Tokenizer, text: str, a: list[int], b: list[int]) -> str:
     k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     pos = len(ours.decode(a[:k]))
@@ -56,7 +97,8 @@ def _show(ours: Tokenizer, text: str, a: list[int], b: list[int]) -> str:
 
 def tokenizer_parity(ours: Tokenizer, gguf_path: Path | None, text: str | Iterable[str], add_special: bool = False,
                      reference=None) -> TokParity:
-    """Compare ids text by text against transformers' tokenizer of `gguf_path` (or a given `reference`)."""
+    """Compare ids text by text against `reference` (anything with transformers' `encode(text,
+    add_special_tokens=...)`: `LlamaTokenize`, or by default transformers' tokenizer of `gguf_path`)."""
     ref = reference if reference is not None else reference_tokenizer(gguf_path)
     texts = [text] if isinstance(text, str) else list(text)
     chars = n_ids = bad = 0
@@ -71,6 +113,16 @@ def tokenizer_parity(ours: Tokenizer, gguf_path: Path | None, text: str | Iterab
             if first is None:
                 first = _show(ours, t, a, b)
     return TokParity(texts=len(texts), chars=chars, ids=n_ids, mismatching=bad, first_mismatch=first)
+
+
+def ids_digest(ids_per_text: list[list[int]]) -> str:
+    """One sha256 for the ids of many texts (the compact JSON of the nested list): a recorded reference."""
+    return hashlib.sha256(json.dumps(ids_per_text, separators=(",", ":")).encode()).hexdigest()
+
+
+def texts_digest(texts: list[str]) -> str:
+    """One sha256 for many texts: shows that a recorded reference was made on the same texts."""
+    return hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest()
 
 
 def stdlib_texts(min_chars: int = 200_000, root: Path = STDLIB_DIR) -> list[str]:

@@ -2,7 +2,7 @@
 
 A drafter owns only its own state (an n-gram index, a draft model's KV cache). It never touches the
 target's cache and never decides acceptance: the engine calls `propose`, verifies with the pure
-functions in `decoding.verify`, then tells the drafter how many draft tokens survived with `commit` (a
+functions of `decoding/verify/`, then tells the drafter how many draft tokens survived with `commit` (a
 chain) or which nodes did with `commit_path` (a token tree). A drafter that reads the target's own
 hidden states (EAGLE) names their layers in `hidden_layers`; the engine then asks the target forward
 for them and hands over the committed positions' rows through `observe` (see FeatureTaps).
@@ -34,7 +34,7 @@ class Drafter(ABC):
     @abstractmethod
     def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         """Propose up to k tokens to follow `context`: a chain, or a token tree of at most k nodes
-        (Draft.parents set, every parent before its children; see decoding/tree.py).
+        (Draft.parents set, every parent before its children; see decoding/verify/tree.py).
 
         context: every committed id so far (prompt + output); its last id is the token the round's
         verify forward starts from (a0). The same growing list is passed every round, so a drafter

@@ -1,9 +1,10 @@
 """A reduced-vocabulary LM head for a draft model: cheaper proposals, unchanged output.
 
-A draft step of qwen2.5-coder-0.5b spends about a quarter of its weight reads on the LM head (151,936
-rows). For drafting, the head only has to rank the tokens the target is likely to say next, so it keeps
+A draft step of a small model spends a large share of its weight reads on the LM head (151,936 rows
+for Qwen2.5). For drafting, the head only has to rank the tokens the target is likely to say next, so
+it keeps
   * the first `n_common` ids (byte-level BPE ids are in merge order, so the low ids are the frequent
-    ones: ids < 32,768 cover ~95% of the tokens of code and English text here), and
+    ones; how much of a text they cover: docs/results.md, Drafting.head_vocab in docs/tuning.md), and
   * the prompt's own rarer ids (identifiers, names a conversation uses), with the 16-row strips of the
     head that hold them,
 both computed by the model's own compiled head over just those rows (the same arithmetic as the full
@@ -18,10 +19,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from speczoo.decoding.tuning import DRAFTING
 from speczoo.kernels.pack import STRIP
 from speczoo.kernels.quantized import is_compiled, select_strips
-
-MAX_EXTRA_STRIPS = 256      # most head strips (16 ids each) kept for a prompt's rarer ids
 
 
 class ReducedHead(nn.Module):
@@ -52,7 +52,7 @@ class ReducedHead(nn.Module):
         """Also score these ids (a prompt's) past the common block: the head strips that hold them."""
         full = self.vocab // STRIP                  # whole strips only (a partial last one is left out)
         strips = sorted({i // STRIP for i in ids if self.n_common <= i < self.vocab and i // STRIP < full})
-        strips = strips[:MAX_EXTRA_STRIPS]
+        strips = strips[:DRAFTING.head_extra_strips]
         if not strips:
             self.extra, self.extra_cols = None, torch.zeros(0, dtype=torch.long)
             return
@@ -64,7 +64,7 @@ class ReducedHead(nn.Module):
         """The argmax of one row [V] of this head's logits, looked for among the kept ids only (the same
         id: every other logit is -inf and the kept ids are in increasing order, so ties resolve alike),
         and the kept logits [n_common + E], whose softmax gives the pick's probability as the full row's
-        would: 0.3 ms less per draft step than the argmax and softmax of all 151,936."""
+        would, at a fraction of the argmax and softmax of the whole row."""
         kept = row[: self.n_common] if self.extra is None else torch.cat((row[: self.n_common], row[self.extra_cols]))
         j = int(kept.argmax())
         return (j if j < self.n_common else int(self.extra_cols[j - self.n_common])), kept

@@ -19,15 +19,13 @@ from collections.abc import Callable, Sequence
 import torch
 
 from speczoo import sampling
-from speczoo.events import GenerationRequest, SamplingParams
-from speczoo.decoding.cost import CvCurve
+from speczoo.request import GenerationRequest, SamplingParams
+from speczoo.decoding.pricing.cost import CvCurve
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.draft_head import ReducedHead
 from speczoo.decoding.drafters.guess import Guesser
-from speczoo.decoding.types import MAX_K, Draft
-
-DRAFT_HEAD_VOCAB = 32768   # ids the draft proposes from (plus the prompt's own); see draft_head.py
-GUESS_MAX = 8              # the most prompt-lookup guesses fed along with one draft step (guess.py)
+from speczoo.decoding.tuning import DRAFTING
+from speczoo.decoding.types import Draft
 
 
 def agreeing_prefix(fed: list[int], context: list[int], hint: int = 0) -> int:
@@ -155,11 +153,20 @@ class DraftModelDrafter(Drafter):
         """Nothing to do now: the next `propose` keeps exactly the prefix the target agreed with."""
 
 
-def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRAFT_HEAD_VOCAB,
-                       rows: CvCurve | float | None = None, guess_max: int = GUESS_MAX
+def reduced_head(model, head_vocab: int | None = DRAFTING.head_vocab) -> ReducedHead | None:
+    """The reduced LM head `model` proposes from as a draft (draft_head.py: the first `head_vocab` ids
+    plus the prompt's own), or None when it keeps its full head (its LM head is not a compiled kernel,
+    or head_vocab is None). What the cost profile times a draft step through (pricing/profile.py)."""
+    return ReducedHead.for_model(model, head_vocab)
+
+
+def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRAFTING.head_vocab,
+                       rows: CvCurve | float | None = None, guess_max: int = DRAFTING.guess_max
                        ) -> Callable[[GenerationRequest], DraftModelDrafter]:
     """A factory the engine calls per request: one draft cache, reused (reset) across requests.
 
+    draft, target: loaded models (runtime.LoadedModel: .model, .args, .name) of the same tokenizer.
+    max_seq: the longest sequence a request may reach (prompt + output).
     head_vocab: propose from a reduced head over the first `head_vocab` ids plus the prompt's own
     (draft_head.py) when the draft's LM head is a compiled kernel; None: the full head.
     rows: the draft's forward cost over S rows relative to one (its c_v curve), which sizes the
@@ -170,8 +177,8 @@ def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRA
     if draft.args.vocab_size > target.args.vocab_size:
         raise ValueError(f"draft {draft.name} has a larger vocabulary ({draft.args.vocab_size}) than target "
                          f"{target.name} ({target.args.vocab_size}): not a pair; see `speczoo check-pair`")
-    cache = KVCache(draft.args, max_seq, extra=2 * MAX_K + 2)
-    head = ReducedHead.for_model(draft.model, head_vocab)
+    cache = KVCache(draft.args, max_seq, extra=DRAFTING.draft_cache_margin)
+    head = reduced_head(draft.model, head_vocab)
 
     def factory(req: GenerationRequest) -> DraftModelDrafter:
         gen = None if req.sampling.greedy else sampling.make_generator(

@@ -30,16 +30,17 @@ import torch
 from torch import Tensor
 
 from speczoo import sampling
-from speczoo.events import GenerationRequest, SamplingParams
+from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.eagle.head import EagleHead
+from speczoo.decoding.tuning import DRAFTING
 from speczoo.decoding.types import MAX_K, Draft
 
 
 @dataclass(frozen=True)
 class TreeShape:
-    depth: int = 6          # longest path proposed
-    branch: int = 4         # children tried per expanded node, and nodes expanded per depth
+    depth: int = DRAFTING.eagle_tree_depth      # longest path proposed
+    branch: int = DRAFTING.eagle_tree_branch    # children tried per expanded node, and nodes expanded per depth
 
 
 @dataclass
@@ -49,7 +50,7 @@ class _Node:
     parent: int             # pool index of the parent, -1: the root
     depth: int
     hidden: Tensor | None = None   # [1, D] the head's output at this node (once expanded)
-    slot: int = -1                 # its row in the head cache (once expanded)
+    row: int = -1                  # its row in the head cache (once expanded)
 
 
 class EagleDrafter(Drafter):
@@ -177,7 +178,7 @@ class EagleDrafter(Drafter):
                 mask[r, l0 + r] = True
                 a = pool[i].parent
                 while a >= 0:
-                    mask[r, pool[a].slot] = True
+                    mask[r, pool[a].row] = True
                     a = pool[a].parent
             tokens = torch.tensor([pool[i].token for i in expand])
             hidden = torch.cat([root_hidden if pool[i].parent < 0 else pool[pool[i].parent].hidden
@@ -186,7 +187,7 @@ class EagleDrafter(Drafter):
             self.steps += 1
             frontier = []
             for r, i in enumerate(expand):
-                pool[i].hidden, pool[i].slot = out.hidden[r:r + 1], l0 + r
+                pool[i].hidden, pool[i].row = out.hidden[r:r + 1], l0 + r
                 frontier += self._children(pool, i, out.hidden[r:r + 1], out.logits[r:r + 1], pool[i].score,
                                            depth, shape.branch)
         # the budget's best nodes; ties go to the shallower (earlier) node, so parents come first

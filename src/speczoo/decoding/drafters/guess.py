@@ -7,21 +7,20 @@ each guessed id, and every guess the draft agrees with is a draft token that nee
 The chain is the draft's own either way (a guess it disagrees with is dropped from its cache), so the
 proposals, and everything the target makes of them, are unchanged: only the draft's time changes.
 
-Extra rows are not free (a 9-row forward of qwen2.5-coder-0.5b costs 1.9-2.9 of its steps), so the guess
-is sized per round like a speculative round: the length g that maximizes E(α, g) / rows(g + 1), the
-draft tokens expected from one forward over its cost (decoding/cost.py), with α the running rate at which
+Extra rows are not free (a forward over several rows costs several of the draft's steps on some kernel
+paths: docs/results.md), so the guess is sized per round like a speculative round: the length g that maximizes E(α, g) / rows(g + 1), the
+draft tokens expected from one forward over its cost (decoding/pricing/cost.py), with α the running rate at which
 the draft has confirmed guessed ids in this prompt-lookup situation (NgramIndex.situation; it starts
-at the target's rate there, SITUATION_PRIORS) and rows the draft's own forward-cost curve. Pure
+at the target's rate there, Drafting.situation_priors) and rows the draft's own forward-cost curve. Pure
 bookkeeping: no model, no cache, no clock.
 """
 
 from __future__ import annotations
 
 from speczoo.decoding.acceptance import AcceptanceEstimate
-from speczoo.decoding.cost import CvCurve, as_curve, best_k
-from speczoo.decoding.drafters.ngram import SITUATION_PRIORS, NgramIndex
-
-GUESS_ORDER = 3            # the longest suffix prompt lookup matches for a guess
+from speczoo.decoding.pricing.cost import CvCurve, as_curve, best_k
+from speczoo.decoding.drafters.ngram import NgramIndex
+from speczoo.decoding.tuning import DRAFTING, Drafting
 
 
 class Guesser:
@@ -29,15 +28,17 @@ class Guesser:
 
     rows:      the draft model's forward cost over S rows relative to one row (its own c_v curve).
     guess_max: the most guessed ids fed with one forward.
+    drafting:  the guesses' constants (Drafting: guess_order, situation_priors, guess_prior).
     """
 
-    def __init__(self, rows: CvCurve | float, guess_max: int, order: int = GUESS_ORDER):
+    def __init__(self, rows: CvCurve | float, guess_max: int, drafting: Drafting = DRAFTING):
         if guess_max < 1:
             raise ValueError(f"guess_max must be >= 1, got {guess_max}")
         self.rows = as_curve(rows)
         top = self.rows.max_s
         self.guess_max = guess_max if top is None else min(guess_max, top - 1)
-        self.order = order
+        self.order = drafting.guess_order
+        self.priors, self.prior = drafting.situation_priors, drafting.guess_prior
         self.reset()
 
     def reset(self) -> None:
@@ -59,8 +60,7 @@ class Guesser:
             return []
         est = self.estimates.get(situation)
         if est is None:
-            est = self.estimates[situation] = AcceptanceEstimate(
-                prior_alpha=SITUATION_PRIORS.get(situation, 0.5))
+            est = self.estimates[situation] = AcceptanceEstimate(prior_alpha=self.priors.get(situation, self.prior))
         best = best_k(est.alpha, self.rows, 0.0, n)
         if best.speedup <= 1.0:                      # one row alone is the cheaper way to the next token
             return []

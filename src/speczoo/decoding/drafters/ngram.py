@@ -6,9 +6,9 @@ takes the most recent. It is updated incrementally as committed tokens arrive (e
 entry per order), so a round costs O(m + K) however long the history is. It never sees the target model.
 
 Before the controller chooses, the drafter names its `situation`: the match's length (extended
-backwards) and whether the suffix's recent occurrences agree on the next token. On the built-in suite
-a first draft token is accepted 98% of the time after an agreeing match of 8+ tokens and 13% after a
-one-token match with conflicting continuations, so the controller keeps a separate estimate for each.
+backwards) and whether the suffix's recent occurrences agree on the next token. How often a first draft
+token is accepted differs by an order of magnitude between the situations (docs/tuning.md,
+`situation_priors`), so the controller keeps a separate estimate for each, starting from its prior.
 """
 
 from __future__ import annotations
@@ -16,17 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from speczoo.decoding.drafters.base import Drafter
+from speczoo.decoding.tuning import DRAFTING
 from speczoo.decoding.types import Draft
-
-
-MATCH_CAP = 16       # match lengths are measured up to this many tokens (only the band matters)
-AGREE_WINDOW = 8     # the occurrences whose continuations must agree: the most recent ones
-
-# P(first draft token accepted) per situation, measured offline on the greedy outputs of the built-in
-# suite with the 1.5B (docs/suite, 72 questions: `python -m benchmarks.ngram_situations`); the
-# controller starts each situation's estimate here and learns from the drafts it judges.
-SITUATION_PRIORS = {"1/agree": 0.41, "1/mixed": 0.13, "2-3/agree": 0.64, "2-3/mixed": 0.12,
-                    "4-7/agree": 0.84, "4-7/mixed": 0.16, "8+/agree": 0.95, "8+/mixed": 0.7}
 
 
 class NgramIndex:
@@ -101,7 +92,7 @@ class NgramIndex:
         starts = self.longest()
         return self.continuation(starts[-1], k) if starts else []
 
-    def match_length(self, start: int, cap: int = MATCH_CAP, present: list[int] | None = None) -> int:
+    def match_length(self, start: int, cap: int = DRAFTING.match_cap, present: list[int] | None = None) -> int:
         """How many tokens before `start` equal the last tokens of `present` (default: the history), up to
         `cap`: the match of the occurrence at `start`, extended backwards past the index's largest order."""
         toks, now, n = self.tokens, self.tokens if present is None else present, 0
@@ -114,12 +105,13 @@ class NgramIndex:
         (bands 1, 2-3, 4-7, 8+) and whether the recent occurrences of the suffix all continue with the
         same token; None when there is no match."""
         starts = self.longest()
-        return self._label(starts, self.tokens[-MATCH_CAP:]) if starts else None
+        return self._label(starts, self.tokens[-DRAFTING.match_cap:]) if starts else None
 
     def ahead(self, drafted: list[int], k: int) -> tuple[str | None, list[int]]:
         """Prompt lookup past the history: the situation and the k ids that follow the history continued
         by `drafted` (ids not committed, such as a draft's own); (None, []) when nothing matches."""
-        present = (self.tokens[-MATCH_CAP:] + drafted)[-MATCH_CAP:]
+        cap = DRAFTING.match_cap
+        present = (self.tokens[-cap:] + drafted)[-cap:]
         starts = self.occurrences(present[-self.max_order:])
         if not starts:
             return None, []
@@ -128,7 +120,7 @@ class NgramIndex:
     def _label(self, starts: list[int], present: list[int]) -> str:
         n = self.match_length(starts[-1], present=present)
         band = "1" if n <= 1 else "2-3" if n < 4 else "4-7" if n < 8 else "8+"
-        recent = starts[-AGREE_WINDOW:]
+        recent = starts[-DRAFTING.agree_window:]
         nxt = {self.tokens[s] for s in recent}      # an occurrence is indexed when its next token arrives
         return f"{band}/{'agree' if len(nxt) == 1 else 'mixed'}"
 
@@ -137,7 +129,7 @@ class PromptLookup(Drafter):
     """What the chain and tree prompt-lookup drafters share: one NgramIndex over the committed ids,
     its situation, and nothing to undo after a round (the index holds committed tokens only)."""
 
-    situation_priors = SITUATION_PRIORS
+    situation_priors = DRAFTING.situation_priors
 
     def __init__(self, max_order: int = 3, min_order: int = 1):
         self.max_order = max_order

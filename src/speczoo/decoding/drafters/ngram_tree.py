@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from speczoo.decoding.drafters.ngram import NgramIndex, PromptLookup
+from speczoo.decoding.tuning import DRAFTING
 from speczoo.decoding.types import Draft
 
 
@@ -93,8 +94,8 @@ class NgramTreeDrafter(PromptLookup):
 
     name = "ngram-tree"
 
-    def __init__(self, max_order: int = 3, min_order: int = 1, max_matches: int = 4,
-                 order_weight: float = 4.0, decay: float = 0.8):
+    def __init__(self, max_order: int = 3, min_order: int = 1, max_matches: int = DRAFTING.tree_matches,
+                 order_weight: float = DRAFTING.tree_order_weight, decay: float = DRAFTING.tree_decay):
         if max_matches < 1:
             raise ValueError(f"max_matches must be >= 1, got {max_matches}")
         if not 0.0 < decay < 1.0:

@@ -175,8 +175,8 @@ class EagleHead(nn.Module):
         """Run S rows after the cache's L0 rows: tokens [S] (target ids), hidden [S, D] (a fused target
         feature, or the head's own output of the row's parent), positions [S].
 
-        mask: [S, L0 + S] bool, which cache slots each row sees (a draft tree); None: every earlier slot
-        and itself. Writes K/V at slots [L0, L0 + S) and advances cache.length.
+        mask: [S, L0 + S] bool, which cache rows each row sees (a draft tree); None: every earlier row
+        and itself. Writes K/V at cache rows [L0, L0 + S) and advances cache.length.
         """
         s = tokens.shape[0]
         l0 = cache.length

@@ -2,8 +2,8 @@
 
 `train-eagle --prompts FILE|builtin` trains on conversations the target itself writes: each prompt goes
 through the chat template and the target answers it greedily, several prompts side by side in one
-packed decode (speczoo/packed.py: a forward over 8 rows costs about 1.8 decode steps here, and the text
-is exactly plain greedy's). The conversations are chunked ahead of any corpus (pipeline.py). Answers
+batched greedy decode (speczoo/greedy_many.py: a forward over 8 rows costs far less than 8 decode steps,
+docs/eagle.md, and the text is exactly plain greedy's). The conversations are chunked ahead of any corpus (pipeline.py). Answers
 cost target decode steps, the dearest part of a CPU run, so each is logged the moment it exists and a
 resumed run reads it back. This module never runs a model itself: `answer` comes from the caller.
 """

@@ -1,19 +1,18 @@
 """The head judged on chunks it never trained on, and its confidences calibrated there.
 
-The training batches' top-1 agreement measures fit, not what drafting on new text will get: the 1.5B
-chat head agreed with its target on 0.78 of its training rows at step 0 and on 0.35 of the built-in
-free-form prompt's (docs/eagle.md). So one chunk of the feature cache in HOLDOUT_EVERY is kept out of
+The training batches' top-1 agreement measures fit, not what drafting on new text will get (a head can
+agree with its target on most of its training rows and on far fewer of a new prompt's: docs/eagle.md).
+So one chunk of the feature cache in HOLDOUT_EVERY is kept out of
 training (`train-eagle --holdout-every N`), and after training the head is run over those chunks (the
 training-time test, no gradients) for its held-out top-1 agreement per step.
 
-The same rows calibrate it. A head fitted to little data is overconfident on unseen text (that head's
-mean top-1 probability was 0.57 where 35% of its tokens were right), and its confidences decide how far a
-chain drafts (the controller's floors, Tuning.stop_rate) and which nodes a tree keeps. `calibrate` divides the
+The same rows calibrate it. A head fitted to little data is overconfident on unseen text (its mean top-1
+probability well above the share of its tokens that are right: docs/eagle.md), and its confidences decide
+how far a chain drafts (the controller's floors, Tuning.stop_rate) and which nodes a tree keeps. `calibrate` divides the
 LM head by the temperature that minimizes the held-out cross-entropy of all steps (temperature scaling):
 the argmax, so every greedy proposal, is unchanged; the probabilities become honest; the head stays in
-the speculators format. Replayed on the 1.5B chat head (`python -m benchmarks.auto_replay --head`,
-its checkpoint against its saved head, temperature 1.35), its chain went from 1.10x to 1.17x on
-free-form writing and from 1.26x to 1.36x on code edit (docs/eagle.md). This module never runs the target.
+the speculators format. What calibration bought on a replay: docs/eagle.md. This module never runs the
+target.
 """
 
 from __future__ import annotations

@@ -23,12 +23,16 @@ from benchmarks.auto_replay import (
 from benchmarks.replay_profiles import PROFILES, Profile, load_profile, measured_profile
 from benchmarks.replay_report import AUTO_FLOOR, category_of, tally, verdict
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.decoding.drafters.eagle import TreeShape, make_eagle_drafter
+from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.engine import MAX_K, Engine
-from test_eagle_drafter import PROMPT, trained  # noqa: F401  (a tiny target and a head trained on it)
+from speczoo.decoding.pricing.cost import Costs, CvCurve
+from offered import offered
+from tiny import tiny_model
+from tiny_eagle import PROMPT
 
-pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread")   # tests/fixtures.py
 
 FLAT = {1: 1.0, 2: 1.0, 3: 1.0, 5: 1.0, 9: 1.0, 17: 1.0}
 DATA = Path(__file__).parent / "data"
@@ -86,13 +90,13 @@ def test_recordings_round_trip_through_json(tmp_path):
 
 
 @pytest.mark.parametrize("tree", [None, TreeShape(depth=4, branch=3)], ids=["chain", "tree"])
-def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # noqa: F811 (the imported fixture)
+def test_the_eagle_replay_makes_the_engines_rounds(trained, tree):  # trained: tests/conftest.py
     """At the engine's default prices (c_v 1, free drafts) the replay of an EAGLE head chooses, drafts
     and accepts round for round what the real engine does on the tiny target."""
     model, args, head = trained
     name = "eagle" if tree is None else "eagle-tree"
     factory = make_eagle_drafter(head, 128, tree)
-    eng = Engine(model, KVCache(args, 128, extra=MAX_K + 1), {name: factory}, eos_ids=[],
+    eng = Engine(model, KVCache(args, 128, extra=MAX_K + 1), offered({name: factory}), eos_ids=[],
                  max_seq=128)
     *events, done = eng.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=40, spec=name, k=6))
     live = [(e.drafter, e.accepted) for e in events if e.ids]
@@ -229,7 +233,7 @@ def test_the_command_replays_a_file_under_profiles(tmp_path, capsys):
 
 
 def test_a_real_recording_holds_greedy_under_every_profile():
-    """A real recording (tests/data: the 1.5B's greedy answer to the suite's question 67, 192 tokens, and
+    """A real recording (benchmarks/data: the 1.5B's greedy answer to the suite's question 67, 192 tokens, and
     the 0.5B's teacher-forced guesses over it, recorded with `--suite 4 --gen 192`, with this machine's
     measured costs). Before the controller priced its probes and plans by the costs, `auto` ran at 0.94x
     greedy on it under dear-verify."""
@@ -240,3 +244,25 @@ def test_a_real_recording_holds_greedy_under_every_profile():
         t = cats["multi_turn"]
         assert t.lossless and t.speedup("auto") >= AUTO_FLOOR, (name, t.speedup("auto"))
         assert t.gap() > -0.05, (name, {m: round(t.speedup(m), 3) for m in MODES})
+
+
+CV = {1: 1.0, 2: 1.1, 3: 1.2, 5: 1.5, 9: 2.2, 17: 3.5}
+LOOPING = [3, 1, 4, 1, 5, 9, 2, 6, 3, 1, 4, 1, 5, 9, 2, 6, 3, 1, 4]   # a prompt that repeats itself
+
+
+def test_the_auto_replay_makes_the_engines_rounds():
+    """benchmarks/auto_replay.py's prompt-lookup replay, priced as the engine's costs, on the engine's run."""
+    model, args = tiny_model("qwen2", backend="fp32-rows", vocab=16)
+    costs = Costs(cv=CvCurve.measured(CV), draft_cost={"ngram": 0.0}, round_overhead=0.02)
+    eng = Engine(model, KVCache(args, 160, extra=MAX_K + 1), offered({"ngram": lambda req: NgramDrafter(req.ngram)}),
+                 eos_ids=[], max_seq=160, costs=costs)
+    *live, done = eng.generate(GenerationRequest(prompt_ids=LOOPING, max_new_tokens=60, spec="ngram", k=6))
+    rec = Recording(prompt=LOOPING, out=done.ids, guess=done.ids, sure=[1.0] * 60, target_cv=CV, round_overhead=0.02)
+    res = replay(rec, "ngram", k_max=6)
+    by: dict[str, int] = {}
+    for r in live:
+        name = r.drafter if r.drafted else "none"
+        by[name] = by.get(name, 0) + 1
+    assert res.lossless and res.rounds == len(live) and res.by_drafter == by
+    step = sum(costs.cv(1 + r.drafted) + 0.02 if r.drafted else 1.0 for r in live)
+    assert res.cost == pytest.approx(step)

@@ -28,7 +28,7 @@ wide batches. Pure arithmetic on Costs: never reads a clock or a model.
 
 from __future__ import annotations
 
-from speczoo.decoding.cost import Costs, CvCurve
+from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.types import MAX_K
 
 
@@ -51,4 +51,4 @@ def batch_view(costs: Costs, rows: int, tokens: int, width: int = MAX_K + 1) -> 
         points[s] = top
     return Costs(cv=CvCurve.measured(points, source=f"batch view: {rows} rows, {tokens} tokens"),
                  draft_cost={d: rate * c for d, c in costs.draft_cost.items()},
-                 round_overhead=rate * costs.round_overhead, step_ms=costs.step_ms, rows=costs.rows)
+                 round_overhead=rate * costs.round_overhead, step_ms=costs.step_ms)

@@ -1,4 +1,4 @@
-"""Token trees: the flattened verify input for a drafted tree, and greedy tree verification.
+"""Token trees: the flattened verify input of a drafted tree (its rows, positions and attention mask).
 
 A tree draft is `Draft(tokens, parents)` with parents[i] the index of node i's parent (-1: the root,
 i.e. the pending token a0), every parent listed before its children. One target forward verifies the
@@ -6,10 +6,11 @@ whole tree: its S = N + 1 rows are [a0] + tokens (row 0 is a0, row i + 1 is node
 position base + depth (a0 at depth 0) and attending to the committed prefix, a0 and its own ancestors
 only (the tree attention mask). Row r then holds the target's prediction for the token after the path
 that ends at row r, so a node is checked against its parent's row, as a chain token d[i] is checked
-against row i in decoding/verify.py; a chain is the tree whose parents are -1, 0, 1, ...
+against row i (decoding/verify/__init__.py); a chain is the tree whose parents are -1, 0, 1, ...
 
 Pure: nothing here sees a model or a cache, and nothing mutates its inputs. The engine builds the
-layout, runs the forward, verifies, then moves the accepted path's K/V rows into place.
+layout, runs the forward, verifies (greedy.py, rejection.py), then moves the accepted path's K/V rows
+into place.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-
-from speczoo.decoding.types import Draft, Verdict
 
 
 def check_parents(parents: list[int]) -> None:
@@ -90,35 +89,3 @@ class TreeLayout:
         accepted gives a + [a < K], the count the controller's acceptance estimate expects."""
         last = path[-1] + 1 if path else 0
         return len(path) + (1 if self.children[last] else 0)
-
-
-def verify_tree_greedy(draft: Draft, layout: TreeLayout, target_ids: list[int]) -> Verdict:
-    """Greedy tree verification: from a0, step to the child whose token is the target's argmax at the
-    current row, as long as there is one; the target's argmax at the last row reached is the
-    correction (the node had children, none right) or the bonus (a leaf was reached).
-
-    target_ids: [N + 1] the target's argmax at each row of the tree forward.
-    """
-    n = draft.k
-    if len(target_ids) != n + 1 or len(layout.children) != n + 1:
-        raise ValueError(f"verify_tree_greedy needs N+1={n + 1} target ids and layout rows, got "
-                         f"{len(target_ids)} and {len(layout.children)}")
-    path: list[int] = []
-    row = 0
-    while True:
-        want = target_ids[row]
-        nxt = next((c for c in layout.children[row] if draft.tokens[c] == want), None)
-        if nxt is None:
-            return Verdict(accepted=len(path), next_token=want, path=path)
-        path.append(nxt)
-        row = nxt + 1
-
-
-def head(draft: Draft, k: int) -> Draft:
-    """The draft cut to its first k nodes (tokens, probs and parents alike; still a valid tree, since
-    parents come before their children)."""
-    if draft.k <= k:
-        return draft
-    return Draft(tokens=draft.tokens[:k], probs=None if draft.probs is None else draft.probs[:k],
-                 parents=None if draft.parents is None else draft.parents[:k], drafter=draft.drafter,
-                 work=draft.work)

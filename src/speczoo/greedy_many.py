@@ -1,15 +1,16 @@
 """Greedy decoding of several independent prompts at once: one target forward per step for all of them.
 
 On a CPU a decode step is bound by reading the weights, so a forward over S rows costs far less than S
-steps (c_v(9) ≈ 1.8 for the 1.5B here): decoding 8 prompts side by side writes ~4x the tokens per
-second of one. That is what makes the target's own answers (the EAGLE head's chat data,
-training/eagle/answers.py) affordable on this machine.
+steps (c_v(S), docs/results.md): decoding several prompts side by side writes several times the tokens
+per second of one. That is what makes the target's own answers (the EAGLE head's chat data,
+training/eagle/answers.py) affordable on a CPU. (Not to be confused with kernels/pack.py, which packs
+weights.)
 
-The prompts share one KV cache, one slot range each (speczoo/slots.py, the batched server's cache too):
+The prompts share one KV cache, one slot each (speczoo/slots.py, the batched server's cache too):
 each prompt is prefilled into its own slot, then each step feeds one token per unfinished sequence, all
 in one forward, every row attending to its own sequence only. With the batch-invariant kernels a row's
 logits are the same bits as when that prompt is decoded alone, so every continuation is exactly plain
-greedy decoding's; tests/test_packed.py holds it to that. It never uses speculation and owns the cache
+greedy decoding's; tests/test_greedy_many.py holds it to that. It never uses speculation and owns the cache
 it builds; a model with sliding-window layers is refused (SlotCache).
 """
 
@@ -22,11 +23,16 @@ import torch
 from speczoo.slots import Feed, SlotCache, forward_batch
 
 
-def greedy_packed(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                  eos_ids: Sequence[int] = ()) -> list[list[int]]:
+def greedy_many(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                eos_ids: Sequence[int] = ()) -> list[list[int]]:
     """The greedy continuation of each prompt: up to `max_new_tokens` ids, stopping at the first end id
     (left out, as the engine reports a generation). All prompts decode together, one forward per step
-    over the unfinished ones; the model must not have sliding-window layers."""
+    over the unfinished ones.
+
+    model:   a decoder with the batched forward contract (speczoo/slots.py forward_batch) and no
+             sliding-window layers; prompts: the token ids of each prompt (at least one each);
+    eos_ids: the ids that end a sequence. Returns one list of new ids per prompt, in order.
+    """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if any(len(p) == 0 for p in prompts):

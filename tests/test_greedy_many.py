@@ -1,13 +1,13 @@
-"""Packed greedy decoding (speczoo/packed.py): several prompts decoded side by side in one cache give
+"""Greedy decoding of many prompts at once (speczoo/greedy_many.py): several prompts decoded side by side in one cache give
 exactly what each gives alone, on a tiny model and on the real 0.5B with its compiled kernels."""
 
 import pytest
 import torch
 
 from speczoo.cache import KVCache
-from speczoo.events import GenerationRequest
+from speczoo.request import GenerationRequest
 from speczoo.kernels.attention import KeyRows
-from speczoo.packed import greedy_packed
+from speczoo.greedy_many import greedy_many
 from tiny import tiny_model
 
 INVARIANT = "fp32-rows"
@@ -25,11 +25,11 @@ def alone(model, prompt: list[int], n: int, ends=()) -> list[int]:
     return out
 
 
-def test_packed_equals_each_prompt_alone():
+def test_many_at_once_equals_each_prompt_alone():
     model, args = tiny_model("qwen2", backend=INVARIANT, seed=7)
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, args.vocab_size, (n,), generator=g).tolist() for n in (5, 1, 17, 9)]
-    got = greedy_packed(model, prompts, 12)
+    got = greedy_many(model, prompts, 12)
     assert got == [alone(model, p, 12) for p in prompts]
     assert all(len(o) == 12 for o in got)
 
@@ -40,9 +40,9 @@ def test_sequences_stop_at_their_own_end():
     model, args = tiny_model("qwen2", backend=INVARIANT, seed=7)
     g = torch.Generator().manual_seed(2)
     prompts = [torch.randint(0, args.vocab_size, (6,), generator=g).tolist() for _ in range(3)]
-    free = greedy_packed(model, prompts, 10)
+    free = greedy_many(model, prompts, 10)
     end = free[1][3]                                            # make sequence 1's fourth id an end id
-    got = greedy_packed(model, prompts, 10, eos_ids=[end])
+    got = greedy_many(model, prompts, 10, eos_ids=[end])
     for p, f, o in zip(prompts, free, got):
         cut = f.index(end) if end in f else len(f)
         assert o == f[:cut] == [t for t in alone(model, p, 10, ends={end}) if t != end]
@@ -72,10 +72,10 @@ def test_rows_see_only_their_own_sequence():
 def test_bad_input():
     model, args = tiny_model("qwen2", backend=INVARIANT)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        greedy_packed(model, [[1, 2]], 0)
+        greedy_many(model, [[1, 2]], 0)
     with pytest.raises(ValueError, match="at least one token"):
-        greedy_packed(model, [[1], []], 4)
-    assert greedy_packed(model, [], 4) == []
+        greedy_many(model, [[1], []], 4)
+    assert greedy_many(model, [], 4) == []
     cache = KVCache(args, 8)
     with pytest.raises(ValueError, match="not both"):
         model(torch.tensor([1, 2]), torch.arange(2), cache, tree_mask=torch.ones(2, 2, dtype=torch.bool),
@@ -84,7 +84,7 @@ def test_bad_input():
         model(torch.tensor([1, 2]), torch.arange(2), cache, keys=KeyRows.from_rows([(0, 1)]))
     gemma, _ = tiny_model("gemma3", backend=INVARIANT)
     with pytest.raises(ValueError, match="sliding-window"):
-        greedy_packed(gemma, [[1, 2]], 3)
+        greedy_many(gemma, [[1, 2]], 3)
 
 
 def test_real_model_packed_equals_engine_greedy():
@@ -95,7 +95,7 @@ def test_real_model_packed_equals_engine_greedy():
     texts = ["Write a haiku about rain.", "What is 17 * 23?", "Name three prime numbers.",
              "Say hello in French."]
     prompts = [rt.chat_ids([{"role": "user", "content": t}]) for t in texts]
-    got = greedy_packed(rt.target.model, prompts, 24, eos_ids=rt.tokenizer.eos_ids)
+    got = greedy_many(rt.target.model, prompts, 24, eos_ids=rt.tokenizer.eos_ids)
     for p, o in zip(prompts, got):
         *_, done = rt.generate(GenerationRequest(prompt_ids=p, max_new_tokens=24, spec="off"))
         assert o == done.ids

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import math
 
-from speczoo.decoding.cost import Costs, CvCurve
+from speczoo.decoding.pricing.cost import Costs, CvCurve
+from speczoo.decoding.tuning import PRICING, Pricing
 
-HALF_LIFE = 8.0        # observations of one S (or one drafter) after which an old one counts half
-MIN_WEIGHT = 1.5       # evidence (about two observations) before a running mean replaces the profile
-STALE_HALF_LIFE = 64.0  # target forwards without a drafter's measurement after which its evidence counts half
 SIZES = (1, 2, 3, 5, 9, 17)   # forward sizes the curve is given at when the profile is a constant c_v
 
 
@@ -52,13 +50,16 @@ class CostMeter:
     """Running costs of the target's forwards and the drafters' proposals, from measured seconds.
 
     profile: the stored costs, with `step_ms` (the decode step they are relative to) set.
+    pricing: the calibration's constants (Pricing: half_life, min_weight, stale_half_life, and when the
+             rounds hand the controller new costs, recalibrate_every and in_step_lag).
     """
 
-    def __init__(self, profile: Costs, half_life: float = HALF_LIFE, min_weight: float = MIN_WEIGHT):
+    def __init__(self, profile: Costs, pricing: Pricing = PRICING):
         if profile.step_ms is None:
             raise ValueError("calibrating needs the profile's decode step in ms (Costs.step_ms)")
         self.profile = profile
-        self.half_life, self.min_weight = half_life, min_weight
+        self.pricing = pricing
+        self.half_life, self.min_weight = pricing.half_life, pricing.min_weight
         self.forwards: dict[int, _Mean] = {}
         self.drafts: dict[str, _Mean] = {}
         self.n_forwards = 0                        # target forwards timed so far
@@ -86,7 +87,7 @@ class CostMeter:
         m = self.drafts.get(name)
         if m is None:
             return 0.0
-        return m.weight * 0.5 ** ((self.n_forwards - self.drafted_at[name]) / STALE_HALF_LIFE)
+        return m.weight * 0.5 ** ((self.n_forwards - self.drafted_at[name]) / self.pricing.stale_half_life)
 
     def _profile_ms(self, s: int) -> float:
         assert self.profile.step_ms is not None
@@ -118,4 +119,14 @@ class CostMeter:
             own = self.drafts[name].value if self._draft_evidence(name) >= self.min_weight else rel * p.step_ms
             draft_cost[name] = own / step
         return Costs(cv=CvCurve.measured(ms, source="calibrated"), draft_cost=draft_cost,
-                     round_overhead=p.round_overhead, step_ms=step, rows=p.rows)
+                     round_overhead=p.round_overhead, step_ms=step)
+
+    def due(self, rounds: int) -> bool:
+        """Whether the controller gets re-calibrated costs after round number `rounds` (1, then every
+        Pricing.recalibrate_every rounds)."""
+        return (rounds - 1) % self.pricing.recalibrate_every == 0
+
+    def in_step(self, lag: int) -> bool:
+        """Whether a proposal after a catch-up of `lag` ids times the drafter's own step
+        (Pricing.in_step_lag): a wider catch-up forward would price the step too dear."""
+        return lag <= self.pricing.in_step_lag

@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-EXTRAPOLATE_FACTOR = 2.0    # a measured curve is extrapolated up to this multiple of its largest S
+from speczoo.decoding.tuning import PRICING
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -87,7 +87,7 @@ class CvCurve:
             return None
         if len(self.points) < 2:
             return 1
-        return int(self.points[-1][0] * EXTRAPOLATE_FACTOR)
+        return int(self.points[-1][0] * PRICING.cv_reach)
 
     def __call__(self, s: int) -> float:
         if s < 1:
@@ -101,7 +101,7 @@ class CvCurve:
         if s == pts[-1][0]:
             return pts[-1][1]
         # Beyond the largest measured S: continue the last segment's slope (a forward never gets
-        # cheaper with more tokens), but only up to EXTRAPOLATE_FACTOR × the largest S.
+        # cheaper with more tokens), but only up to Pricing.cv_reach × the largest S.
         max_s = self.max_s
         if len(pts) < 2 or s > max_s:
             measured = ", ".join(str(p[0]) for p in pts)
@@ -143,21 +143,18 @@ class Costs:
                     decode step relative to the target's, e.g. 0.71 for 0.5B drafting for 1.5B).
     round_overhead: fixed extra cost of a speculative round (draft bookkeeping, rollback, launching).
     step_ms:        the target's decode step these costs are relative to, in ms, when it was measured
-                    (what online calibration, decoding/calibrate.py, needs; None: not known).
-    rows:           per drafter that runs a model of its own, that model's forward cost over S rows
-                    relative to one row (its own c_v curve), which sizes a draft model's prompt-lookup
-                    guesses (decoding/drafters/guess.py); not read by the controller.
+                    (what online calibration, decoding/pricing/calibrate.py, needs; None: not known).
+    A runtime's drafters come with their prices (their descriptors, decoding/drafters/registry.py); the
+    engine writes them into draft_cost (`priced`).
     """
 
     cv: CvCurve | float
     draft_cost: dict[str, float] = field(default_factory=dict)
     round_overhead: float = 0.0
     step_ms: float | None = None
-    rows: dict[str, CvCurve] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.cv = as_curve(self.cv)
-        self.rows = {name: as_curve(c) for name, c in self.rows.items()}
         for name, c in self.draft_cost.items():
             if not (c >= 0 and math.isfinite(c)):
                 raise ValueError(f"draft cost of {name!r} must be a finite number >= 0, got {c}")
@@ -165,6 +162,13 @@ class Costs:
             raise ValueError(f"round_overhead must be >= 0, got {self.round_overhead}")
         if self.step_ms is not None and not (self.step_ms > 0 and math.isfinite(self.step_ms)):
             raise ValueError(f"step_ms must be a positive number of milliseconds, got {self.step_ms}")
+
+
+    def priced(self, prices: Mapping[str, float]) -> Costs:
+        """These costs with `prices` (drafter name -> its cost per proposed token) added to draft_cost,
+        as a new value: a Costs that others hold never changes under them."""
+        return Costs(cv=self.cv, draft_cost={**self.draft_cost, **prices}, round_overhead=self.round_overhead,
+                     step_ms=self.step_ms)
 
 
 def round_cost(k: int, cv: float | CvCurve, draft_cost: float = 0.0, overhead: float = 0.0) -> float:

@@ -14,14 +14,16 @@ import pytest
 from reference import HashOracle, OracleModel, TokenCache
 
 from benchmarks import stale_ab
-from speczoo.decoding import calibrate
-from speczoo.decoding.cost import Costs, CvCurve
+from speczoo.decoding.tuning import PRICING
+from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from speczoo.decoding.engine import Engine
+from offered import offered
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
-                 if p.stem != "__init__" and "def main(" in p.read_text(encoding="utf-8"))
+SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")          # not their tests beside them
+                 if p.stem not in ("__init__", "conftest") and not p.stem.startswith("test_")
+                 and "def main(" in p.read_text(encoding="utf-8"))
 
 
 def test_every_script_is_found():
@@ -74,11 +76,10 @@ def test_stale_ab_shows_a_drafter_priced_in_a_burst_coming_back_only_with_fading
 
     costs = Costs(cv=CvCurve.measured({1: 10.0, 2: 10.1, 5: 10.4, 9: 11.0}), draft_cost={"draft": 0.05},
                   round_overhead=0.02, step_ms=10.0)
-    engine = Engine(target, TokenCache(400), {"draft": factory}, [], 200, costs=costs)
+    engine = Engine(target, TokenCache(400), offered({"draft": factory}), [], 200, costs=costs)
     prompts = [[1 + 3 * i, 2 + 3 * i, 3 + 3 * i] for i in range(4)]
-    shipped = calibrate.STALE_HALF_LIFE
     results = stale_ab.measure(engine, prompts, 40, [8.0, math.inf], 1, burst)
-    assert calibrate.STALE_HALF_LIFE == shipped                               # restored
+    assert engine.pricing is PRICING                                          # restored
     (fading,), (stuck,) = results[("burst", 8.0)], results[("burst", math.inf)]
     assert fading.choices[1:] == "DDD" and stuck.choices[1:] == "---"     # request 0 ran in the burst
     assert fading.tok_s > stuck.tok_s and fading.tokens == stuck.tokens == 3 * 40

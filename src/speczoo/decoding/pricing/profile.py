@@ -13,9 +13,11 @@ it. Where a probe says a forward is slow (the scalar path), only S = 1 and 3 are
 are fitted on their line (listed under "interpolated"; a draft head left no time for two sizes is left
 out, its step then priced as the full head's). Such a profile serves its run and is not stored. That is
 enough because the engine re-prices these costs from its own timings as it generates
-(decoding/calibrate.py): the profile is only where it starts. `speczoo cv` has no budget and times every
+(decoding/pricing/calibrate.py): the profile is only where it starts. `speczoo cv` has no budget and times every
 S it is asked for. A loaded model comes in as an argument (anything with .model, .args, .name, .backend
-and .path, the bundle it stores its profile in): this module never imports the runtime that loads it.
+and .path, the bundle it stores its profile in): this module never imports the runtime that loads it,
+nor the drafters (they price themselves with this package), whose reduced draft head comes in as
+`draft_head`.
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from speczoo.cache import KVCache
-from speczoo.decoding.cost import Costs, CvCurve
+from speczoo.decoding.pricing.cost import Costs, CvCurve
+from speczoo.decoding.tuning import PRICING, Pricing
 from speczoo.kernels import native
 
 
@@ -61,7 +65,9 @@ class Series:
 
 def measure_cv(model, args, sizes: list[int], context: int = 64, repeats: int = 7, warmup: int = 2,
                seed: int = 0, head=None) -> CvResult:
-    """head: an LM-head stand-in for the forward (a draft's reduced head, see decoding/drafters/draft_head.py)."""
+    """Time a forward over each of `sizes` rows after `context` random tokens, `repeats` times after
+    `warmup` (model, args: a loaded model and its ModelArgs). head: an LM-head stand-in for the forward (a
+    draft's reduced head, see decoding/drafters/draft_head.py)."""
     return measure_series(model, args, {"": Series(tuple(sizes), head)}, context, repeats, warmup, seed)[""]
 
 
@@ -204,9 +210,10 @@ PROFILE_SIZES = [1, 2, 3, 5, 9, 17]
 DRAFT_SIZES = [1, 2, 3, 5, 9]     # rows of a draft forward: a step with up to 8 prompt-lookup guesses
 PROFILE_CONTEXT = 64
 PROFILE_REPEATS = 3
-# Wall-clock budget of a first-load profile (all of it, the draft head's forwards included). On the
-# AVX-512 path the 1.5B's whole profile (warm-up + 3 passes) takes about 2 s; a slow path stops early.
-PROFILE_BUDGET_S = 6.0
+
+# The reduced LM head a model drafts with (drafters/draft_model.py's `reduced_head`), or None: the draft
+# curve is timed through it. Handed in by the caller, since the drafters price themselves with this package.
+HeadFor = Callable[[nn.Module], "nn.Module | None"]
 
 
 def profile_path(loaded) -> Path:
@@ -215,25 +222,27 @@ def profile_path(loaded) -> Path:
     return loaded.path / f"cost-{loaded.backend}-{native.chosen_path().name}.json"
 
 
-def load_or_measure(loaded, remeasure: bool = False, budget_s: float | None = None) -> dict:
+def load_or_measure(loaded, remeasure: bool = False, budget_s: float | None = None,
+                    draft_head: HeadFor | None = None) -> dict:
     """The model's cost profile {"ms": {S: ms}, "cv": {S: c_v}} on its backend, cached in the bundle,
     plus "draft_ms": its decode step when drafting with the reduced-vocabulary head (when it has one).
 
-    Measured once (seconds, within `budget_s`, default PROFILE_BUDGET_S, announced on stderr with a
-    progress bar) the first time a runtime needs it, then read back; a profile the budget cut short is
-    used for this run only and not stored, so that a moment's load on the machine cannot fix a wrong one
-    for good. `speczoo cv MODEL --save` re-measures and stores it (do that on a quiet machine: a busy
-    one inflates every figure). remeasure=True (benches: the controller should see the machine as it is
-    now) measures afresh for this process only and leaves a stored profile alone, so one run on a loaded
-    machine cannot skew every later run's controller.
+    Measured once (seconds, within `budget_s`, default Pricing.profile_budget_s, announced on stderr
+    with a progress bar) the first time a runtime needs it, then read back; a profile the budget cut
+    short is used for this run only and not stored, so that a moment's load on the machine cannot fix a
+    wrong one for good. `speczoo cv MODEL --save` re-measures and stores it (do that on a quiet machine:
+    a busy one inflates every figure). remeasure=True (benches: the controller should see the machine as
+    it is now) measures afresh for this process only and leaves a stored profile alone, so one run on a
+    loaded machine cannot skew every later run's controller. draft_head: see HeadFor (None: no draft
+    curve is measured).
     """
     import json
 
     path = profile_path(loaded)
     if path.is_file() and not remeasure:
         return json.loads(path.read_text())
-    budget_s = PROFILE_BUDGET_S if budget_s is None else budget_s
-    data, cut = measure_profile(loaded, budget_s, why=_why(loaded, stored=path.is_file()))
+    budget_s = PRICING.profile_budget_s if budget_s is None else budget_s
+    data, cut = measure_profile(loaded, budget_s, why=_why(loaded, stored=path.is_file()), draft_head=draft_head)
     if cut:
         print(f"speczoo: {loaded.name}'s forwards were too slow to time everything within {budget_s:g} s; "
               f"{'; '.join(cut)}, for this run only (not stored). `speczoo cv {loaded.name} --save` times "
@@ -251,15 +260,16 @@ def _why(loaded, stored: bool) -> str:
             f"a forward over 1-{max(PROFILE_SIZES)} tokens costs on this machine (stored in {profile_path(loaded)})")
 
 
-def measure_profile(loaded, budget_s: float | None = PROFILE_BUDGET_S,
-                    why: str | None = None) -> tuple[dict, list[str]]:
-    """Time the profile's target curve and, when the model has a reduced draft head, its draft curve,
-    in one loop; `why` (when given) is announced on stderr with a progress bar. Returns the profile and
-    what the budget cut short, in words ([] when nothing)."""
+def measure_profile(loaded, budget_s: float | None = None, why: str | None = None,
+                    draft_head: HeadFor | None = None) -> tuple[dict, list[str]]:
+    """Time the profile's target curve and, when draft_head gives the model a reduced draft head, its
+    draft curve, in one loop, within budget_s (None: no budget); `why` (when given) is announced on
+    stderr with a progress bar. Returns the profile and what the budget cut short, in words ([] when
+    nothing)."""
     from tqdm import tqdm
 
     series = {"target": Series(tuple(PROFILE_SIZES))}
-    head = draft_head(loaded)
+    head = draft_head(loaded.model) if draft_head is not None else None
     if head is not None:
         series["draft"] = Series(tuple(DRAFT_SIZES), head)
     if why is not None:
@@ -275,11 +285,11 @@ def measure_profile(loaded, budget_s: float | None = PROFILE_BUDGET_S,
     return _profile(loaded, res["target"], res.get("draft")), cut
 
 
-def profile_data(loaded, res: CvResult, repeats: int = 3) -> dict:
-    """The profile to store: the c_v table `res`, plus, when the model has a reduced draft head, its
-    draft step ("draft_ms") and that forward's cost over S rows ("draft_cv", which sizes its guesses),
-    timed now with `repeats` runs."""
-    head = draft_head(loaded)
+def profile_data(loaded, res: CvResult, repeats: int = 3, draft_head: HeadFor | None = None) -> dict:
+    """The profile to store: the c_v table `res`, plus, when draft_head gives the model a reduced draft
+    head, its draft step ("draft_ms") and that forward's cost over S rows ("draft_cv", which sizes its
+    guesses), timed now with `repeats` runs."""
+    head = draft_head(loaded.model) if draft_head is not None else None
     d = None
     if head is not None:
         d = measure_cv(loaded.model, loaded.args, DRAFT_SIZES, context=PROFILE_CONTEXT, repeats=repeats, warmup=1,
@@ -306,22 +316,31 @@ def write_profile(loaded, data: dict) -> None:
     tmp.replace(path)
 
 
-def draft_head(loaded):
-    """The reduced head the model drafts with (decoding/drafters/draft_model.py), or None."""
-    from speczoo.decoding.drafters.draft_head import ReducedHead
-    from speczoo.decoding.drafters.draft_model import DRAFT_HEAD_VOCAB
+@dataclass(frozen=True)
+class DraftModelCosts:
+    """A draft model's measured costs beside its target's.
 
-    return ReducedHead.for_model(loaded.model, DRAFT_HEAD_VOCAB)
+    step: its draft step (through the reduced head when profiled so) in target decode steps: the "draft"
+          drafter's price (its descriptor's cost).
+    rows: its forward cost over S rows relative to one row (its own c_v curve), which sizes its
+          prompt-lookup guesses (decoding/drafters/guess.py).
+    """
+
+    step: float
+    rows: CvCurve
 
 
-def runtime_costs(target, draft=None, round_overhead: float = 0.02, remeasure: bool = False):
-    """Costs for the controller: the target's measured c_v curve and the draft's relative step cost."""
-    t = load_or_measure(target, remeasure)
-    draft_cost = {"ngram": 0.0, "ngram-tree": 0.0}
-    rows = {}
-    if draft is not None:
-        d = load_or_measure(draft, remeasure)
-        draft_cost["draft"] = d.get("draft_ms", d["ms"]["1"]) / t["ms"]["1"]   # profiles before draft_ms: full head
-        rows["draft"] = CvCurve.measured(d.get("draft_cv", d["cv"]), source=str(profile_path(draft)))
-    return Costs(cv=CvCurve.measured(t["cv"], source=str(profile_path(target))), draft_cost=draft_cost,
-                 round_overhead=round_overhead, step_ms=t["ms"]["1"], rows=rows)
+def runtime_costs(target, draft=None, remeasure: bool = False, draft_head: HeadFor | None = None,
+                  pricing: Pricing = PRICING) -> tuple[Costs, DraftModelCosts | None]:
+    """The costs a runtime prices with: the target's profile as Costs (its c_v curve and decode step, the
+    round overhead; no drafter's price: each drafter's descriptor carries its own), and the draft
+    model's costs (None without one). target, draft: loaded models (see the module docstring);
+    draft_head: see HeadFor."""
+    t = load_or_measure(target, remeasure, draft_head=draft_head)
+    costs = Costs(cv=CvCurve.measured(t["cv"], source=str(profile_path(target))),
+                  round_overhead=pricing.round_overhead, step_ms=t["ms"]["1"])
+    if draft is None:
+        return costs, None
+    d = load_or_measure(draft, remeasure, draft_head=draft_head)
+    step = d.get("draft_ms", d["ms"]["1"]) / t["ms"]["1"]          # profiles before draft_ms: the full head
+    return costs, DraftModelCosts(step, CvCurve.measured(d.get("draft_cv", d["cv"]), source=str(profile_path(draft))))

@@ -1,0 +1,47 @@
+"""Every architecture speczoo runs, by its GGUF name: the one list the loader, the zoo and the CLI ask.
+
+Adding an architecture is a file in models/ (a `decoder.Decoder` subclass: its GGUF tensor names, its
+metadata -> ModelArgs, any exact source transform) and one line in ARCHS below (docs/architecture.md).
+The names of the tensors a backend packs come from the architectures' layouts: a GGUF tensor name means
+the same kind of tensor in every architecture (llama.cpp's one table of names), so their union is one
+pattern. This module never builds a model.
+"""
+
+from __future__ import annotations
+
+import re
+
+from speczoo.models.decoder import Decoder
+from speczoo.models.gemma2 import Gemma2
+from speczoo.models.gemma3 import Gemma3
+from speczoo.models.llama import Llama
+from speczoo.models.phi3 import Phi3
+from speczoo.models.qwen2 import Qwen2
+from speczoo.models.qwen3 import Qwen3
+
+ARCHS: dict[str, type[Decoder]] = {cls.ARCH: cls for cls in (
+    Qwen2,
+    Qwen3,
+    Llama,
+    Phi3,
+    Gemma2,
+    Gemma3,
+)}
+SUPPORTED_ARCHS: tuple[str, ...] = tuple(ARCHS)
+
+
+def arch_class(name: str) -> type[Decoder]:
+    """The model class of GGUF architecture `name`; an unknown one is an error naming those speczoo runs."""
+    try:
+        return ARCHS[name]
+    except KeyError:
+        raise ValueError(f"architecture {name!r} is not supported; speczoo runs "
+                         f"{', '.join(SUPPORTED_ARCHS)}") from None
+
+
+_BLOCK_LINEARS = sorted({name for cls in ARCHS.values() for name in cls.linear_weights()})
+
+# Tensor names that are linear-layer weights (packed by a backend). token_embd.weight is one only when
+# the model has no output.weight (tied LM head); it is then packed under the name "output.weight".
+LINEAR_WEIGHT_PATTERN = re.compile(
+    rf"^(blk\.\d+\.({'|'.join(_BLOCK_LINEARS)})\.weight|output\.weight|token_embd\.weight)$")

@@ -1,0 +1,48 @@
+"""What a caller asks a generation for: the prompt's ids, how many tokens, how to sample, how to speculate.
+
+`GenerationRequest` goes into `Runtime.generate` (and the engine's `open`); the events it streams back
+are speczoo/events.py. The CLI, the chat, the server and the benches build these; the engine validates
+them (`SamplingParams.validate`, decoding/engine.py). Plain data: never imports anything of speczoo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    """How the target's next token is picked: greedy (temperature 0, the default) or a draw from its
+    distribution after temperature, top-k and top-p (speczoo/sampling.py), from a generator seeded with
+    `seed` (None: a fresh one, so the text is not reproducible)."""
+
+    temperature: float = 0.0       # 0: greedy
+    top_k: int = 0                 # 0: off
+    top_p: float = 1.0             # 1.0: off
+    seed: int | None = None
+
+    def validate(self) -> None:
+        if not (self.temperature >= 0.0) or self.temperature > 100:
+            raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class GenerationRequest:
+    """One generation: continue `prompt_ids` by up to `max_new_tokens` ids, stopping at an end id or a stop
+    string, with the speculative mode `spec` (decoding/modes.py) drafting up to `k` tokens a round."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int = 128
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: list[str] = field(default_factory=list)   # stop strings (EOS always stops)
+    spec: str = "off"               # a speculative mode: "off", "auto", a drafter's name, or MODE:NAME
+    k: int = 8                      # max draft tokens per round
+    ngram: int = 3                  # max n-gram order for prompt lookup
