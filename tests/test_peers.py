@@ -380,7 +380,7 @@ def _pulled(name):
     return None
 
 
-REAL_TARGET = "qwen2.5-coder-0.5b"
+REAL_TARGET = "smollm2-135m"      # the zoo's smallest: a GGUF load is most of a peer's short run
 REAL_FAMILIES = {"llama": ("llama_cpp",), "hf": ("transformers", "accelerate"), "speczoo": ()}
 
 

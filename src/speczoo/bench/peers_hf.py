@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import time
+from pathlib import Path
 
 from speczoo.bench.peers import (
     INSTALL_HINT, PeerOutput, PeerError, PeerPrompt, PeerSettings, cut_at_eos, timed_tokens)
@@ -95,7 +96,10 @@ class HFFamily:
 
         s = self.settings
         if method == "assistant" and self.draft is None:
-            self.draft = self._load(s.draft_gguf)
+            # A model drafting for itself is the same weights: load them once (a GGUF load is most of a
+            # short run's time); the assistant keeps its own cache either way.
+            same = Path(s.draft_gguf).resolve() == Path(s.target_gguf).resolve()
+            self.draft = self.model if same else self._load(s.draft_gguf)
         if method != "greedy" and prompt.question_id not in self._prefill:
             raise PeerError(f"hf:{method} needs hf:greedy to run first on question {prompt.question_id} "
                             "(its prefill time is subtracted); include hf:greedy in --systems")
