@@ -84,13 +84,6 @@ for _block in set(ACT_BLOCK.values()):
         backends.register(Act8Backend(_block))
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    h = tmp_path / "home"
-    monkeypatch.setenv("SPECZOO_HOME", str(h))
-    return h
-
-
 def _quiet(msg: str) -> None:
     pass
 

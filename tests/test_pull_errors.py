@@ -19,11 +19,7 @@ from speczoo.zoo.gguf import CorruptGGUFError
 from speczoo.zoo.pull import pull
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    h = tmp_path / "home"
-    monkeypatch.setenv("SPECZOO_HOME", str(h))
-    return h
+pytestmark = pytest.mark.usefixtures("home")
 
 
 def _quiet(msg: str) -> None:
