@@ -462,11 +462,11 @@ def test_a_stored_head_that_differs_from_the_rebuilt_one_is_not_dropped(tmp_path
 
 REAL = "qwen2.5-coder-0.5b"
 # The greedy continuation of this prompt on the default backend: "mixed" since issue #28 (each weight in
-# the format its GGUF type maps to). q4 gave [..., 220, 15, 510, 260, 470, 330, 7928, ...] (" if n <= 0:
-# return "Invalid input""), as fp32 does; mixed takes the near-tie at the 5th token the other way (" if
-# n <= 1: return n") though it agrees with fp32 more often over a text (docs/results.md, "Every GGUF type").
-REAL_PROMPT, REAL_GREEDY = "def fibonacci(n):\n    ", [421, 308, 2651, 220, 16, 510, 260, 470, 308, 198, 257, 770,
-                                                     510, 260, 470, 75698]
+# the format its GGUF type maps to: here Q4_K -> q4, Q6_K -> q6, Q8_0 and Q5_0 -> q8b, all exact). It equals
+# fp32's, token for token (" if n <= 0: return "Invalid input""); the mixed table before q8b and q6 (Q5_0,
+# Q6_K, Q8_0 -> q8 per row) took the near-tie at the 5th token the other way (16: " if n <= 1: return n").
+REAL_PROMPT, REAL_GREEDY = "def fibonacci(n):\n    ", [421, 308, 2651, 220, 15, 510, 260, 470, 330, 7928, 1946, 698,
+                                                     257, 4409, 308, 621]
 
 
 @pytest.mark.real
