@@ -27,6 +27,7 @@ from speczoo.tokenizer import Tokenizer
 from speczoo.zoo import registry
 from speczoo.zoo.bundle import FORMAT_VERSION, SafetensorsWriter, check_bundle, find_bundle, read_manifest, source_gguf
 from speczoo.zoo.gguf_tokenizer import read_tokenizer
+from speczoo.zoo.policy import POLICY
 from speczoo.zoo.pull import pack_bundle, pull
 from speczoo.zoo.weights import load_model as load_bundle_model
 from speczoo.zoo.weights import reference_tensors
@@ -96,7 +97,8 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     # the packing table: each source type's linear weights in the kernel format the policy gives it
     rows = {(r["source_type"], r["format"]): r["tensors"] for r in m.packing[DEFAULT_FAST_BACKEND]}
     n_linear = len(linear_weight_sources(tensors))
-    assert rows == ({("F32", "q8"): n_linear - 3, ("Q8_0", "q8"): 3} if arch == "qwen2" else {("F32", "q8"): n_linear})
+    f32, q8_0 = POLICY["F32"].format, POLICY["Q8_0"].format                 # q8b, q8b (exactly)
+    assert rows == ({("F32", f32): n_linear - 3, ("Q8_0", q8_0): 3} if arch == "qwen2" else {("F32", f32): n_linear})
     assert source_gguf(b) == path and find_bundle(str(path)) == b and find_bundle(b) == b
     # fp32 weights under GGUF names, rebuilt from the source: what the reader dequantizes
     stored = reference_tensors(b)
