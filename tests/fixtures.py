@@ -38,3 +38,11 @@ def session_home(monkeypatch):
         monkeypatch.delenv("SPECZOO_HOME", raising=False)
     else:
         monkeypatch.setenv("SPECZOO_HOME", SESSION_SPECZOO_HOME)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh speczoo home for the test (SPECZOO_HOME): its zoo, empty, to pull into and inspect."""
+    h = tmp_path / "home"
+    monkeypatch.setenv("SPECZOO_HOME", str(h))
+    return h

@@ -10,11 +10,39 @@ import torch
 from tiny import tiny_model, tree_mask
 
 from speczoo.cache import KVCache
+from speczoo.kernels.backends import get_backend, register
 from speczoo.kernels.block import NativeBlock, NativeStack
+from speczoo.kernels import native
+from speczoo.kernels.linear import LinearBackend
+from speczoo.kernels.quantized import build_compiled
 from speczoo.models.base import Rotation, plan_attention
 from speczoo.models.forward import Readout, Tree
 
-FAST = ("q4", "q8")
+FAST = ("q4", "q8", "q8b", "q6", "mixed-runs")
+
+
+class MixedRuns(LinearBackend):
+    """q4, q8b and q6 in turn over a Qwen2 block's linears as they are packed (q, k, v, wo, gate, up, down):
+    q alone then k|v, gate then up are two compiled calls each, as a Q4_K_M file's Q4_K and Q6_K tensors."""
+
+    name = "mixed-runs"
+    stored = True
+    batch_invariant = True
+    ORDER = ("q4", "q8b", "q8b", "q4", "q4", "q6", "q8b")
+
+    def __init__(self):
+        self.calls = 0
+
+    def pack(self, weight):
+        fmt = self.ORDER[self.calls % len(self.ORDER)]
+        self.calls += 1
+        return get_backend(fmt).pack(weight)
+
+    def build(self, packed, bias):
+        return build_compiled(packed, bias, native.kernels())
+
+
+register(MixedRuns())
 COMPILED = ("qwen2", "llama", "qwen3", "phi3")      # the architectures whose blocks the compiled block runs
 
 
@@ -39,8 +67,11 @@ def without_native(model):
 @pytest.mark.parametrize("arch", COMPILED)
 @pytest.mark.parametrize("backend", FAST)
 def test_compiled_block_is_used_for_compiled_linears_only(backend, arch):
+    get_backend("mixed-runs").calls = 0
     model, _ = tiny_model(arch, backend=backend)
     assert all(layer.native is not None for layer in model.layers)
+    if backend == "mixed-runs" and len(model.LAYOUT.qkv) == 3:      # separate q, k, v (not phi3's fused one)
+        assert all(len(layer.qkv.runs) == 2 and len(layer.mlp.gate_up.runs) == 2 for layer in model.layers)
     for other in ("fp32", "q8_torch"):
         model, _ = tiny_model(arch, backend=other)
         assert all(layer.native is None for layer in model.layers), other
@@ -59,6 +90,7 @@ SEEDS = {("llama", "q8"): 1, ("phi3", "q8"): 1}
 @pytest.mark.parametrize("arch", COMPILED)
 @pytest.mark.parametrize("backend", FAST)
 def test_compiled_block_equals_the_torch_composition(backend, arch):
+    get_backend("mixed-runs").calls = 0              # each linear's format by its place, not by earlier tests
     model, args = tiny_model(arch, backend=backend, seed=SEEDS.get((arch, backend), 0))
     t = toks(20)
     outs, caches = [], []

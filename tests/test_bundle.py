@@ -4,8 +4,9 @@ stored in weights.safetensors (the same dequantizer on the same bytes); old bund
 re-pull slims them; a source that is gone or changed is an error naming what to do.
 
 Fast tests run on tiny GGUFs with every block type the real models use (Q4_K, Q6_K, Q5_0, Q8_0, F16,
-F32), under a temporary SPECZOO_HOME. The `real` test holds the 0.5B's bundle to 1.3x its GGUF and
-checks that it loads and decodes the greedy tokens it decoded before bundles were lean.
+F32), under a temporary SPECZOO_HOME. The `real` test holds the 0.5B's bundle to 1.45x its GGUF (an fp32
+copy would be 4x; its Q5_0 tensors, half the file, are held exactly in q8b at 10 bits a weight where the
+file has 5.5: issue #28's rule that no weight drops below its source's precision) and checks that it loads and decodes the greedy tokens it decoded before bundles were lean.
 """
 
 from __future__ import annotations
@@ -461,7 +462,10 @@ def test_a_stored_head_that_differs_from_the_rebuilt_one_is_not_dropped(tmp_path
 # ---------------------------------------------------------------- the real 0.5B
 
 REAL = "qwen2.5-coder-0.5b"
-# The q4 greedy continuation of this prompt, decoded from the format-1 bundle before bundles were lean.
+# The greedy continuation of this prompt on the default backend: "mixed" since issue #28 (each weight in
+# the format its GGUF type maps to: here Q4_K -> q4, Q6_K -> q6, Q8_0 and Q5_0 -> q8b, all exact). It equals
+# fp32's, token for token (" if n <= 0: return "Invalid input""); the mixed table before q8b and q6 (Q5_0,
+# Q6_K, Q8_0 -> q8 per row) took the near-tie at the 5th token the other way (16: " if n <= 1: return n").
 REAL_PROMPT, REAL_GREEDY = "def fibonacci(n):\n    ", [421, 308, 2651, 220, 15, 510, 260, 470, 330, 7928, 1946, 698,
                                                      257, 4409, 308, 621]
 
@@ -477,7 +481,7 @@ def test_real_bundle_is_lean_and_runs_as_before(session_home):
     on_disk = sum(f.stat().st_size for f in r.bundle.iterdir()) + (
         kept_gguf(model).stat().st_size if kept_gguf(model).is_file() else 0)
     assert not read_manifest(r.bundle).legacy
-    assert on_disk <= 1.3 * model.size, f"{REAL}: {on_disk / 1e6:.0f} MB > 1.3 x its GGUF ({model.size / 1e6:.0f} MB)"
+    assert on_disk <= 1.45 * model.size, f"{REAL}: {on_disk / 1e6:.0f} MB > 1.45 x its GGUF ({model.size / 1e6:.0f} MB)"
     t = load(REAL)
     ids = t.tokenizer.encode(REAL_PROMPT)
     assert greedy_many(t.model, [ids], len(REAL_GREEDY), t.tokenizer.eos_ids)[0] == REAL_GREEDY

@@ -13,10 +13,10 @@ from speczoo.kernels import native
 from speczoo.kernels.backends import BACKENDS, DEFAULT_FAST_BACKEND, get_backend
 from speczoo.kernels.pack import (Q4Codes, pack_q4, pack_q4_codes, pack_q8, q4_groups, quantize_q4, quantize_q8,
                                   unpack_q4, unpack_q8)
-from speczoo.kernels.quantized import Q4Backend, Q8Backend, quantize_rows
+from speczoo.kernels.quantized import Q4Backend, Q6Backend, Q8Backend, Q8bBackend, quantize_blocks
 
-INT_BACKENDS = ("q8", "q4", "q8_torch", "q4_torch")
-TWINS = (("q8", "q8_torch"), ("q4", "q4_torch"))
+INT_BACKENDS = ("q8", "q4", "q8b", "q6", "q8_torch", "q4_torch", "q8b_torch", "q6_torch")
+TWINS = (("q8", "q8_torch"), ("q4", "q4_torch"), ("q8b", "q8b_torch"), ("q6", "q6_torch"))
 S_VALUES = (1, 2, 5, 9, 17)
 # K or N off every block size (16 columns, 32/256 inputs), plus the 1.5B's and the 0.5B's own K (896 ends
 # in a half super-block)
@@ -102,15 +102,17 @@ def test_scalar_build_matches_vnni_build(packed_cache):
     """The portable (no AVX-512) code path of the same source gives the same bits."""
     lib = native.kernels(native.scalar_path())
     assert lib.path_name == "scalar"
-    for fam, backend in (("q8", Q8Backend), ("q4", Q4Backend)):
+    for fam, backend in (("q8", Q8Backend), ("q4", Q4Backend), ("q8b", Q8bBackend), ("q6", Q6Backend)):
         w, b, packed = packed_cache(fam, 33, 600)
         x = _acts(5, 600)
         assert torch.equal(backend(native.scalar_path()).build(packed, b)(x), get_backend(fam).build(packed, b)(x))
 
 
 # stated tolerances: relative Frobenius error of the product against fp32 (Gaussian weights; activations with
-# 20x outlier channels, which per-row int8 activation scales pay for: q8 measures ~0.028 here, ~0.011 without)
-TOLERANCE = {"q8": 0.04, "q4": 0.12}
+# 20x outlier channels, which the int8 activation scale of the block holding them pays for: q8 measures
+# 0.016-0.020 here (it measured ~0.028 with one scale per row), q8b 0.007-0.009, q6 0.019-0.021, q4
+# 0.066-0.078)
+TOLERANCE = {"q8": 0.04, "q4": 0.12, "q8b": 0.015, "q6": 0.035}
 
 
 @pytest.mark.parametrize("name", INT_BACKENDS)
@@ -143,7 +145,7 @@ def test_pack_is_deterministic_and_thread_independent():
     w, _ = _weights(70, 700)
     threads = torch.get_num_threads()
     try:
-        for fam in ("q8", "q4"):
+        for fam in ("q8", "q4", "q8b", "q6"):
             a = get_backend(fam).pack(w)
             torch.set_num_threads(1)
             b = get_backend(fam).pack(w.clone())
@@ -248,12 +250,24 @@ def test_q4_stores_no_padding_groups_and_reads_padded_packings_alike(k, packed_c
     assert m.qs.shape == packed["qs"].shape                  # the padding is dropped at load
 
 
-def test_activation_quantization_is_per_row():
-    x = _acts(5, 100)
-    xq, sa = quantize_rows(x)
-    xq1, sa1 = quantize_rows(x[2:3])
-    assert torch.equal(xq[2], xq1[0]) and torch.equal(sa[2], sa1[0])
-    assert xq.dtype == torch.int8 and xq.abs().max().item() == 127
+def test_activation_quantization_is_per_block_of_a_row():
+    x = _acts(5, 600)                                          # blocks of 256, 256 and 88 inputs
+    xq, sa = quantize_blocks(x)
+    assert xq.shape == (5, 600) and sa.shape == (5, 3) and xq.dtype == torch.int8
+    xq1, sa1 = quantize_blocks(x[2:3])
+    assert torch.equal(xq[2], xq1[0]) and torch.equal(sa[2], sa1[0])          # rows are independent
+    for b, (k0, k1) in enumerate(((0, 256), (256, 512), (512, 600))):
+        assert torch.equal(xq[:, k0:k1].abs().amax(1), torch.full((5,), 127, dtype=torch.int8))
+        assert torch.equal(sa[:, b], x[:, k0:k1].abs().amax(1) / 127.0)
+    y = x.clone()
+    y[:, 300] = 1e3                                            # an outlier costs only its own block resolution
+    yq, ya = quantize_blocks(y)
+    assert torch.equal(yq[:, :256], xq[:, :256]) and torch.equal(yq[:, 512:], xq[:, 512:])
+    assert not torch.equal(yq[:, 256:512], xq[:, 256:512])
+    z = torch.zeros(2, 300)
+    z[1, 280] = 2.0                                            # all-zero blocks quantize to zeros, scale 0
+    zq, za = quantize_blocks(z)
+    assert torch.equal(za, torch.tensor([[0.0, 0.0], [0.0, 2.0 / 127.0]])) and int(zq.abs().sum()) == 127
 
 
 def test_bad_shapes_and_inputs_are_clear_errors():

@@ -20,13 +20,15 @@ from tiny_gguf import write_tiny_gguf, write_tiny_hf_dir
 from speczoo import cli
 from speczoo.errors import IntegrityError, NotPulledError, SpeczooError, UnknownModelError
 from speczoo.kernels import backends, linear
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, get_backend
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo import registry
 from speczoo.zoo.bundle import FORMAT_VERSION, SafetensorsWriter, check_bundle, find_bundle, read_manifest, source_gguf
 from speczoo.zoo.gguf_tokenizer import read_tokenizer
-from speczoo.zoo.pull import pull
+from speczoo.zoo.policy import POLICY
+from speczoo.zoo.pull import pack_bundle, pull
 from speczoo.zoo.weights import load_model as load_bundle_model
 from speczoo.zoo.weights import reference_tensors
 
@@ -82,8 +84,8 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     assert result.action == "pulled" and result.name == f"tiny-{arch}"
     b = result.bundle
     assert b == home / "bundles" / f"tiny-{arch}"
-    for f in ("manifest.json", "config.json", "unpacked.safetensors", "weights-q4.safetensors", "tokenizer.json",
-              "tokenizer_config.json", "chat_template.jinja"):
+    for f in ("manifest.json", "config.json", "unpacked.safetensors", f"weights-{DEFAULT_FAST_BACKEND}.safetensors",
+              "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         assert (b / f).is_file(), f
     assert not (b / "weights.safetensors").exists()              # fp32 weights are rebuilt on demand
     m = read_manifest(b)
@@ -92,6 +94,11 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     assert m.architecture == arch and m.format_version == FORMAT_VERSION and m.created and not m.legacy
     assert m.quantization == {"F32": len(tensors) - 3 * (arch == "qwen2"), **({"Q8_0": 3} if arch == "qwen2" else {})}
     assert m.chat_template_source == ("gguf" if arch == "qwen2" else "builtin:gemma")
+    # the packing table: each source type's linear weights in the kernel format the policy gives it
+    rows = {(r["source_type"], r["format"]): r["tensors"] for r in m.packing[DEFAULT_FAST_BACKEND]}
+    n_linear = len(linear_weight_sources(tensors))
+    f32, q8_0 = POLICY["F32"].format, POLICY["Q8_0"].format                 # q8b, q8b (exactly)
+    assert rows == ({("F32", f32): n_linear - 3, ("Q8_0", q8_0): 3} if arch == "qwen2" else {("F32", f32): n_linear})
     assert source_gguf(b) == path and find_bundle(str(path)) == b and find_bundle(b) == b
     # fp32 weights under GGUF names, rebuilt from the source: what the reader dequantizes
     stored = reference_tensors(b)
@@ -343,6 +350,48 @@ def test_existing_bundle_gets_packed_weights_added(tmp_path):
     assert pull(str(path), backend="test-stored", progress=False, log=lambda m: None).action == "already"
 
 
+def test_a_plain_pull_replaces_the_old_defaults_q4_packing_and_keeps_a_named_one(tmp_path):
+    path, tensors = write_tiny_gguf(tmp_path / "m.gguf", "qwen2")
+    b = pull(str(path), backend="q4_torch", progress=False, log=lambda m: None).bundle   # (no compiler needed)
+    (b / "weights-q4_torch.safetensors").rename(b / "weights-q4.safetensors")
+    m = read_manifest(b)                                   # as a speczoo before format 4 left it by default
+    m.packed_backends, m.packing, m.format_version = ["q4"], {}, 3
+    m.files["weights-q4.safetensors"] = m.files.pop("weights-q4_torch.safetensors")
+    m.write(b)
+    r = pull(str(path), progress=False, log=lambda m: None)
+    m = read_manifest(b)
+    assert r.action == "packed" and "removed its q4 packing" in r.message and m.format_version == FORMAT_VERSION
+    assert m.packed_backends == [DEFAULT_FAST_BACKEND] and not (b / "weights-q4.safetensors").exists()
+    assert set(m.packing) == {DEFAULT_FAST_BACKEND} and check_bundle(b).ok
+    assert pull(str(path), backend="q4_torch", progress=False, log=lambda m: None).action == "packed"
+    assert pull(str(path), progress=False, log=lambda m: None).action == "already"       # a named one stays
+    assert read_manifest(b).packed_backends == sorted([DEFAULT_FAST_BACKEND, "q4_torch"])
+
+
+def test_a_plain_pull_repacks_a_mixed_packing_an_earlier_table_made(tmp_path):
+    """A format-4 bundle whose mixed packing put Q6_K in q8 (the table before q6) loads as it is, and a plain
+    pull re-packs it by the current table."""
+    path, _ = write_tiny_gguf(tmp_path / "m.gguf", "qwen2", tied=False, linear_type="Q6_K", dim=256, n_heads=4,
+                              head_dim=64, n_kv_heads=2, ffn_dim=512, n_layers=1)     # rows of 256 for Q6_K
+    b = pull(str(path), progress=False, log=lambda m: None).bundle
+    m = read_manifest(b)
+    assert [(r["source_type"], r["format"]) for r in m.packing[DEFAULT_FAST_BACKEND]] == [("Q6_K", "q6")]
+    fresh = _logits(load_bundle_model(b, DEFAULT_FAST_BACKEND))
+    pack_bundle(b, get_backend("q8"))                       # the bytes the earlier table stored for mixed
+    (b / "weights-q8.safetensors").replace(b / f"weights-{DEFAULT_FAST_BACKEND}.safetensors")
+    m = read_manifest(b)
+    m.packed_backends = [DEFAULT_FAST_BACKEND]
+    m.packing[DEFAULT_FAST_BACKEND] = [{**r, "format": "q8", "exact": False} for r in m.packing.pop("q8")]
+    m.files[f"weights-{DEFAULT_FAST_BACKEND}.safetensors"] = m.files.pop("weights-q8.safetensors")
+    m.write(b)
+    old = _logits(load_bundle_model(b, DEFAULT_FAST_BACKEND))      # still loads: build_compiled reads q8's parts
+    assert not torch.equal(old, fresh)
+    r = pull(str(path), progress=False, log=lambda m: None)
+    assert r.action == "packed" and "Q6_K q8 -> q6" in r.message, r.message
+    assert torch.equal(_logits(load_bundle_model(b, DEFAULT_FAST_BACKEND)), fresh) and check_bundle(b).ok
+    assert pull(str(path), progress=False, log=lambda m: None).action == "already"
+
+
 # ---------------------------------------------------------------- Hugging Face directories
 
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
@@ -380,7 +429,8 @@ def test_hf_directory_with_untied_head(tmp_path):
     hf_dir, expected = write_tiny_hf_dir(tmp_path / "hf", "qwen2", tied=False,
                                          tokenizer_json=tok_bundle / "tokenizer.json")
     b = pull(str(hf_dir), progress=False, log=lambda m: None).bundle
-    assert "output.weight" in reference_tensors(b) and "output.weight.qs" in _read(b / "weights-q4.safetensors")
+    assert "output.weight" in reference_tensors(b)
+    assert "output.weight.w8" in _read(b / f"weights-{DEFAULT_FAST_BACKEND}.safetensors")     # HF fp32 -> q8
     assert not ModelArgs.from_json(b / "config.json").tie_embeddings
 
 

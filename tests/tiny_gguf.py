@@ -94,6 +94,48 @@ def _write_tokenizer(w: gguf.GGUFWriter, arch: str, chat_template: bool | str, p
     return len(tokens)
 
 
+# Byte offsets of the fp16 scales in one block of each type gguf cannot quantize (ggml-common.h), for
+# blocks made by hand: random codes, these scales set so that the weights have a sane size.
+F16_SCALES = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,),
+              "IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,), "IQ3_XXS": (0,), "IQ3_S": (0,), "IQ1_S": (0,),
+              "IQ4_NL": (0,), "IQ4_XS": (0,)}
+UNDECODABLE = ("Q8_1", "Q8_K")     # types gguf can neither quantize nor dequantize (llama.cpp's internal ones)
+
+
+def _set_scales(blocks: np.ndarray, kind: str, scale: np.ndarray) -> None:
+    """Write fp16 `scale` [B] into every scale field of blocks [B, bytes per block] of `kind`."""
+    h = scale.astype(np.float16).view(np.uint16)
+    if kind == "IQ1_M":                       # the fp16 is spread over the top nibbles of 4 uint16 scales
+        sc = blocks[:, 48:56].copy().view(np.uint16)                         # [B, 4]
+        for i in range(4):
+            sc[:, i] = (sc[:, i] & 0x0FFF) | (((h >> (4 * i)) & 0xF) << 12)
+        blocks[:, 48:56] = sc.view(np.uint8)
+        return
+    for at in F16_SCALES[kind]:
+        blocks[:, at:at + 2] = h.view(np.uint8).reshape(-1, 2)
+
+
+def typed_blocks(a: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
+    """Weight `a` [N, K] fp32 as GGUF blocks of `kind` (uint8 [N, bytes per row]; F32 stays fp32): gguf's
+    quantizer where it has one, else random codes under random scales sized like `a` (a valid tensor of
+    that type, with the values gguf decodes, though not a quantization of `a`)."""
+    qtype = gguf.GGMLQuantizationType[kind]
+    try:
+        return gguf.quants.quantize(a, qtype)
+    except NotImplementedError:
+        pass
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    n_blocks = a.size // block
+    blocks = rng.integers(0, 256, (n_blocks, size), dtype=np.uint8)
+    if kind == "NVFP4":                       # 4 unsigned e4m3 scales per block: 2^-5 to 2^-4, halved
+        blocks[:, :4] = rng.integers(16, 24, (n_blocks, 4), dtype=np.uint8)
+    elif kind not in UNDECODABLE:             # (those stay random bytes: nobody reads them)
+        _set_scales(blocks, kind, np.ones(n_blocks, dtype=np.float32))
+        rms = float(np.sqrt(np.mean(gguf.quants.dequantize(blocks, qtype) ** 2)))
+        _set_scales(blocks, kind, float(a.std()) / rms * rng.uniform(0.5, 1.5, n_blocks).astype(np.float32))
+    return blocks.reshape(a.shape[0], -1)
+
+
 def _sizes(w: gguf.GGUFWriter, args: ModelArgs, context_length: int) -> None:
     """The hyper-parameters every architecture's converter writes."""
     w.add_block_count(args.n_layers)
@@ -107,18 +149,23 @@ def _sizes(w: gguf.GGUFWriter, args: ModelArgs, context_length: int) -> None:
 
 
 def write_tiny_gguf(path: Path, arch: str, seed: int = 0, tied: bool = True, quantize: bool = True,
-                    chat_template: bool | str = True, pad_to: int | None = None) -> tuple[Path, dict[str, torch.Tensor]]:
+                    chat_template: bool | str = True, linear_type: str | None = None, pad_to: int | None = None,
+                    **overrides) -> tuple[Path, dict[str, torch.Tensor]]:
     """A tiny `arch` GGUF; returns (path, the fp32 tensors as the reader will dequantize them).
+
     chat_template: True writes ChatML (qwen2 only), a string writes that template, False none.
+    linear_type: every 2-D tensor (the linear weights and the embedding) stored in that GGUF type
+    (`typed_blocks`); overrides: ModelArgs fields (dims that are multiples of 256 for the K and IQ types).
     pad_to (qwen2 only): zero embedding (and LM head) rows and "[PAD<id>]" tokens up to this many ids
     (qwen_vocab), the other tensors those of the unpadded model."""
     vocab = len(qwen_vocab()[0]) if arch == "qwen2" else len(gemma_vocab()[0])
-    tensors = tiny_tensors(tiny_args(arch, vocab=vocab, tie_embeddings=tied), seed, tied=tied)
+    tensors = tiny_tensors(tiny_args(arch, vocab=vocab, tie_embeddings=tied, **overrides), seed, tied=tied)
     for name in ("token_embd.weight", "output.weight"):
         if pad_to and name in tensors:
             t = tensors[name]
             tensors[name] = torch.cat((t, t.new_zeros(pad_to - vocab, t.shape[1])))
-    args = tiny_args(arch, vocab=max(vocab, pad_to or 0), tie_embeddings=tied)
+    args = tiny_args(arch, vocab=max(vocab, pad_to or 0), tie_embeddings=tied, **overrides)
+    rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch)
     _sizes(w, args, 4096)
     if arch == "gemma3":
@@ -129,7 +176,15 @@ def write_tiny_gguf(path: Path, arch: str, seed: int = 0, tied: bool = True, qua
     out = {}
     for name, t in tensors.items():
         a = t.numpy().astype(np.float32)
-        if quantize and name.endswith("ffn_up.weight") and a.shape[-1] % 32 == 0:
+        if linear_type is not None and a.ndim == 2:
+            qtype = gguf.GGMLQuantizationType[linear_type]
+            q = np.ascontiguousarray(typed_blocks(a, linear_type, rng))
+            w.add_tensor(name, q, raw_dtype=None if linear_type in ("F32", "F16") else qtype)
+            if linear_type in UNDECODABLE:            # no values to give back
+                a = np.full(a.shape, np.nan, dtype=np.float32)
+            else:
+                a = gguf.quants.dequantize(q.view(np.uint8) if linear_type != "F32" else q, qtype)
+        elif quantize and name.endswith("ffn_up.weight") and a.shape[-1] % 32 == 0:
             q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
             a = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0)

@@ -70,13 +70,14 @@ _NOTED: set[str] = set()      # models whose slower default has been pointed out
 
 
 def default_backend(bundle: Path) -> str:
-    """The fast backend the bundle was packed for at pull time (else the kernels' default); on a CPU
-    without a SIMD kernel path, the fastest of NO_SIMD_BACKENDS whose packing the bundle stores."""
+    """The fast backend the bundle was packed for at pull time (the kernels' default when it stores that one
+    among others, and when it stores none); on a CPU without a SIMD kernel path, the fastest of
+    NO_SIMD_BACKENDS whose packing the bundle stores."""
     packed = read_manifest(bundle).packed_backends
     if not packed:
         return DEFAULT_FAST_BACKEND
     if native.chosen_path().simd:
-        return packed[0]
+        return DEFAULT_FAST_BACKEND if DEFAULT_FAST_BACKEND in packed else packed[0]
     return next((b for b in NO_SIMD_BACKENDS if b in packed), packed[0])
 
 

@@ -19,7 +19,7 @@
 //   g++ -O2 -std=c++17 -fopenmp -ffp-contract=off <path flags> tests/kernel_driver/driver.cpp
 //       src/speczoo/kernels/cpu_kernels.cpp src/speczoo/kernels/cpu_block.cpp -o driver   (one line)
 // Usage: driver [--list] [--dump DIR] [GROUP...]
-//   GROUP: q8, q4, attn, block (default: all); --list: the case names only; --dump DIR: also write each
+//   GROUP: q8, q8b, q6, q4, attn, block (default: all); --list: the case names only; --dump DIR: also write each
 //   case's output (fp32, native byte order) to DIR/<name, '/' -> '_'>.bin, to see where two paths differ.
 
 #include <math.h>
@@ -36,6 +36,10 @@
 extern "C" {
 int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sw, int64_t N,
                  const float* bias, float* y, int nthreads);
+int sz_q8b_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sb, int64_t N,
+                  const float* bias, float* y, int nthreads);
+int sz_q6_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* ql, const uint8_t* qh,
+                 const int8_t* sc, const float* dd, int64_t N, const float* bias, float* y, int nthreads);
 int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs, const uint8_t* sc,
                  const uint8_t* mn, const float* dd, int64_t N, const float* bias, float* y, int nthreads);
 int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc, int64_t Hkv,
@@ -139,7 +143,8 @@ static void fill_normal(Rng& r, float* p, int64_t n, float scale) {
 }
 
 // Activation rows [S, ldx] (K used); special rows: row 2 all zeros (S >= 5), row 4 all exact ties of the
-// rounding (S >= 9: amax = 127 * 1.0, so x / scale lands on k + 0.5 and must round half to even).
+// rounding (S >= 9: every block of 32 inputs, so every activation block, holds -127 and nothing larger,
+// its scale is 1.0, and x / scale lands on k + 0.5 and must round half to even).
 static std::vector<float> make_acts(Rng& r, int64_t S, int64_t K, int64_t ldx) {
     std::vector<float> x((size_t)(S * ldx));
     for (int64_t s = 0; s < S; ++s)
@@ -148,19 +153,19 @@ static std::vector<float> make_acts(Rng& r, int64_t S, int64_t K, int64_t ldx) {
         for (int64_t k = 0; k < K; ++k) x[2 * ldx + k] = 0.0f;
     if (S >= 9)
         for (int64_t k = 0; k < K; ++k)
-            x[4 * ldx + k] = k == K / 2 ? -127.0f : (float)(r.below(254) - 127) + (r.below(2) ? 0.5f : -0.5f);
+            x[4 * ldx + k] = k % 32 == 16 || k == K - 1 ? -127.0f : (float)(r.below(253) - 126) + (r.below(2) ? 0.5f : -0.5f);
     return x;
 }
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---------------------------------------------------------------- packed linears (random codes)
-enum { FMT_Q4 = 0, FMT_Q8 = 1 };
+enum { FMT_Q4 = 0, FMT_Q8 = 1, FMT_Q8B = 2, FMT_Q6 = 3 };
 
 struct Lin {
     int64_t fmt, N, K;
-    std::vector<uint8_t> a, b, c;  // q8: a = w8; q4: a = qs, b = sc, c = mn
-    std::vector<float> d;          // q8: sw; q4: dd
+    std::vector<uint8_t> a, b, c;  // q8, q8b: a = w8; q4: a = qs, b = sc, c = mn; q6: a = ql, b = qh, c = sc
+    std::vector<float> d;          // q8: sw; q8b: sb; q4, q6: dd
     std::vector<float> bias;       // empty: none
     int64_t desc[8];               // the descriptor sz_qwen_blocks reads (fmt, N, K, a, b, c, d, bias)
 };
@@ -170,12 +175,21 @@ static void make_lin(Lin& L, Rng& r, int64_t fmt, int64_t N, int64_t K, bool bia
     L.N = N;
     L.K = K;
     const int64_t NB = cdiv(N, 16);
-    if (fmt == FMT_Q8) {
+    if (fmt == FMT_Q8 || fmt == FMT_Q8B) {
         const int64_t KP = cdiv(K, 32) * 32;
         L.a.resize((size_t)(NB * KP * 16));
         for (auto& v : L.a) v = r.byte();  // any byte is a valid code (q = byte - 128)
-        L.d.resize((size_t)(NB * 16));
+        L.d.resize((size_t)(fmt == FMT_Q8 ? NB * 16 : NB * KP));  // q8b: [NB, KP/16, 16], a scale per 16 inputs
         for (auto& v : L.d) v = (2.0f + r.unif()) * 1e-4f;  // weights of std ~0.02
+    } else if (fmt == FMT_Q6) {  // any bytes are valid codes (6 bits from ql and qh) and int8 sub-scales
+        const int64_t KP = cdiv(K, 32) * 32, KB = cdiv(KP, 256);
+        L.a.resize((size_t)(NB * KP * 8));
+        L.b.resize((size_t)(NB * KP * 4));
+        L.c.resize((size_t)(NB * KP));
+        for (auto* vec : {&L.a, &L.b, &L.c})
+            for (auto& v : *vec) v = r.byte();
+        L.d.resize((size_t)(NB * KB * 16));
+        for (auto& v : L.d) v = (2.0f + r.unif()) * 1e-5f;  // D: weights of std ~0.02 with |sc| ~ 64, |u - 32| ~ 16
     } else {
         const int64_t G = 2 * cdiv(K, 64), KB = cdiv(G, 8);
         L.a.resize((size_t)(NB * G * 256));
@@ -205,13 +219,17 @@ static void make_lin(Lin& L, Rng& r, int64_t fmt, int64_t N, int64_t K, bool bia
 static int call_lin(const Lin& L, const float* x, int64_t S, int64_t ldx, float* y, int threads) {
     const float* bias = L.bias.empty() ? nullptr : L.bias.data();
     if (L.fmt == FMT_Q8) return sz_q8_linear(x, S, L.K, ldx, L.a.data(), L.d.data(), L.N, bias, y, threads);
+    if (L.fmt == FMT_Q8B) return sz_q8b_linear(x, S, L.K, ldx, L.a.data(), L.d.data(), L.N, bias, y, threads);
+    if (L.fmt == FMT_Q6)
+        return sz_q6_linear(x, S, L.K, ldx, L.a.data(), L.b.data(), (const int8_t*)L.c.data(), L.d.data(), L.N, bias, y,
+                            threads);
     return sz_q4_linear(x, S, L.K, ldx, L.a.data(), L.b.data(), L.c.data(), L.d.data(), L.N, bias, y, threads);
 }
 
 static const float SENTINEL = -1.2345678e-29f;  // output buffers start with it: an unwritten element shows
 
 static void linear_case(int64_t fmt, int64_t K, int64_t N, int64_t S, bool bias, int64_t ldx) {
-    const char* f = fmt == FMT_Q8 ? "q8" : "q4";
+    const char* f = fmt == FMT_Q8 ? "q8" : fmt == FMT_Q8B ? "q8b" : fmt == FMT_Q6 ? "q6" : "q4";
     char base[128];
     snprintf(base, sizeof base, "%s/K%lld/N%lld/S%lld/%s/ldx%lld", f, (long long)K, (long long)N, (long long)S,
              bias ? "bias" : "nobias", (long long)ldx);
@@ -408,11 +426,13 @@ struct BlockShape {
 
 struct Layer {
     std::vector<float> norm1, norm2, qnorm, knorm;  // qnorm, knorm [Dh] with a qk_norm shape, else empty
-    Lin lin[4];  // qkv (biased, as Qwen2's), wo, gate_up, down
-    int64_t desc[32];
+    Lin lin[6];        // the linears as called: qkv runs, wo, gate_up runs, down (the "split" kind uses all 6)
+    int64_t desc[64];  // sz_qwen_blocks' 8 descriptor slots: qkv runs 0-2, wo, gate_up runs 4-5, down, unused
 };
 
-// fmt: "q4", "q8", or "mix" (q8 for qkv and down, q4 for wo and gate_up: one call may mix formats)
+// fmt: "q4", "q8", "q8b", "q6"; "mix" (q8 for qkv, q8b for down, q4 for wo and gate_up: one call may mix
+// formats); "split" (q|k in q4 and v in q6, gate in q4 and up in q8, down in q8b: q|k|v and gate|up as two
+// calls each).
 static void make_layer(Layer& ly, Rng& r, const BlockShape& b, const char* fmt) {
     const int64_t HD = b.H * b.Dh, KVD = b.Hkv * b.Dh;
     ly.norm1.resize((size_t)b.D);
@@ -421,12 +441,23 @@ static void make_layer(Layer& ly, Rng& r, const BlockShape& b, const char* fmt) 
     ly.knorm.resize(ly.qnorm.size());
     for (auto* v : {&ly.norm1, &ly.norm2, &ly.qnorm, &ly.knorm})
         for (auto& w : *v) w = 1.0f + 0.25f * r.normal();
-    const int64_t NK[4][2] = {{HD + 2 * KVD, b.D}, {b.D, HD}, {2 * b.F, b.D}, {b.D, b.F}};
-    for (int i = 0; i < 4; ++i) {
-        int64_t f = !strcmp(fmt, "q8") ? FMT_Q8 : FMT_Q4;
-        if (!strcmp(fmt, "mix")) f = (i == 0 || i == 3) ? FMT_Q8 : FMT_Q4;
-        make_lin(ly.lin[i], r, f, NK[i][0], NK[i][1], i == 0);
-        memcpy(ly.desc + 8 * i, ly.lin[i].desc, sizeof(int64_t) * 8);
+    memset(ly.desc, 0, sizeof ly.desc);
+    struct Part { int slot; int64_t N, K; bool bias; int64_t fmt; };
+    const int64_t one = !strcmp(fmt, "q8")    ? FMT_Q8
+                        : !strcmp(fmt, "q8b") ? FMT_Q8B
+                        : !strcmp(fmt, "q6")  ? FMT_Q6
+                                              : FMT_Q4;
+    const bool mix = !strcmp(fmt, "mix");
+    std::vector<Part> parts;
+    if (!strcmp(fmt, "split"))
+        parts = {{0, HD + KVD, b.D, true, FMT_Q4}, {1, KVD, b.D, true, FMT_Q6}, {3, b.D, HD, false, FMT_Q4},
+                 {4, b.F, b.D, false, FMT_Q4},     {5, b.F, b.D, false, FMT_Q8},  {6, b.D, b.F, false, FMT_Q8B}};
+    else
+        parts = {{0, HD + 2 * KVD, b.D, true, mix ? FMT_Q8 : one}, {3, b.D, HD, false, mix ? FMT_Q4 : one},
+                 {4, 2 * b.F, b.D, false, mix ? FMT_Q4 : one},   {6, b.D, b.F, false, mix ? FMT_Q8B : one}};
+    for (size_t i = 0; i < parts.size(); ++i) {
+        make_lin(ly.lin[i], r, parts[i].fmt, parts[i].N, parts[i].K, parts[i].bias);
+        memcpy(ly.desc + 8 * parts[i].slot, ly.lin[i].desc, sizeof(int64_t) * 8);
     }
 }
 
@@ -596,7 +627,7 @@ static void block_cases() {
     const BlockShape qwen{"qwen", 896, 14, 2, 64, 320};
     const BlockShape qwen3{"qwen3", 200, 4, 2, 48, 180, true};  // QK norm, heads wider than D / H
     const int64_t Ss[] = {1, 5, 9};
-    for (const char* fmt : {"q4", "q8"})
+    for (const char* fmt : {"q4", "q8", "q8b", "q6"})
         for (int64_t S : Ss) {
             block_case(tiny, fmt, 3, "chain", S);
             if (S > 1) block_case(tiny, fmt, 2, "tree", S);
@@ -605,6 +636,8 @@ static void block_cases() {
         }
     block_case(tiny, "mix", 2, "tree", 9);
     block_case(tiny, "mix", 1, "chain", 5);
+    block_case(tiny, "split", 2, "tree", 9);
+    block_case(qwen, "split", 1, "chain", 5);
     for (int64_t S : Ss) {
         block_case(qwen3, "q4", 2, "chain", S);
         if (S > 1) block_case(qwen3, "q8", 2, "tree", S);
@@ -629,8 +662,9 @@ int main(int argc, char** argv) {
         return false;
     };
     for (auto& g : groups)
-        if (g != "q8" && g != "q4" && g != "attn" && g != "block") {
-            fprintf(stderr, "unknown group %s; usage: driver [--list] [--dump DIR] [q8|q4|attn|block ...]\n", g.c_str());
+        if (g != "q8" && g != "q8b" && g != "q6" && g != "q4" && g != "attn" && g != "block") {
+            fprintf(stderr, "unknown group %s; usage: driver [--list] [--dump DIR] [q8|q8b|q6|q4|attn|block ...]\n",
+                    g.c_str());
             return 2;
         }
     printf("# path %s\n", sz_path ? sz_path() : "?");
@@ -638,6 +672,8 @@ int main(int argc, char** argv) {
     fflush(stdout);
     struct Group { const char* name; void (*run)(); };
     const Group all[] = {{"q8", [] { linear_cases(FMT_Q8); }},
+                         {"q8b", [] { linear_cases(FMT_Q8B); }},
+                         {"q6", [] { linear_cases(FMT_Q6); }},
                          {"q4", [] { linear_cases(FMT_Q4); }},
                          {"attn", attention_cases},
                          {"block", block_cases}};

@@ -116,8 +116,9 @@ def models_section(default_known: bool = True) -> list[dict]:
         m = check.manifest
         entry = {"name": d.name, "ok": check.ok, "problem": check.reason or None}
         if m is not None:
+            backend = default_backend(d) if default_known else None
             entry.update(architecture=m.architecture, source_bytes=m.source.size, packed=m.packed_backends,
-                         default_backend=default_backend(d) if default_known else None)
+                         default_backend=backend, packing=m.packing.get(backend, []))
         out.append(entry)
     return out
 
@@ -216,6 +217,9 @@ class Output:
             else:
                 text = m["name"]
             self.line("models" if i == 0 else "", text + ("" if m["ok"] else f"  BROKEN: {m['problem']}"))
+            if m.get("packing"):
+                from speczoo.zoo.policy import PackRow, summary
+                self.line("", f"  kernel formats: {summary([PackRow.from_json(r) for r in m['packing']])}")
 
     def bench(self, b: dict) -> None:
         if "error" in b:

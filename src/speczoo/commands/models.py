@@ -14,8 +14,10 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from speczoo.commands._packing import packing_table
 from speczoo.zoo.bundle import bundle_dir_for, check_bundle, dir_size, list_bundles
 from speczoo.zoo.heads import list_heads
+from speczoo.zoo.pull import packing_tables
 from speczoo.zoo.registry import DEFAULT_TARGET, MODELS
 from speczoo.zoo.source import kept_gguf
 
@@ -26,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "size on disk, quantization, role, and whether the source's sha256 still "
                                    "matches the bundle's manifest.")
     p.add_argument("--no-verify", action="store_true", help="skip hashing the sources (faster)")
+    p.add_argument("--packing", action="store_true",
+                   help="also print each pulled bundle's packing table: source type, kernel format, measured error")
     p.set_defaults(func=run)
 
 
@@ -56,7 +60,12 @@ def run(args: argparse.Namespace) -> int:
         t.add_row(h.name, f"eagle head for {c.target} (--spec eagle:{h.name})", "eagle3",
                   f"fp32, draft vocab {c.draft_vocab}", "yes", _gb(dir_size(h.path)), "-", f"trained: {h.path}")
     # Piped output has no terminal width: do not squeeze the table to 80 columns.
-    Console(width=None if sys.stdout.isatty() else 220).print(t)
+    console = Console(width=None if sys.stdout.isatty() else 220)
+    console.print(t)
+    if args.packing:
+        for d in list_bundles():
+            for backend, rows in packing_tables(d).items():
+                console.print(packing_table(rows, f"{d.name}: {backend} packing"))
     return 0
 
 

@@ -8,16 +8,20 @@ backend silently: an unknown name is an error that lists the known ones.
 from __future__ import annotations
 
 from speczoo.kernels.linear import Bf16Backend, Fp32Backend, LinearBackend
-from speczoo.kernels.quantized import Q4Backend, Q4MixBackend, Q4TorchBackend, Q8Backend, Q8TorchBackend
+from speczoo.kernels.quantized import (MixedBackend, Q4Backend, Q4MixBackend, Q4TorchBackend, Q6Backend,
+                                      Q6TorchBackend, Q8Backend, Q8bBackend, Q8bTorchBackend, Q8TorchBackend)
 
-DEFAULT_FAST_BACKEND = "q4"  # batch-invariant 4-bit x int8 compiled kernel, one path per ISA (kernels/quantized.py)
+# Each weight in the compiled kernel format its source type maps to (zoo/policy.py: q4 for Q4_K, q8 for the
+# rest), batch-invariant, one path per ISA (kernels/quantized.py).
+DEFAULT_FAST_BACKEND = "mixed"
 # The batch-invariant backends, fastest first, where the compiled kernels have no SIMD path for the CPU
 # (native.chosen_path().simd is False): there the 4-bit unpacking costs more than the bytes it saves, and
 # torch's int8 matmul beats the scalar q4 kernel. Measured: docs/results.md, "Kernel paths".
-NO_SIMD_BACKENDS = ("q8", "q8_torch", "q4mix", "q4", "q4_torch")
+NO_SIMD_BACKENDS = ("q8", "q8_torch", "mixed", "q4mix", "q4", "q4_torch")
 
 BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (
-    Fp32Backend(), Bf16Backend(), Q8Backend(), Q4Backend(), Q8TorchBackend(), Q4TorchBackend(), Q4MixBackend())}
+    Fp32Backend(), Bf16Backend(), Q8Backend(), Q4Backend(), Q8TorchBackend(), Q4TorchBackend(), MixedBackend(),
+    Q4MixBackend(), Q8bBackend(), Q8bTorchBackend(), Q6Backend(), Q6TorchBackend())}
 
 
 def register(backend: LinearBackend) -> None:

@@ -19,11 +19,13 @@ of one).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 
 from speczoo.kernels import native
-from speczoo.kernels.quantized import Q4Native, Q8Native
+from speczoo.kernels.quantized import Q4Native, Q6Native, Q8bNative, Q8Native
 
 
 def _descriptor(mod: nn.Module) -> list[int] | None:
@@ -33,6 +35,10 @@ def _descriptor(mod: nn.Module) -> list[int] | None:
         return [0, mod.n, mod.k, mod.qs.data_ptr(), mod.sc.data_ptr(), mod.mn.data_ptr(), mod.dd.data_ptr(), bias]
     if type(mod) is Q8Native:
         return [1, mod.n, mod.k, mod.w8.data_ptr(), 0, 0, mod.sw.data_ptr(), bias]
+    if type(mod) is Q8bNative:
+        return [2, mod.n, mod.k, mod.w8.data_ptr(), 0, 0, mod.sb.data_ptr(), bias]
+    if type(mod) is Q6Native:
+        return [3, mod.n, mod.k, mod.ql.data_ptr(), mod.qh.data_ptr(), mod.sc.data_ptr(), mod.dd.data_ptr(), bias]
     return None
 
 
@@ -40,13 +46,14 @@ class NativeBlock:
     """The compiled forward of one pre-norm block: x += attn(norm1(x)); x += mlp(norm2(x)).
 
     Build it with `NativeBlock.build(...)`, which returns None when the block's linears are not all
-    compiled kernels of one library (then the block keeps its PyTorch forward).
+    compiled kernels of one library (then the block keeps its PyTorch forward). q|k|v and gate|up may each
+    be several calls of different formats (a Q4_K_M file's Q6_K v beside Q4_K q and k).
     """
 
     def __init__(self, lin: Tensor, norm1: Tensor, norm2: Tensor, eps: float, n_heads: int, n_kv_heads: int,
                  head_dim: int, lib: native.NativeKernels, keep: list[nn.Module], q_norm: Tensor | None = None,
                  k_norm: Tensor | None = None):
-        self.lin = lin                       # [4 * 8] int64: qkv, wo, gate_up, down descriptors
+        self.lin = lin                       # [8 * 8] int64: qkv runs 0-2, wo, gate_up runs 4-5, down, unused
         self.norm1, self.norm2 = norm1.contiguous(), norm2.contiguous()
         self.q_norm = None if q_norm is None else q_norm.float().contiguous()   # [Dh] per-head norms, or None
         self.k_norm = None if k_norm is None else k_norm.float().contiguous()
@@ -56,18 +63,23 @@ class NativeBlock:
         self._keep = keep                    # the modules whose weights the descriptors point into
 
     @classmethod
-    def build(cls, qkv: nn.Module | None, wo: nn.Module, gate_up: nn.Module | None, down: nn.Module,
+    def build(cls, qkv: Sequence[nn.Module], wo: nn.Module, gate_up: Sequence[nn.Module], down: nn.Module,
               norm1: Tensor, norm2: Tensor, eps: float, n_heads: int, n_kv_heads: int, head_dim: int,
               act: str, q_norm: Tensor | None = None, k_norm: Tensor | None = None) -> NativeBlock | None:
-        """qkv and gate_up are the fused modules (FusedLinears.fused); None when they could not fuse.
-        q_norm, k_norm [Dh]: the per-head RMSNorm weights of q and k (Qwen3), both or neither."""
-        mods = [qkv, wo, gate_up, down]
-        if act != "silu" or any(m is None for m in mods) or (q_norm is None) != (k_norm is None):
+        """qkv and gate_up: the compiled runs of FusedLinears (`.runs`: one module when q|k|v share a
+        format, up to three when they do not; gate|up up to two). q_norm, k_norm [Dh]: the per-head RMSNorm
+        weights of q and k (Qwen3), both or neither."""
+        if (act != "silu" or not 1 <= len(qkv) <= 3 or not 1 <= len(gate_up) <= 2
+                or (q_norm is None) != (k_norm is None)):
             return None
+        mods = [*qkv, wo, *gate_up, down]
         descs = [_descriptor(m) for m in mods]
         if any(d is None for d in descs) or len({id(m.lib) for m in mods}) != 1:
             return None
-        lin = torch.tensor([v for d in descs for v in d], dtype=torch.int64)
+        none = [0] * 8                                           # an absent run: N = 0
+        slots = [*descs[: len(qkv)], *[none] * (3 - len(qkv)), descs[len(qkv)],
+                 *descs[len(qkv) + 1: -1], *[none] * (2 - len(gate_up)), descs[-1], none]
+        lin = torch.tensor([v for d in slots for v in d], dtype=torch.int64)     # [8 * 8]
         return cls(lin, norm1, norm2, eps, n_heads, n_kv_heads, head_dim, mods[0].lib, mods, q_norm, k_norm)
 
     @staticmethod

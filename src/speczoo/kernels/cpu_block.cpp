@@ -62,19 +62,51 @@ static SzLinear linear_at(const int64_t* p) {  // p: fmt, N, K, a, b, c, d, bias
                     (const float*)p[6], (const float*)p[7]};
 }
 
-// One layer's parameters: its two norms, its four linears (qkv, wo, gate_up, down), its cache, and the
+// A linear whose outputs are computed by up to 3 calls side by side (a run of columns each, in order):
+// q|k|v or gate|up as one call when their weights share a format, else one call per run of one format.
+struct Runs {
+    SzLinear part[3];
+    int n;
+    int64_t N, K;  // the outputs of all parts; their common input width (-1 when the parts disagree)
+};
+
+// lin: 3 descriptors of 8 int64; a part of N = 0 ends the runs.
+static Runs runs_at(const int64_t* lin, int most) {
+    Runs r{};
+    r.K = -1;
+    for (int i = 0; i < most && lin[8 * i + 1] > 0; ++i) {
+        r.part[r.n++] = linear_at(lin + 8 * i);
+        r.K = (r.n == 1 || r.part[r.n - 1].K == r.K) ? r.part[r.n - 1].K : -2;
+        r.N += r.part[r.n - 1].N;
+    }
+    return r;
+}
+
+// y [S, runs.N] (row stride runs.N) = the parts' outputs side by side, each part's call as it would be alone.
+static void runs_omp(const Runs& r, const float* x, int64_t S, int64_t ldx, float* y, int32_t* ws) {
+    int64_t col = 0;
+    for (int i = 0; i < r.n; ++i) {
+        sz_linear_omp(r.part[i], x, S, ldx, y + col, r.N, false, ws);
+        col += r.part[i].N;
+    }
+}
+
+// One layer's parameters: its two norms, its linears (qkv and gate_up as runs, wo, down), its cache, and the
 // per-head norms of q and k [Dh] (null when the block has none).
 struct Layer {
     const float *norm1, *norm2;
-    SzLinear wqkv, wo, wgu, wd;
+    Runs wqkv, wgu;
+    SzLinear wo, wd;
     float *kc, *vc;
     const float *qnorm, *knorm;
 };
 
-static Layer layer_at(const int64_t* p) {  // p: norm1, norm2, lin, kc, vc, qnorm, knorm (pointers as int64)
+// p: norm1, norm2, lin, kc, vc, qnorm, knorm (pointers as int64); lin: 8 descriptors: qkv runs 0-2, wo,
+// gate_up runs 4-5, down, (unused).
+static Layer layer_at(const int64_t* p) {
     const int64_t* lin = (const int64_t*)p[2];
-    return Layer{(const float*)p[0], (const float*)p[1], linear_at(lin), linear_at(lin + 8), linear_at(lin + 16),
-                 linear_at(lin + 24), (float*)p[3], (float*)p[4], (const float*)p[5], (const float*)p[6]};
+    return Layer{(const float*)p[0], (const float*)p[1], runs_at(lin, 3), runs_at(lin + 32, 2), linear_at(lin + 24),
+                 linear_at(lin + 48), (float*)p[3], (float*)p[4], (const float*)p[5], (const float*)p[6]};
 }
 
 static bool shapes_fit(const Layer& L, int64_t S, int64_t D, int64_t H, int64_t Hkv, int64_t Dh) {
@@ -97,7 +129,9 @@ static int reserve(const Layer* layers, int64_t n, int64_t S, int64_t D, int64_t
     int64_t kp = 0, need = 0;
     for (int64_t i = 0; i < n; ++i) {
         const Layer& L = layers[i];
-        for (const SzLinear* w : {&L.wqkv, &L.wo, &L.wgu, &L.wd}) kp = sz_linear_kpad(*w) > kp ? sz_linear_kpad(*w) : kp;
+        for (const SzLinear* w : {&L.wqkv.part[0], &L.wqkv.part[1], &L.wqkv.part[2], &L.wo, &L.wgu.part[0],
+                                  &L.wgu.part[1], &L.wd})
+            if (w->N > 0) kp = sz_linear_kpad(*w) > kp ? sz_linear_kpad(*w) : kp;
         const int64_t nd = S * (D + L.wqkv.N + HD + HD + L.wgu.N + L.wgu.N / 2);
         need = nd > need ? nd : need;
     }
@@ -127,7 +161,7 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
     float* a = gu + S * L.wgu.N;      // [S, F]
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, L.norm1, eps, h + s * D);
-    sz_linear_omp(L.wqkv, h, S, D, qkv, L.wqkv.N, false, ws);
+    runs_omp(L.wqkv, h, S, D, qkv, ws);
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < S; ++s) {
         float* row = qkv + s * L.wqkv.N;
@@ -147,7 +181,7 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
     sz_linear_omp(L.wo, att, S, HD, x, D, true, ws);              // x += wo(att)
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, L.norm2, eps, h + s * D);
-    sz_linear_omp(L.wgu, h, S, D, gu, L.wgu.N, false, ws);
+    runs_omp(L.wgu, h, S, D, gu, ws);
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < S; ++s) silu_mul_row(gu + s * L.wgu.N, gu + s * L.wgu.N + F, F, a + s * F);
     sz_linear_omp(L.wd, a, S, F, x, D, true, ws);                 // x += down(a)
@@ -191,13 +225,13 @@ static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64
 }
 
 // Blocks n in a row over x [S, D] (the residual stream, in place), each with the same arithmetic as a
-// call of its own. layers: n x 7 int64 (pointers as int64): norm1, norm2 [D]; lin: 4 x 8 int64 (qkv, wo,
-// gate_up, down; see linear_at); kc, vc [Hkv, C, Dh] of that block's layer; qnorm, knorm [Dh] or 0 (no
-// per-head norm of q and k; rmsnorm_row in place, after the qkv bias, before the rotation). cos_k/sin_k,
-// cos_q/sin_q [S, Dh] (the query pair has the query scale folded in); row s's key and value go to cache
-// slot l0 + s, or dst[s] when dst is not null; lo/hi/off/idx: the key plan of kernels/attention.py (read
-// after every row of the block is written). Returns 0; -1 when scratch could not be allocated; -2 on an
-// invalid key plan; -3 when a block's shapes do not fit together or the cache.
+// call of its own. layers: n x 7 int64 (pointers as int64): norm1, norm2 [D]; lin: 8 x 8 int64 (qkv runs
+// 0-2, wo, gate_up runs 4-5, down, unused; see linear_at and runs_at); kc, vc [Hkv, C, Dh] of that block's
+// layer; qnorm, knorm [Dh] or 0 (no per-head norm of q and k; rmsnorm_row in place, after the qkv bias,
+// before the rotation). cos_k/sin_k, cos_q/sin_q [S, Dh] (the query pair has the query scale folded in);
+// row s's key and value go to cache slot l0 + s, or dst[s] when dst is not null; lo/hi/off/idx: the key plan
+// of kernels/attention.py (read after every row of the block is written). Returns 0; -1 when scratch could
+// not be allocated; -2 on an invalid key plan; -3 when a block's shapes do not fit together or the cache.
 SZ_API int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps,
                               const float* cos_k, const float* sin_k, const float* cos_q, const float* sin_q,
                               int64_t H, int64_t Hkv, int64_t Dh, int64_t C, int64_t l0, const int64_t* dst,

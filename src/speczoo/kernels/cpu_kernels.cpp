@@ -1,5 +1,6 @@
 // speczoo CPU linear kernels: y[S, N] = x[S, K] @ W[N, K]^T (+ bias), int8 activations quantized per
-// row, int8 ("q8") or 4-bit ("q4") weights, int32 accumulation, fp32 scales applied in a fixed order.
+// block of 256 inputs of a row, int8 ("q8") or 4-bit ("q4") weights, int32 accumulation, fp32 scales
+// applied in a fixed order.
 //
 // Batch invariance is the contract: every output element y[s, n] is computed by one thread with one
 // fixed sequence of operations that depends only on row s of x and column n of W, never on S, on the
@@ -9,23 +10,32 @@
 // cpu_tiles.h holds each path's integer tiles). Compile with -ffp-contract=off: a fused multiply-add
 // would round differently from the reference.
 //
+// Activations: row s, block b (inputs 256b .. 256b + 255): sa[b, s] = amax|x[s, block]| / 127,
+// xq = round_half_even(x / sa) clamped to [-127, 127] (0 if sa == 0). The scale is the block's own, as
+// llama.cpp's Q8_K has it: one outlier costs only its block the resolution (a row scale cost the whole row
+// it), and a block is still row-local, so batch invariance holds. Stored quad-major so that one pointer
+// plus constant offsets reaches every row of a tile:
+//   xw i32 [KP/4, S]: word (kq, s) holds xq[s, 4kq .. 4kq+3];  xg i32 [KP/64, S]: word (p, s) holds the
+//   int16 pair (sum of xq[s] over group 2p, over group 2p+1);  sa f32 [KB, S];  xsum i32 [KB, S]: the sum
+//   of xq[s] over block b.
+//
 // Weight layouts (built by speczoo/kernels/pack.py; NB = ceil(N/16) strips of 16 output columns):
 //   q8: w8 u8 [NB, KP/4, 16, 4] = q + 128 (q in [-127, 127]), KP = K rounded up to 32;
 //       sw f32 [NB*16] per-column scale.
-//       y = ((float)(sum_k xq*q) * sa[s]) * sw[n]  (+ bias[n])
+//       F = sum_b (float)(sum_{k in b} xq*q) * sa[b, s]      (b in order, from 0.0f)
+//       y = F * sw[n]  (+ bias[n])
 //   q4: groups of 32 along K, G = 2 * ceil(K / 64) of them (K rounded up to a pair of groups, not to a
 //       super-block); super-blocks of 8 groups (KB = ceil(G / 8); the last may hold fewer, never 0 or an
 //       odd number); w = D*sc_g*q - Dm*m_g, q in [0, 15]
 //       qs u8 [NB, G groups, 4 j, 16 col, 4 i]: low nibble q[k = 32g + 4j + i], high nibble k + 16
 //       sc u8 [NB, G, 16]; mn u8 [NB, G/2 pairs, 16 col, 2] (m of groups 2p, 2p+1)
 //       dd f32 [NB, KB, 2, 16] (D then Dm)
-//       F = sum_b (float)(sum_g sc_g * sum_{k in g} xq*q) * D_b        (b in order, from 0.0f; g in b)
-//       M = sum_b (float)(sum_g m_g * sum_{k in g} xq) * Dm_b          (b in order, from 0.0f)
-//       y = (F - M) * sa[s]  (+ bias[n])
-// Activations: sa = amax|x[s]| / 127, xq = round_half_even(x / sa) clamped to [-127, 127] (0 if sa == 0),
-// stored quad-major so that one pointer plus constant offsets reaches every row of a tile:
-//   xw i32 [KP/4, S]: word (kq, s) holds xq[s, 4kq .. 4kq+3];  xg i32 [KP/64, S]: word (p, s) holds the
-//   int16 pair (sum of xq[s] over group 2p, over group 2p+1);  sa f32 [S];  xsum i32 [S] = sum of xq[s].
+//       F = sum_b ((float)(sum_g sc_g * sum_{k in g} xq*q) * D_b - (float)(sum_g m_g * sum_{k in g} xq) * Dm_b)
+//           * sa[b, s]                                          (b in order, from 0.0f; g in b)
+//       y = F  (+ bias[n])
+//   q8b, q6: see q8b_strip and q6_strip (activation blocks of 32 inputs):
+//       F = sum_g ((float)t_2g * a_2g + (float)t_2g+1 * a_2g+1) * sa[g, s]   (g in order, from 0.0f)
+//       with t_j the exact sum of q * xq over inputs 16j .. 16j + 15 and a_j their weight scale; y = F (+ bias)
 
 #include <math.h>
 #include <stdint.h>
@@ -37,10 +47,11 @@
 #define SZ_PF 12  // q4: software prefetch distance in super-blocks (2 KiB of codes each), into L2
 #endif
 #include "cpu_tiles.h"
-#define SZ_KBLOCK 64  // q8: quads (4 inputs) per k-block; one k-block of a strip stays in L1 across row tiles
+// q8: quads (4 inputs) per k-block, one activation block; one k-block of a strip stays in L1 across row tiles
+#define SZ_KBLOCK (SZ_ABLOCK / 4)
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 9; }
+SZ_API int sz_abi_version(void) { return 10; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;
@@ -49,59 +60,49 @@ SZ_API int sz_openmp(void) {
 #endif
 }
 
-// ---------------------------------------------------------------- activation quantization (per row)
-static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64_t s, int32_t* xw, int32_t* xg,
-                         float* sa, int32_t* xsum) {
+// ---------------------------------------------------------------- activation quantization (per block)
+// Row s, block b of AB inputs (AB = sz_ablock(format): inputs AB*b .. AB*b + AB - 1; the last block of a
+// row may be shorter, the padding past K quantizes to zeros): sa[b, s] = amax / 127 over the block,
+// xq = round_half_even(x / sa) in [-127, 127] (all zeros where sa == 0); xh[j, s] = the sum of xq over
+// inputs 16j .. 16j + 15. KP, AB: multiples of 32; [k0, k1) is the block's part of [0, KP).
+static void quantize_block(const float* x, int64_t K, int64_t k0, int64_t k1, int64_t S, int64_t s, int32_t* xw,
+                           int32_t* xh, float* sa, int64_t b) {
+    const int64_t kend = K < k1 ? K : k1;  // inputs read: [k0, kend)
 #if defined(SZ_PATH_AVX512VNNI)
     __m512 vmax = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += 16) {
-        const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
+    for (int64_t k = k0; k < kend; k += 16) {
+        const __mmask16 m = kend - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (kend - k)) - 1);
         vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + k)));
     }
     const float amax = _mm512_reduce_max_ps(vmax);
 #else
     V16 vmax = v_zero();  // the max is exact, so the lane split cannot change it
-    for (int64_t k = 0; k < K; k += 16) vmax = v_max(vmax, v_abs(v_loadn(x + k, (int)(K - k))));
+    for (int64_t k = k0; k < kend; k += 16) vmax = v_max(vmax, v_abs(v_loadn(x + k, (int)(kend - k))));
     const float amax = v_max_lanes(vmax);
 #endif
     const float scale = amax / 127.0f;
-    sa[s] = scale;
-    int32_t total = 0;
-    if (!(scale > 0.0f)) {  // an all-zero row quantizes to zeros
-        for (int64_t kq = 0; kq < KP / 4; ++kq) xw[kq * S + s] = 0;
-        for (int64_t p = 0; p < KP / 64; ++p) xg[p * S + s] = 0;
-        xsum[s] = 0;
+    sa[b * S + s] = scale;
+    if (!(scale > 0.0f)) {  // an all-zero block (or one wholly past K) quantizes to zeros
+        for (int64_t kq = k0 / 4; kq < k1 / 4; ++kq) xw[kq * S + s] = 0;
+        for (int64_t j = k0 / 16; j < k1 / 16; ++j) xh[j * S + s] = 0;
         return;
     }
 #if defined(SZ_PATH_AVX512VNNI)
     const __m512 vs = _mm512_set1_ps(scale);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-    for (int64_t k0 = 0; k0 < KP; k0 += 64) {  // one pair of groups per step
-        int32_t gsum[2];
-        for (int h = 0; h < 2; ++h) {
-            __m512i gacc = _mm512_setzero_si512();
-            for (int u = 0; u < 2; ++u) {
-                const int64_t k = k0 + h * 32 + u * 16;
-                const __mmask16 m = k >= K ? 0 : (K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1));
-                // x / scale rounded half to even (MXCSR default), exactly like torch.round(x / sa)
-                __m512i q = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), vs));
-                q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
-                gacc = _mm512_add_epi32(gacc, q);
-                alignas(16) int32_t words[4];
-                _mm_store_si128((__m128i*)words, _mm512_cvtepi32_epi8(q));
-                const int64_t kq = k / 4;
-                for (int i = 0; i < 4; ++i) xw[(kq + i) * S + s] = words[i];
-            }
-            gsum[h] = _mm512_reduce_add_epi32(gacc);
-        }
-        const int16_t pair[2] = {(int16_t)gsum[0], (int16_t)gsum[1]};
-        memcpy(&xg[(k0 / 64) * S + s], pair, 4);
-        total += gsum[0] + gsum[1];
+    for (int64_t k = k0; k < k1; k += 16) {
+        const __mmask16 m = k >= K ? 0 : (K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1));
+        // x / scale rounded half to even (MXCSR default), exactly like torch.round(x / sa)
+        __m512i q = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), vs));
+        q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+        alignas(16) int32_t words[4];
+        _mm_store_si128((__m128i*)words, _mm512_cvtepi32_epi8(q));
+        for (int i = 0; i < 4; ++i) xw[(k / 4 + i) * S + s] = words[i];
+        xh[(k / 16) * S + s] = _mm512_reduce_add_epi32(q);
     }
 #else
     const V16 vs = v_set1(scale), lo = v_set1(-127.0f), hi = v_set1(127.0f);
-    int32_t gsum[2] = {0, 0};
-    for (int64_t k = 0; k < KP; k += 16) {  // x / scale rounded half to even, clamped: integral floats
+    for (int64_t k = k0; k < k1; k += 16) {  // x / scale rounded half to even, clamped: integral floats
         float v[16];
         v_store(v, v_min(v_max(v_round(v_div(v_loadn(x + k, (int)(K - k)), vs)), lo), hi));
         for (int t = 0; t < 16; t += 4) {
@@ -110,25 +111,38 @@ static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t S, int64
         }
         int32_t part = 0;
         for (int t = 0; t < 16; ++t) part += (int32_t)v[t];
-        gsum[(k / 32) % 2] += part;
-        total += part;
-        if (k % 64 == 48) {  // end of a pair of groups (64 inputs)
-            const int16_t pair[2] = {(int16_t)gsum[0], (int16_t)gsum[1]};
-            memcpy(&xg[(k / 64) * S + s], pair, 4);
-            gsum[0] = gsum[1] = 0;
-        }
+        xh[(k / 16) * S + s] = part;
     }
 #endif
-    xsum[s] = total;
+}
+
+// Row s of x: every block of its KP inputs (KP a multiple of 64), then from the 16-input sums xh the
+// int16 pairs xg[p, s] = (sum over group 2p, sum over group 2p + 1) (groups of 32) and the block sums
+// xsum[b, s]. A group's sum is at most 32 * 127 in size: an int16 holds it.
+static void quantize_row(const float* x, int64_t K, int64_t KP, int64_t AB, int64_t S, int64_t s, int32_t* xw,
+                         int32_t* xh, int32_t* xg, float* sa, int32_t* xsum) {
+    for (int64_t k0 = 0; k0 < KP; k0 += AB)
+        quantize_block(x, K, k0, KP < k0 + AB ? KP : k0 + AB, S, s, xw, xh, sa, k0 / AB);
+    for (int64_t p = 0; p < KP / 64; ++p) {
+        const int32_t* h = xh + 4 * p * S + s;
+        const int16_t pair[2] = {(int16_t)(h[0] + h[S]), (int16_t)(h[2 * S] + h[3 * S])};
+        memcpy(&xg[p * S + s], pair, 4);
+    }
+    for (int64_t k0 = 0; k0 < KP; k0 += AB) {
+        int32_t total = 0;
+        for (int64_t j = k0 / 16; j < (KP < k0 + AB ? KP : k0 + AB) / 16; ++j) total += xh[j * S + s];
+        xsum[(k0 / AB) * S + s] = total;
+    }
 }
 
 // Scratch for the quantized activations, grown on demand and never shrunk; one call at a time.
 struct Scratch {
     int32_t* xw = nullptr;
+    int32_t* xh = nullptr;
     int32_t* xg = nullptr;
     float* sa = nullptr;
     int32_t* xsum = nullptr;
-    int64_t cap_w = 0, cap_g = 0, cap_sa = 0, cap_xsum = 0;
+    int64_t cap_w = 0, cap_h = 0, cap_g = 0, cap_sa = 0, cap_xsum = 0;
 };
 static Scratch g_scratch;
 static std::mutex g_lock;
@@ -143,20 +157,24 @@ static bool grow(T** p, int64_t* cap, int64_t need) {
     return *p != nullptr;
 }
 
-// Grow the scratch for S rows of KP inputs (KP a multiple of 64; the padding quantizes to zeros).
+// Grow the scratch for S rows of KP inputs (KP a multiple of 64; the padding quantizes to zeros), in
+// activation blocks of any size down to 32.
 int sz_reserve_scratch(int64_t S, int64_t KP) {
     Scratch& sc = g_scratch;
-    if (!grow(&sc.xw, &sc.cap_w, S * (KP / 4)) || !grow(&sc.xg, &sc.cap_g, S * (KP / 64)) ||
-        !grow(&sc.sa, &sc.cap_sa, S) || !grow(&sc.xsum, &sc.cap_xsum, S))
+    const int64_t KB = KP / 32;  // the most activation blocks a row can have
+    if (!grow(&sc.xw, &sc.cap_w, S * (KP / 4)) || !grow(&sc.xh, &sc.cap_h, S * (KP / 16)) ||
+        !grow(&sc.xg, &sc.cap_g, S * (KP / 64)) || !grow(&sc.sa, &sc.cap_sa, S * KB) ||
+        !grow(&sc.xsum, &sc.cap_xsum, S * KB))
         return -1;
     return 0;
 }
 
-// Inside a parallel region: quantize all rows (work-shared; the loop's implicit barrier ends it).
-static void quantize_rows_omp(const float* x, int64_t S, int64_t K, int64_t ldx, int64_t KP) {
+// Inside a parallel region: quantize all rows in blocks of AB (work-shared; the loop's implicit barrier
+// ends it).
+static void quantize_rows_omp(const float* x, int64_t S, int64_t K, int64_t ldx, int64_t KP, int64_t AB) {
     Scratch& sc = g_scratch;
 #pragma omp for schedule(static)
-    for (int64_t s = 0; s < S; ++s) quantize_row(x + s * ldx, K, KP, S, s, sc.xw, sc.xg, sc.sa, sc.xsum);
+    for (int64_t s = 0; s < S; ++s) quantize_row(x + s * ldx, K, KP, AB, S, s, sc.xw, sc.xh, sc.xg, sc.sa, sc.xsum);
 }
 
 static inline void store_cols(float* y, const float* v, int64_t ncols, bool accum) {  // accum: y += v (a residual)
@@ -176,37 +194,43 @@ static inline int64_t row_tile(int64_t S) {
 
 // ---------------------------------------------------------------- strips (16 output columns, all S rows)
 // ws: per-thread workspace of 48 * S 32-bit words. out: y + nb*16, row stride N, ncols valid columns.
+// sa, xsum: the activation blocks' [KB, S] scales and code sums.
 static void q8_strip(const uint8_t* w, int64_t KP, const int32_t* xw, int64_t S, const float* sa,
                      const int32_t* xsum, const float* sw, const float* bias, int32_t* ws, float* out, int64_t N,
                      int64_t ncols, bool accum) {
-    int32_t* acc = ws;  // [S][16]
+    int32_t* acc = ws;                    // [S][16]: one k-block's integer sums
+    float* f = (float*)(ws + S * 16);     // [S][16]: sum over the k-blocks so far of (float)sum * sa
+    for (int64_t i = 0; i < S * 16; ++i) f[i] = 0.0f;
     const int64_t tile = row_tile(S), KQ = KP / 4;
-    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {
-        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK;
+    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {  // a k-block is one activation block (SZ_ABLOCK inputs)
+        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK, b = q0 / SZ_KBLOCK;
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
-            TL::q8[R - 1](w + q0 * 64, nq, xw + q0 * S + r0, S, acc + r0 * 16, q0 == 0);
+            TL::q8[R - 1](w + q0 * 64, nq, xw + q0 * S + r0, S, acc + r0 * 16, true);
         }
+        const float* sab = sa + b * S;
+        const int32_t* xsb = xsum + b * S;
+        for (int64_t r = 0; r < S; ++r)
+            for (int c = 0; c < 16; ++c) {
+                const int32_t a = SZ_Q8_UNSIGNED ? acc[r * 16 + c] - 128 * xsb[r] : acc[r * 16 + c];  // sum of q * x
+                f[r * 16 + c] = f[r * 16 + c] + (float)a * sab[r];
+            }
     }
-    alignas(64) float f[16];
+    alignas(64) float v[16];
     for (int64_t r = 0; r < S; ++r) {
         for (int c = 0; c < 16; ++c) {
-            const int32_t a = SZ_Q8_UNSIGNED ? acc[r * 16 + c] - 128 * xsum[r] : acc[r * 16 + c];  // sum of q * x
-            float v = (float)a * sa[r];
-            v = v * sw[c];
-            if (bias) v = v + bias[c];
-            f[c] = v;
+            v[c] = f[r * 16 + c] * sw[c];
+            if (bias) v[c] = v[c] + bias[c];
         }
-        store_cols(out + r * N, f, ncols, accum);
+        store_cols(out + r * N, v, ncols, accum);
     }
 }
 
 static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t G,
                      const int32_t* xw, const int32_t* xg, int64_t S, const float* sa, const float* bias,
                      int32_t* ws, float* out, int64_t N, int64_t ncols, bool accum) {
-    float* facc = (float*)ws;            // [S][16]
-    float* fmin = (float*)(ws + S * 16);  // [S][16]
-    for (int64_t i = 0; i < S * 16; ++i) facc[i] = fmin[i] = 0.0f;
+    float* facc = (float*)ws;  // [S][16]
+    for (int64_t i = 0; i < S * 16; ++i) facc[i] = 0.0f;
     const int64_t KB = (G + 7) / 8;  // super-blocks; block b holds groups 8b .. min(8b + 8, G) - 1
     const int64_t tile = row_tile(S);
     for (int64_t b = 0; b < KB; ++b) {
@@ -220,19 +244,66 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
             SZ_PREFETCH(dd + bp * 32 + l / 4);
         }
         const int ng = (int)(G - 8 * b < 8 ? G - 8 * b : 8);
-        for (int64_t r0 = 0; r0 < S; r0 += tile) {
+        for (int64_t r0 = 0; r0 < S; r0 += tile) {  // a super-block is one activation block
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
             TL::q4[R - 1](qs + b * 2048, sc + b * 128, mn + b * 128, dd + b * 32, xw + b * 64 * S + r0,
-                          xg + b * 4 * S + r0, S, ng, facc + r0 * 16, fmin + r0 * 16);
+                          xg + b * 4 * S + r0, sa + b * S + r0, S, ng, facc + r0 * 16);
         }
     }
     alignas(64) float f[16];
     for (int64_t r = 0; r < S; ++r) {
-        for (int c = 0; c < 16; ++c) {
-            float v = (facc[r * 16 + c] - fmin[r * 16 + c]) * sa[r];
-            if (bias) v = v + bias[c];
-            f[c] = v;
+        for (int c = 0; c < 16; ++c) f[c] = bias ? facc[r * 16 + c] + bias[c] : facc[r * 16 + c];
+        store_cols(out + r * N, f, ncols, accum);
+    }
+}
+
+// q8b: w as q8 (codes + 128), a f32 [KP/16, 16] one scale per 16 inputs of a column; activation blocks
+// of 32 (xh: their halves' sums, sa: [KP/32, S]).
+static void q8b_strip(const uint8_t* w, const float* a, int64_t KP, const int32_t* xw, const int32_t* xh,
+                      const float* sa, int64_t S, const float* bias, int32_t* ws, float* out, int64_t N,
+                      int64_t ncols, bool accum) {
+    float* facc = (float*)ws;  // [S][16]
+    for (int64_t i = 0; i < S * 16; ++i) facc[i] = 0.0f;
+    const int64_t tile = row_tile(S), KQ = KP / 4;
+    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {  // k-blocks of 256 inputs, each 8 activation blocks
+        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK;
+        for (int64_t r0 = 0; r0 < S; r0 += tile) {
+            const int64_t R = (S - r0) < tile ? (S - r0) : tile;
+            TL::q8b[R - 1](w + q0 * 64, a + (q0 / 4) * 16, nq, xw + q0 * S + r0, xh + (q0 / 4) * S + r0,
+                           sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
         }
+    }
+    alignas(64) float f[16];
+    for (int64_t r = 0; r < S; ++r) {
+        for (int c = 0; c < 16; ++c) f[c] = bias ? facc[r * 16 + c] + bias[c] : facc[r * 16 + c];
+        store_cols(out + r * N, f, ncols, accum);
+    }
+}
+
+// q6: ql u8 [NB, KP/32, 4, 16, 4] (nibbles, as q4's qs), qh u8 [NB, KP/32, 2, 16, 4] (the 2 high bits of
+// quad 4h + m at bits 2m of half h's bytes), sc i8 [NB, KP/16, 16], dd f32 [NB, KB, 16]:
+// w = D_b * sc_j * (u - 32), u in [0, 63]. Each super-block's scales a = D * sc are made here, once for all
+// row tiles (exact: an fp16 D times an int8 is 19 bits); from there it is q8b's arithmetic.
+static void q6_strip(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t KP,
+                     const int32_t* xw, const int32_t* xh, const float* sa, int64_t S, const float* bias, int32_t* ws,
+                     float* out, int64_t N, int64_t ncols, bool accum) {
+    float* facc = (float*)ws;  // [S][16]
+    for (int64_t i = 0; i < S * 16; ++i) facc[i] = 0.0f;
+    alignas(64) float a[16 * 16];  // one super-block's scales [16 halves][16 columns]
+    const int64_t tile = row_tile(S), KQ = KP / 4;
+    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {  // super-blocks of 256 inputs
+        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK, b = q0 / SZ_KBLOCK;
+        for (int64_t j = 0; j < nq / 4; ++j)
+            for (int c = 0; c < 16; ++c) a[j * 16 + c] = dd[b * 16 + c] * (float)sc[(q0 / 4 + j) * 16 + c];
+        for (int64_t r0 = 0; r0 < S; r0 += tile) {
+            const int64_t R = (S - r0) < tile ? (S - r0) : tile;
+            TL::q6[R - 1](ql + (q0 / 8) * 256, qh + (q0 / 8) * 128, a, nq, xw + q0 * S + r0, xh + (q0 / 4) * S + r0,
+                          sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
+        }
+    }
+    alignas(64) float f[16];
+    for (int64_t r = 0; r < S; ++r) {
+        for (int c = 0; c < 16; ++c) f[c] = bias ? facc[r * 16 + c] + bias[c] : facc[r * 16 + c];
         store_cols(out + r * N, f, ncols, accum);
     }
 }
@@ -244,13 +315,17 @@ int64_t sz_linear_kpad(const SzLinear& w) {  // inputs per row the activation sc
     return w.fmt == SZ_FMT_Q4 ? q4_groups(w.K) * 32 : ((((w.K + 31) / 32) * 32 + 63) / 64) * 64;
 }
 
+// Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b / q6 group of 32 (llama.cpp's
+// Q8_0 activations, for the Q8_0 / Q5_0 / Q4_0 weights q8b holds; finer than the Q8_K it uses for Q6_K).
+static inline int64_t sz_ablock(int64_t fmt) { return fmt == SZ_FMT_Q8B || fmt == SZ_FMT_Q6 ? 32 : SZ_ABLOCK; }
+
 // Inside a parallel region (every thread calls it): quantize x's rows (barrier), then the strips (barrier).
 // ws: this thread's workspace of SZ_WS_WORDS * S words. y: row stride ldy; accum adds to what y holds.
 void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, float* y, int64_t ldy, bool accum,
                    int32_t* ws) {
     const Scratch& s = g_scratch;
     const int64_t NB = (w.N + 15) / 16;
-    quantize_rows_omp(x, S, w.K, ldx, sz_linear_kpad(w));
+    quantize_rows_omp(x, S, w.K, ldx, sz_linear_kpad(w), sz_ablock(w.fmt));
     if (w.fmt == SZ_FMT_Q4) {
         const int64_t G = q4_groups(w.K), KB = (G + 7) / 8;
 #pragma omp for schedule(static)
@@ -259,13 +334,29 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
             q4_strip(w.a + nb * G * 256, w.b + nb * G * 16, w.c + nb * G * 16, w.d + nb * KB * 32, G, s.xw,
                      s.xg, S, s.sa, w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
         }
-    } else {
+    } else if (w.fmt == SZ_FMT_Q8) {
         const int64_t KP = ((w.K + 31) / 32) * 32;
 #pragma omp for schedule(static)
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             q8_strip(w.a + nb * 16 * KP, KP, s.xw, S, s.sa, s.xsum, w.d + nb * 16, w.bias ? w.bias + nb * 16 : nullptr,
                      ws, y + nb * 16, ldy, ncols, accum);
+        }
+    } else if (w.fmt == SZ_FMT_Q6) {
+        const int64_t KP = ((w.K + 31) / 32) * 32, KB = (KP + SZ_ABLOCK - 1) / SZ_ABLOCK;
+#pragma omp for schedule(static)
+        for (int64_t nb = 0; nb < NB; ++nb) {
+            const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
+            q6_strip(w.a + nb * KP * 8, w.b + nb * KP * 4, (const int8_t*)w.c + nb * KP, w.d + nb * KB * 16, KP, s.xw,
+                     s.xh, s.sa, S, w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
+        }
+    } else {
+        const int64_t KP = ((w.K + 31) / 32) * 32;
+#pragma omp for schedule(static)
+        for (int64_t nb = 0; nb < NB; ++nb) {
+            const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
+            q8b_strip(w.a + nb * 16 * KP, w.d + nb * KP, KP, s.xw, s.xh, s.sa, S, w.bias ? w.bias + nb * 16 : nullptr,
+                      ws, y + nb * 16, ldy, ncols, accum);
         }
     }
 }
@@ -292,6 +383,18 @@ static int linear_call(const SzLinear& w, const float* x, int64_t S, int64_t ldx
 SZ_API int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8,
                             const float* sw, int64_t N, const float* bias, float* y, int nthreads) {
     const SzLinear w{SZ_FMT_Q8, N, K, w8, nullptr, nullptr, sw, bias};
+    return linear_call(w, x, S, ldx, y, nthreads);
+}
+
+SZ_API int sz_q8b_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sb,
+                         int64_t N, const float* bias, float* y, int nthreads) {
+    const SzLinear w{SZ_FMT_Q8B, N, K, w8, nullptr, nullptr, sb, bias};
+    return linear_call(w, x, S, ldx, y, nthreads);
+}
+
+SZ_API int sz_q6_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* ql, const uint8_t* qh,
+                        const int8_t* sc, const float* dd, int64_t N, const float* bias, float* y, int nthreads) {
+    const SzLinear w{SZ_FMT_Q6, N, K, ql, qh, (const uint8_t*)sc, dd, bias};
     return linear_call(w, x, S, ldx, y, nthreads);
 }
 

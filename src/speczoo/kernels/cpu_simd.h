@@ -109,6 +109,7 @@ static inline V16 v_select_ge(V16 x, V16 y, V16 a, V16 b) {  // x >= y ? a : b, 
     return v_wrap(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(x.v, y.v, _CMP_GE_OQ), b.v, a.v));
 }
 static inline void v_lanes(V16 x, float* out) { _mm512_storeu_ps(out, x.v); }
+static inline V16 v_cvt_i32(const int32_t* p) { return v_wrap(_mm512_cvtepi32_ps(_mm512_loadu_si512((const void*)p))); }  // 16 int32 -> fp32
 #elif defined(SZ_FLOAT_256)
 static inline V16 v_wrap(__m256 a, __m256 b) { V16 r; r.a = a; r.b = b; return r; }
 static inline V16 v_zero() { return v_wrap(_mm256_setzero_ps(), _mm256_setzero_ps()); }
@@ -165,6 +166,10 @@ static inline V16 v_select_ge(V16 x, V16 y, V16 a, V16 b) {
                   _mm256_blendv_ps(b.b, a.b, _mm256_cmp_ps(x.b, y.b, _CMP_GE_OQ)));
 }
 static inline void v_lanes(V16 x, float* out) { v_store(out, x); }
+static inline V16 v_cvt_i32(const int32_t* p) {  // 16 int32 -> fp32, round to nearest even
+    return v_wrap(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)p)),
+                  _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)(p + 8))));
+}
 #elif defined(SZ_FLOAT_NEON)
 #define SZ_V4(expr)                             \
     V16 r;                                      \
@@ -208,6 +213,7 @@ static inline V16 v_pow2i(V16 n) {
 }
 static inline V16 v_select_ge(V16 x, V16 y, V16 a, V16 b) { SZ_V4(vbslq_f32(vcgeq_f32(x.q[i], y.q[i]), a.q[i], b.q[i])) }
 static inline void v_lanes(V16 x, float* out) { v_store(out, x); }
+static inline V16 v_cvt_i32(const int32_t* p) { SZ_V4(vcvtq_f32_s32(vld1q_s32(p + 4 * i))) }  // round to nearest even
 #undef SZ_V4
 #else
 #define SZ_V1(expr)                          \
@@ -244,6 +250,7 @@ static inline float sz_pow2i(float n) {
 static inline V16 v_pow2i(V16 n) { SZ_V1(sz_pow2i(n.f[i])) }
 static inline V16 v_select_ge(V16 x, V16 y, V16 a, V16 b) { SZ_V1(x.f[i] >= y.f[i] ? a.f[i] : b.f[i]) }
 static inline void v_lanes(V16 x, float* out) { v_store(out, x); }
+static inline V16 v_cvt_i32(const int32_t* p) { SZ_V1((float)p[i]) }  // round to nearest even
 #undef SZ_V1
 #endif
 

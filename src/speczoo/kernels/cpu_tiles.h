@@ -1,13 +1,17 @@
 // Integer tiles of the linear kernels, one set per instruction-set path (cpu_simd.h picks the path).
 //
-// Every path provides the same two templates over R, the rows of a register tile:
+// Every path provides the same templates over R, the rows of a register tile:
 //   q8_tile<R>(w, nq, xk, S, acc, first): acc[r][16] int32 (in memory; zeroed first when `first`) += the
 //     products of nq quads (4 inputs) of a q8 strip with rows r of the activation words xk. Where
 //     SZ_Q8_UNSIGNED is 1 the tile sums the stored codes q + 128 and the strip subtracts 128 * xsum later;
 //     elsewhere it sums q itself. Either way the strip ends with the exact integer sum of q * x.
-//   q4_tile<R>(qb, scb, mnb, ddb, xk, xp, S, ng, facc, fmin): one q4 super-block of ng groups; the exact
+//   q4_tile<R>(qb, scb, mnb, ddb, xk, xp, sab, S, ng, facc): one q4 super-block of ng groups; the exact
 //     integers isb = sum_g sc_g * (sum_{k in g} q * x) and imn = sum_g m_g * (sum_{k in g} x) per (row,
-//     column), then facc += (float)isb * D and fmin += (float)imn * Dm, lane-wise, in that order.
+//     column), then facc += ((float)isb * D - (float)imn * Dm) * sab[r], lane-wise, in that order (sab:
+//     the rows' activation scales of this super-block).
+//   group_sums<R>(quads, xk, xh, S, t): one group of 32 inputs of a q8b or q6 strip (the Quads type reads
+//     its codes: Q8bQuads, Q6Quads): t[r][h][16] = the exact integer sums of q * x over each half h of 16
+//     inputs; q8b_tile / q6_tile (below, shared) then apply the one float step of both formats.
 // Integer sums are exact in every path (each path states why its narrow intermediates cannot overflow
 // or saturate), so the tiles may sum in any order; the float steps are the same lane-wise operations
 // everywhere. That makes every path bit-identical to the scalar one. SZ_TILE is the most rows a tile
@@ -16,14 +20,14 @@
 #include <stdint.h>
 #include "cpu_simd.h"
 
-// The float step every path but AVX-512's shares: facc/fmin [R][16] += (float)isb * D, (float)imn * Dm.
+// The float step every path but AVX-512's shares: facc [R][16] += ((float)isb * D - (float)imn * Dm) * sab[r].
 template <int R>
-static inline void q4_float_update(const int32_t* isb, const int32_t* imn, const float* ddb, float* facc,
-                                   float* fmin) {
+static inline void q4_float_update(const int32_t* isb, const int32_t* imn, const float* ddb, const float* sab,
+                                   float* facc) {
     for (int r = 0; r < R; ++r)
         for (int c = 0; c < 16; ++c) {
-            facc[r * 16 + c] = facc[r * 16 + c] + (float)isb[r * 16 + c] * ddb[c];
-            fmin[r * 16 + c] = fmin[r * 16 + c] + (float)imn[r * 16 + c] * ddb[16 + c];
+            const float t = (float)isb[r * 16 + c] * ddb[c] - (float)imn[r * 16 + c] * ddb[16 + c];
+            facc[r * 16 + c] = facc[r * 16 + c] + t * sab[r];
         }
 }
 
@@ -79,10 +83,11 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
 
 // q4: R rows x one super-block of ng groups (8, or fewer in a strip's last block; even), nibbles unpacked
 // in registers (a tile of up to SZ_TILE rows shares them). qb: the strip's packed super-block; xk, xp:
-// activation words and group-sum pairs at (super-block, first row). facc/fmin [R][16] += this block's terms.
+// activation words and group-sum pairs at (super-block, first row); sab: the rows' scales of this
+// super-block. facc [R][16] += this block's term.
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
-                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+                    const int32_t* xp, const float* sab, int64_t S, int ng, float* facc) {
     constexpr int C = R >= 4 ? 1 : 2;
     const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512i isb[R];
@@ -115,11 +120,11 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
             isb[r] = g == 0 ? v : _mm512_add_epi32(isb[r], v);
         }
     }
+    alignas(64) float fs[R * 16];  // (float)isb * D, while the registers sum the mins
     const __m512 dv = _mm512_loadu_ps(ddb);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dv);
-        _mm512_store_ps(facc + r * 16, _mm512_add_ps(_mm512_load_ps(facc + r * 16), v));
+        _mm512_store_ps(fs + r * 16, _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dv));
         isb[r] = _mm512_setzero_si512();  // reused below for the mins
     }
 #pragma GCC unroll 4
@@ -132,8 +137,54 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     const __m512 dmv = _mm512_loadu_ps(ddb + 16);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-        const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dmv);
-        _mm512_store_ps(fmin + r * 16, _mm512_add_ps(_mm512_load_ps(fmin + r * 16), v));
+        const __m512 t = _mm512_sub_ps(_mm512_load_ps(fs + r * 16), _mm512_mul_ps(_mm512_cvtepi32_ps(isb[r]), dmv));
+        _mm512_store_ps(facc + r * 16,
+                        _mm512_add_ps(_mm512_load_ps(facc + r * 16), _mm512_mul_ps(t, _mm512_set1_ps(sab[r]))));
+    }
+}
+
+// q8b and q6 codes of quad jq (0..7) of a group of 32 inputs, as u8 (the stored code + BIAS): q8b's stored
+// bytes (q + 128); q6's nibble of ql[jq % 4] (low for jq < 4, high for jq >= 4) and the 2 bits of
+// qh[jq / 4] at 2 * (jq % 4), placed at bits 4-5 (no 16-bit lane shift below moves a bit into a kept
+// position of the next byte: shifts are at most 6, masks keep 2 or 4).
+struct Q8bQuads {
+    static constexpr int SHIFT = 7;  // BIAS = 128
+    const uint8_t* w;
+    __m512i operator()(int jq) const { return _mm512_loadu_si512((const void*)(w + jq * 64)); }
+};
+struct Q6Quads {
+    static constexpr int SHIFT = 5;  // BIAS = 32
+    const uint8_t *ql, *qh;
+    __m512i operator()(int jq) const {
+        const __m512i p = _mm512_loadu_si512((const void*)(ql + (jq % 4) * 64));
+        const __m512i h = _mm512_loadu_si512((const void*)(qh + (jq / 4) * 64));
+        const __m512i nib = _mm512_and_si512(jq < 4 ? p : _mm512_srli_epi16(p, 4), _mm512_set1_epi8(0x0F));
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(h, 2 * (jq % 4)), _mm512_set1_epi8(0x03));
+        return _mm512_or_si512(nib, _mm512_slli_epi16(hi, 4));
+    }
+};
+
+// q8b / q6: one group of 32 inputs of a strip: t[r][h][16] = the exact sums of (u - BIAS) * x over half h
+// (16 inputs) for rows r: vpdpbusd sums u * x (unsigned by signed), then BIAS * the half's activation
+// sum (xh) comes off.
+template <int R, class Quads>
+static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        __m512i a[R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+            const __m512i wv = quads(4 * h + q);
+            const int32_t* xr = xk + (4 * h + q) * S;
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) a[r] = dpbusd_bcst(a[r], wv, xr + r);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r)
+            _mm512_store_si512((void*)(t + (2 * r + h) * 16), _mm512_sub_epi32(
+                a[r], _mm512_slli_epi32(_mm512_set1_epi32(xh[h * S + r]), Quads::SHIFT)));
     }
 }
 #elif defined(SZ_PATH_AVXVNNI) || defined(SZ_PATH_AVX2)
@@ -186,7 +237,7 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
 
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
-                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+                    const int32_t* xp, const float* sab, int64_t S, int ng, float* facc) {
     alignas(32) int32_t isb[R * 16], imn[R * 16];  // the per-row sums stay in L1: registers hold the group's
     const __m256i nib = _mm256_set1_epi8(0x0F);
     for (int i = 0; i < R * 16; ++i) isb[i] = imn[i] = 0;
@@ -255,9 +306,74 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
         _mm256_store_si256((__m256i*)(imn + r * 16), ai[r][0]);
         _mm256_store_si256((__m256i*)(imn + r * 16 + 8), ai[r][1]);
     }
-    q4_float_update<R>(isb, imn, ddb, facc, fmin);
+    q4_float_update<R>(isb, imn, ddb, sab, facc);
 }
 
+
+// q8b and q6 codes of quad jq (0..7) of a group, as u8 (the code + BIAS), columns 0-7 (part 0) or 8-15
+// (part 1): as on AVX-512, on 32 bytes.
+struct Q8bQuads {
+    static constexpr int SHIFT = 7;  // BIAS = 128
+    const uint8_t* w;
+    __m256i operator()(int jq, int part) const { return _mm256_loadu_si256((const __m256i*)(w + jq * 64 + 32 * part)); }
+};
+struct Q6Quads {
+    static constexpr int SHIFT = 5;  // BIAS = 32
+    const uint8_t *ql, *qh;
+    __m256i operator()(int jq, int part) const {
+        const __m256i p = _mm256_loadu_si256((const __m256i*)(ql + (jq % 4) * 64 + 32 * part));
+        const __m256i h = _mm256_loadu_si256((const __m256i*)(qh + (jq / 4) * 64 + 32 * part));
+        const __m256i nib = _mm256_and_si256(jq < 4 ? p : _mm256_srli_epi16(p, 4), _mm256_set1_epi8(0x0F));
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * (jq % 4)), _mm256_set1_epi8(0x03));
+        return _mm256_or_si256(nib, _mm256_slli_epi16(hi, 4));
+    }
+};
+
+// q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r.
+// AVX-VNNI: vpdpbusd sums u * x, then BIAS * the half's activation sum comes off. AVX2: the signed codes
+// s = u - BIAS (|s| <= 128) as q8_tile does, |s| * (x * sign(s)): a vpmaddubsw pair is at most
+// 2 * 128 * 127 = 32512 and cannot saturate, widened by vpmaddwd.
+template <int R, class Quads>
+static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+#if !defined(SZ_PATH_AVXVNNI)
+    const __m256i bias = _mm256_set1_epi8((char)(1 << Quads::SHIFT)), ones = _mm256_set1_epi16(1);
+#endif
+    for (int h = 0; h < 2; ++h) {
+        __m256i a[R][2];
+        for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_si256();
+        for (int q = 0; q < 4; ++q) {
+            const __m256i w0 = quads(4 * h + q, 0), w1 = quads(4 * h + q, 1);
+            const int32_t* xr = xk + (4 * h + q) * S;
+#if defined(SZ_PATH_AVXVNNI)
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256i xb = _mm256_set1_epi32(xr[r]);
+                a[r][0] = _mm256_dpbusd_avx_epi32(a[r][0], w0, xb);
+                a[r][1] = _mm256_dpbusd_avx_epi32(a[r][1], w1, xb);
+            }
+#else
+            const __m256i s0 = _mm256_sub_epi8(w0, bias), s1 = _mm256_sub_epi8(w1, bias);
+            const __m256i u0 = _mm256_abs_epi8(s0), u1 = _mm256_abs_epi8(s1);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256i xb = _mm256_set1_epi32(xr[r]);
+                a[r][0] = _mm256_add_epi32(a[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(xb, s0)), ones));
+                a[r][1] = _mm256_add_epi32(a[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(xb, s1)), ones));
+            }
+#endif
+        }
+        for (int r = 0; r < R; ++r) {
+#if defined(SZ_PATH_AVXVNNI)
+            const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), Quads::SHIFT);
+            a[r][0] = _mm256_sub_epi32(a[r][0], corr);
+            a[r][1] = _mm256_sub_epi32(a[r][1], corr);
+#endif
+            _mm256_storeu_si256((__m256i*)(t + (2 * r + h) * 16), a[r][0]);
+            _mm256_storeu_si256((__m256i*)(t + (2 * r + h) * 16 + 8), a[r][1]);
+        }
+    }
+    (void)xh;
+}
 #elif defined(SZ_FLOAT_NEON)
 #define SZ_TILE 4
 #define SZ_Q8_UNSIGNED 0
@@ -346,7 +462,7 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
 
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
-                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+                    const int32_t* xp, const float* sab, int64_t S, int ng, float* facc) {
     alignas(16) int32_t isb[R * 16], imn[R * 16];
     int32x4_t ai[R][4];
     const uint8x16_t nib = vdupq_n_u8(0x0F);
@@ -437,9 +553,50 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     }
     for (int r = 0; r < R; ++r)
         for (int m = 0; m < 4; ++m) vst1q_s32(imn + r * 16 + m * 4, ai[r][m]);
-    q4_float_update<R>(isb, imn, ddb, facc, fmin);
+    q4_float_update<R>(isb, imn, ddb, sab, facc);
 }
 
+
+// q8b and q6 codes of quad jq (0..7) of a group, as u8 (the code + BIAS), columns 4m .. 4m + 3.
+struct Q8bQuads {
+    static constexpr int SHIFT = 7;  // BIAS = 128
+    const uint8_t* w;
+    uint8x16_t operator()(int jq, int m) const { return vld1q_u8(w + jq * 64 + 16 * m); }
+};
+struct Q6Quads {
+    static constexpr int SHIFT = 5;  // BIAS = 32
+    const uint8_t *ql, *qh;
+    uint8x16_t operator()(int jq, int m) const {
+        const uint8x16_t p = vld1q_u8(ql + (jq % 4) * 64 + 16 * m), hb = vld1q_u8(qh + (jq / 4) * 64 + 16 * m);
+        const uint8x16_t lo = jq < 4 ? vandq_u8(p, vdupq_n_u8(0x0F)) : vshrq_n_u8(p, 4);
+        const uint8x16_t hi = vandq_u8(vshlq_u8(hb, vdupq_n_s8((int8_t)(-2 * (jq % 4)))), vdupq_n_u8(0x03));
+        return vorrq_u8(lo, vshlq_n_u8(hi, 4));
+    }
+};
+
+// q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r,
+// on the signed codes u - BIAS (sdot, or smull with pairwise widening).
+template <int R, class Quads>
+static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+    const uint8x16_t bias = vdupq_n_u8((uint8_t)(1 << Quads::SHIFT));
+    for (int h = 0; h < 2; ++h) {
+        int32x4_t a[R][4];
+        for (int r = 0; r < R; ++r)
+            for (int m = 0; m < 4; ++m) a[r][m] = vdupq_n_s32(0);
+        for (int q = 0; q < 4; ++q) {
+            int8x16_t wq[4];
+            for (int m = 0; m < 4; ++m) wq[m] = vreinterpretq_s8_u8(vsubq_u8(quads(4 * h + q, m), bias));
+            const int32_t* xr = xk + (4 * h + q) * S;
+            for (int r = 0; r < R; ++r) {
+                const int8x16_t xb = sz_bcast(xr + r);
+                for (int m = 0; m < 4; ++m) a[r][m] = sz_dot(a[r][m], wq[m], xb);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int m = 0; m < 4; ++m) vst1q_s32(t + (2 * r + h) * 16 + 4 * m, a[r][m]);
+    }
+    (void)xh;
+}
 #else  // scalar reference
 #define SZ_TILE 4
 #define SZ_Q8_UNSIGNED 0
@@ -459,7 +616,7 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
 
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
-                    const int32_t* xp, int64_t S, int ng, float* facc, float* fmin) {
+                    const int32_t* xp, const float* sab, int64_t S, int ng, float* facc) {
     int32_t isb[R * 16], imn[R * 16];
     for (int r = 0; r < R; ++r)
         for (int c = 0; c < 16; ++c) {
@@ -481,17 +638,88 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
             imn[r * 16 + c] = im;
         }
     (void)xp;
-    q4_float_update<R>(isb, imn, ddb, facc, fmin);
+    q4_float_update<R>(isb, imn, ddb, sab, facc);
+}
+// q8b and q6 code of column c, input i of quad jq (0..7) of a group, as the code + BIAS.
+struct Q8bQuads {
+    static constexpr int SHIFT = 7;  // BIAS = 128
+    const uint8_t* w;
+    int32_t operator()(int jq, int c, int i) const { return w[jq * 64 + c * 4 + i]; }
+};
+struct Q6Quads {
+    static constexpr int SHIFT = 5;  // BIAS = 32
+    const uint8_t *ql, *qh;
+    int32_t operator()(int jq, int c, int i) const {
+        const uint8_t p = ql[(jq % 4) * 64 + c * 4 + i], hb = qh[(jq / 4) * 64 + c * 4 + i];
+        return (jq < 4 ? p & 15 : p >> 4) | (((hb >> (2 * (jq % 4))) & 3) << 4);
+    }
+};
+
+// q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r.
+template <int R, class Quads>
+static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+    for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h)
+            for (int c = 0; c < 16; ++c) {
+                int32_t a = 0;
+                for (int jq = 4 * h; jq < 4 * h + 4; ++jq)
+                    for (int i = 0; i < 4; ++i) a += sz_act(xk + jq * S + r, i) * (quads(jq, c, i) - (1 << Quads::SHIFT));
+                t[(2 * r + h) * 16 + c] = a;
+            }
+    (void)xh;
 }
 #endif
 
+// q8b's float step, shared by every path: facc [R][16] += ((float)t0 * a0 + (float)t1 * a1) * sag[r] for one
+// group of 32 inputs (halves t0, t1 with their scales a0, a1 [16]; sag: the rows' activation scales).
+template <int R>
+static inline void q8b_float_update(const int32_t* t, const float* a, const float* sag, float* facc) {
+    const V16 a0 = v_load(a), a1 = v_load(a + 16);
+    for (int r = 0; r < R; ++r) {
+        const V16 u = v_add(v_mul(v_cvt_i32(t + r * 32), a0), v_mul(v_cvt_i32(t + r * 32 + 16), a1));
+        v_store(facc + r * 16, v_add(v_load(facc + r * 16), v_mul(u, v_set1(sag[r]))));
+    }
+}
+
+// q8b: R rows x nq quads (whole groups of 32) of one strip. w: the codes at the first quad; a: the scales of
+// its halves [nq / 4][16]; xk, xh, sag: activation words, half sums and group scales at (first quad, row).
+template <int R>
+static void q8b_tile(const uint8_t* w, const float* a, int64_t nq, const int32_t* xk, const int32_t* xh,
+                     const float* sag, int64_t S, float* facc) {
+    alignas(64) int32_t t[R * 32];
+    for (int64_t g = 0; g < nq / 8; ++g) {
+        group_sums<R>(Q8bQuads{w + g * 512}, xk + g * 8 * S, xh + g * 2 * S, S, t);
+        q8b_float_update<R>(t, a + g * 32, sag + g * S, facc);
+    }
+}
+
+
+// q6: R rows x nq quads (whole groups of 32) of one strip. ql, qh: the codes of the first group (384 bytes
+// a group); a: the scales of its halves [nq / 4][16] (D * sc, made by the strip); xk, xh, sag as for q8b.
+// The float step is q8b's: a q6 weight computes what its q8b twin (the same codes and scales) computes.
+template <int R>
+static void q6_tile(const uint8_t* ql, const uint8_t* qh, const float* a, int64_t nq, const int32_t* xk,
+                    const int32_t* xh, const float* sag, int64_t S, float* facc) {
+    alignas(64) int32_t t[R * 32];
+    for (int64_t g = 0; g < nq / 8; ++g) {
+        group_sums<R>(Q6Quads{ql + g * 256, qh + g * 128}, xk + g * 8 * S, xh + g * 2 * S, S, t);
+        q8b_float_update<R>(t, a + g * 32, sag + g * S, facc);
+    }
+}
+
 typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
 typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
-                           const int32_t*, int64_t, int, float*, float*);
+                           const int32_t*, const float*, int64_t, int, float*);
+typedef void (*q8b_tile_fn)(const uint8_t*, const float*, int64_t, const int32_t*, const int32_t*, const float*,
+                            int64_t, float*);
+typedef void (*q6_tile_fn)(const uint8_t*, const uint8_t*, const float*, int64_t, const int32_t*, const int32_t*,
+                           const float*, int64_t, float*);
 template <int... Rs>
 struct Tiles {
     static constexpr q8_tile_fn q8[sizeof...(Rs)] = {&q8_tile<Rs>...};
     static constexpr q4_tile_fn q4[sizeof...(Rs)] = {&q4_tile<Rs>...};
+    static constexpr q8b_tile_fn q8b[sizeof...(Rs)] = {&q8b_tile<Rs>...};
+    static constexpr q6_tile_fn q6[sizeof...(Rs)] = {&q6_tile<Rs>...};
 };
 #if SZ_TILE == 12
 typedef Tiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12> TL;

@@ -18,6 +18,7 @@ the packing stores no all-zero padding groups, which the kernels would otherwise
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,7 @@ PACK_LAYOUT = 2
 STRIP = 16        # output columns per kernel strip (one zmm of int32 accumulators)
 SUPER = 256       # q4 super-block length along K
 GROUP = 32        # q4 group length along K
+ABLOCK = 256      # activation inputs per int8 scale in the kernels (a q4 super-block; cpu_kernels.h SZ_ABLOCK)
 Q8_KALIGN = 32    # q8 pads K to a multiple of this (one register block of 8 x 4 inputs)
 _Q4_CHUNK = 1 << 17  # weights the q4 search takes at a time, in whole rows (its temporaries stay in cache)
 _Q8_ROW_CHUNK = 512  # rows pack_q8 quantizes at a time (its temporaries stay in cache)
@@ -72,25 +74,69 @@ def quantize_q8(weight: Tensor) -> tuple[Tensor, Tensor]:
     return q, scale
 
 
-def pack_q8(weight: Tensor) -> dict[str, Tensor]:
+class Rows:
+    """A weight [N, K] read a block of rows at a time: `read(r0, r1)` gives fp32 rows [r1 - r0, K]. A packer
+    that takes Rows never holds the whole fp32 weight (a GGUF tensor is decoded chunk by chunk, in cache)."""
+
+    def __init__(self, shape: tuple[int, int], read: Callable[[int, int], Tensor]):
+        if len(shape) != 2 or shape[0] <= 0 or shape[1] <= 0:
+            raise ValueError(f"a linear weight must be 2-D [N, K] with N, K > 0, got shape {tuple(shape)}")
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.read = read
+
+    @classmethod
+    def of(cls, weight: Tensor | Rows) -> Rows:
+        if isinstance(weight, Rows):
+            return weight
+        w = _check_shape(weight)
+        return cls(tuple(w.shape), lambda r0, r1: w[r0:r1])
+
+
+@dataclass
+class WeightError:
+    """Running sums for a packing's relative weight error ||packed - w|| / ||w|| over any number of weights:
+    the squared norms in fp64 (each chunk's sum taken in fp32, ample for a figure of a few digits)."""
+
+    err2: float = 0.0
+    ref2: float = 0.0
+
+    def add(self, approx: Tensor, ref: Tensor) -> None:
+        self.err2 += float(torch.linalg.vector_norm(approx - ref)) ** 2
+        self.ref2 += float(torch.linalg.vector_norm(ref)) ** 2
+
+    def merge(self, other: WeightError) -> None:
+        self.err2 += other.err2
+        self.ref2 += other.ref2
+
+    @property
+    def relative(self) -> float:
+        return (self.err2 / self.ref2) ** 0.5 if self.ref2 > 0 else (0.0 if self.err2 == 0 else float("inf"))
+
+
+def pack_q8(weight: Tensor | Rows, error: WeightError | None = None) -> dict[str, Tensor]:
     """{"w8": u8 [NB, KP/4, 16, 4] (q + 128), "sw": f32 [NB*16], "meta": i64 [N, K]}: quantize_q8's codes.
 
     Cheap enough to run at load (a tied LM head is packed then, kernels/linear.py `cheap_pack`): rows go
-    through in cache-sized chunks and the codes are written straight as q + 128 in uint8. The padding is
-    code 0 (128), as is every code of an all-zero row (its scale is 0 and w / 1 rounds to 0).
+    through in cache-sized chunks (read from `weight` one chunk at a time when it is Rows) and the codes
+    are written straight as q + 128 in uint8. The padding is code 0 (128), as is every code of an all-zero
+    row (its scale is 0 and w / 1 rounds to 0). `error` (when given) gets the sums of q * scale against w.
     """
-    w = _check_shape(weight)                                    # [N, K]
-    n, k = w.shape
+    rows = Rows.of(weight)
+    n, k = rows.shape
     np_, kp = _round_up(n, STRIP), _round_up(k, Q8_KALIGN)
     w8 = torch.full((np_, kp), 128, dtype=torch.uint8)          # [NP, KP]
     sw = torch.zeros(np_, dtype=torch.float32)                  # [NP]
     for r0 in range(0, n, _Q8_ROW_CHUNK):
         r1 = min(n, r0 + _Q8_ROW_CHUNK)
-        amax = w[r0:r1].abs().amax(dim=1)                       # [R]; NaN or inf when a value is (max propagates NaN)
+        w = rows.read(r0, r1)                                   # [R, K] fp32
+        amax = w.abs().amax(dim=1)                              # [R]; NaN or inf when a value is (max propagates NaN)
         _check_finite(bool(torch.isfinite(amax).all()))
         scale = amax / 127.0
         safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-        w8[r0:r1, :k] = (w[r0:r1] / safe[:, None]).round_().clamp_(-127, 127).add_(128)
+        q = (w / safe[:, None]).round_().clamp_(-127, 127)      # [R, K] integer values
+        if error is not None:
+            error.add(q * scale[:, None], w)
+        w8[r0:r1, :k] = q.add_(128)
         sw[r0:r1] = scale
     w8 = w8.view(np_ // STRIP, STRIP, kp // 4, 4).permute(0, 2, 1, 3).contiguous()
     return {"w8": w8, "sw": sw, "meta": _meta(n, k)}
@@ -247,10 +293,13 @@ def quantize_q4(weight: Tensor) -> Q4Codes:
     return Q4Codes(*(torch.cat([getattr(p, f) for p in parts]) for f in ("q", "sc", "m", "d", "dm")))
 
 
-def pack_q4(weight: Tensor) -> dict[str, Tensor]:
-    """{"qs", "sc", "mn", "dd", "meta"} in the kernel layout (see cpu_kernels.cpp)."""
+def pack_q4(weight: Tensor, error: WeightError | None = None) -> dict[str, Tensor]:
+    """{"qs", "sc", "mn", "dd", "meta"} in the kernel layout (see cpu_kernels.cpp); `error` (when given)
+    gets the sums of the codes' values against the weight."""
     n, k = weight.shape if weight.dim() == 2 else (0, 0)
     c = quantize_q4(weight)
+    if error is not None:
+        error.add(c.dequantize()[:, :k], weight.detach().float())
     return pack_q4_codes(c, n, k)
 
 

@@ -1,10 +1,12 @@
-"""Batch-invariant integer linear backends: "q8", "q4", "q4mix" (compiled kernels), "q8_torch", "q4_torch".
+"""Batch-invariant integer linear backends: "q8", "q8b", "q6", "q4", "mixed", "q4mix" (compiled kernels),
+"q8_torch", "q8b_torch", "q6_torch", "q4_torch".
 
-All four quantize activations per row (sa = amax|x[s]| / 127, round half to even), accumulate integer
-products exactly and apply fp32 scales in one fixed order, so row i of an S-row forward is bit-identical
-to the 1-row forward of row i. The torch backends read the same packed tensors as their compiled twins
-and reproduce them bit for bit (the tests hold them to it): "q8_torch" (torch._int_mm) is the fallback
-where no compiler exists; "q4_torch" is a slow, memory-hungry oracle (4 bytes per weight at build).
+All of them quantize activations per block of a row (sa = amax / 127 over the block, round half to even;
+ABLOCK = 256 inputs for q4 and q8, 32 for q8b and q6), accumulate integer products exactly and apply fp32 scales in
+one fixed order, so row i of an S-row forward is bit-identical to the 1-row forward of row i. The torch
+backends read the same packed tensors as their compiled twins and reproduce them bit for bit (the tests
+hold them to it): "q8_torch" (torch._int_mm) is the fallback where no compiler exists; "q4_torch",
+"q8b_torch" and "q6_torch" are slow, memory-hungry oracles (4 bytes per weight at build).
 This module must never change the numerics of one backend without changing its twin.
 """
 
@@ -15,11 +17,15 @@ from torch import Tensor, nn
 
 from speczoo.kernels import native
 from speczoo.kernels.linear import LinearBackend
-from speczoo.kernels.pack import (GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8, unpack_q4,
-                                  unpack_q8)
+from speczoo.kernels.pack import (ABLOCK, GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8,
+                                  unpack_q4, unpack_q8)
+from speczoo.kernels.pack_q6 import pack_q6, unpack_q6
+from speczoo.kernels.pack_q8b import Q8B_GROUP, Q8bCodes, pack_q8b, unpack_q8b
 
 Q8_PARTS = ("w8", "sw", "meta")
 Q4_PARTS = ("qs", "sc", "mn", "dd", "meta")
+Q8B_PARTS = ("w8", "sb", "meta")
+Q6_PARTS = ("ql", "qh", "sc", "dd", "meta")
 
 
 def _as_rows(x: Tensor, k: int, who: str) -> Tensor:
@@ -47,41 +53,58 @@ def _check_bias(bias: Tensor | None, n: int) -> Tensor | None:
     return bias.detach().float().contiguous()
 
 
-def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-row int8 activations exactly as the kernels make them: xq int8 [S, K], sa fp32 [S]."""
-    sa = x.abs().amax(dim=1) / 127.0                             # [S]
-    safe = torch.where(sa > 0, sa, torch.ones_like(sa))
-    xq = torch.round(x / safe[:, None]).clamp_(-127, 127)
-    xq = torch.where(sa[:, None] > 0, xq, torch.zeros_like(xq)).to(torch.int8)
-    return xq, sa
+def quantize_blocks(x: Tensor, block: int = ABLOCK) -> tuple[Tensor, Tensor]:
+    """int8 activations exactly as the kernels make them, one scale per block of `block` inputs of a row (the
+    last block may be shorter): xq int8 [S, K], sa fp32 [S, KB] with KB = ceil(K / block)."""
+    s, k = x.shape
+    kb = -(-k // block)
+    xp = torch.zeros(s, kb * block, dtype=torch.float32)
+    xp[:, :k] = x
+    xb = xp.view(s, kb, block)                                   # [S, KB, block]
+    sa = xb.abs().amax(dim=2) / 127.0                            # [S, KB]
+    safe = torch.where(sa > 0, sa, torch.ones_like(sa))[:, :, None]
+    xq = torch.round(xb / safe).clamp_(-127, 127)
+    xq = torch.where(sa[:, :, None] > 0, xq, torch.zeros_like(xq)).to(torch.int8)
+    return xq.view(s, kb * block)[:, :k], sa
 
 
 # ---------------------------------------------------------------------------------- compiled
 class Q8Native(nn.Module):
-    """int8 weights (per-column scale) x int8 activations (per-row scale), compiled kernel (per-ISA paths, bit-identical)."""
+    """int8 weights (per-column scale) x int8 activations (a scale per block of a row), compiled kernel (per-ISA
+    paths, bit-identical)."""
+
+    fmt, parts, scale = "q8", Q8_PARTS, "sw"
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
         super().__init__()
-        self.n, self.k = check_packed(packed, Q8_PARTS, "q8")
+        self.n, self.k = check_packed(packed, self.parts, self.fmt)
         self.w8 = packed["w8"].contiguous()        # [NB, KP/4, 16, 4] u8
-        self.sw = packed["sw"].float().contiguous()  # [NB*16]
+        setattr(self, self.scale, packed[self.scale].float().contiguous())   # q8: sw [NB*16]; q8b: sb [NB, KP/16, 16]
         self.bias = _check_bias(bias, self.n)
         self.lib = lib
-        self._fn = lib.q8_fn
-        self._args = (self.w8.data_ptr(), self.sw.data_ptr(), self.n,
+        self._fn = getattr(lib, f"{self.fmt}_fn")
+        self._args = (self.w8.data_ptr(), getattr(self, self.scale).data_ptr(), self.n,
                       None if self.bias is None else self.bias.data_ptr())
 
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
-        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, "q8 linear")
+        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, f"{self.fmt} linear")
         s = x2.shape[0]
         y = torch.empty(s, self.n)                 # [S, N] fp32
         if s and self._fn(x2.data_ptr(), s, self.k, x2.stride(0), *self._args, y.data_ptr(), torch.get_num_threads()):
-            raise MemoryError(f"q8 kernel could not allocate its scratch for S={s}, K={self.k}")
+            raise MemoryError(f"{self.fmt} kernel could not allocate its scratch for S={s}, K={self.k}")
         return y if x2 is x else y.view(*x.shape[:-1], self.n)
 
 
+class Q8bNative(Q8Native):
+    """int8 weights with a scale per 16 inputs (pack_q8b.py) x int8 activations with a scale per 32 inputs of
+    a row, compiled kernel (per-ISA paths, bit-identical)."""
+
+    fmt, parts, scale = "q8b", Q8B_PARTS, "sb"
+
+
 class Q4Native(nn.Module):
-    """4-bit super-block weights x int8 activations (per-row scale), compiled kernel (per-ISA paths, bit-identical)."""
+    """4-bit super-block weights x int8 activations (a scale per super-block of a row), compiled kernel (per-ISA
+    paths, bit-identical)."""
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
         super().__init__()
@@ -106,22 +129,81 @@ class Q4Native(nn.Module):
         return y if x2 is x else y.view(*x.shape[:-1], self.n)
 
 
+class Q6Native(nn.Module):
+    """6-bit weights with int8 sub-scales per 16 inputs and an fp32 scale per 256 (pack_q6.py: Q6_K) x int8
+    activations with a scale per 32 inputs of a row, compiled kernel (per-ISA paths, bit-identical; every
+    column equal to its q8b twin's)."""
+
+    def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
+        super().__init__()
+        self.n, self.k = check_packed(packed, Q6_PARTS, "q6")
+        self.ql = packed["ql"].contiguous()        # [NB, KP/32, 4, 16, 4] u8
+        self.qh = packed["qh"].contiguous()        # [NB, KP/32, 2, 16, 4] u8
+        self.sc = packed["sc"].contiguous()        # [NB, KP/16, 16] i8
+        self.dd = packed["dd"].float().contiguous()  # [NB, KB, 16] f32
+        self.bias = _check_bias(bias, self.n)
+        self.lib = lib
+        self._fn = lib.q6_fn
+        self._args = (self.ql.data_ptr(), self.qh.data_ptr(), self.sc.data_ptr(), self.dd.data_ptr(), self.n,
+                      None if self.bias is None else self.bias.data_ptr())
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
+        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, "q6 linear")
+        s = x2.shape[0]
+        y = torch.empty(s, self.n)                 # [S, N] fp32
+        if s and self._fn(x2.data_ptr(), s, self.k, x2.stride(0), *self._args, y.data_ptr(), torch.get_num_threads()):
+            raise MemoryError(f"q6 kernel could not allocate its scratch for S={s}, K={self.k}")
+        return y if x2 is x else y.view(*x.shape[:-1], self.n)
+
+
+# The packed parts of each compiled format, every one laid out by 16-column strips along its first dim.
+_STRIP_PARTS: dict[type, tuple[str, ...]] = {Q4Native: ("qs", "sc", "mn", "dd"), Q8Native: ("w8", "sw"),
+                                             Q8bNative: ("w8", "sb"), Q6Native: ("ql", "qh", "sc", "dd")}
+# The compiled kernel formats a weight may be stored in, by name. A bundle of the "mixed" backend holds each
+# weight in one of these, recognised at build by its parts.
+KERNEL_FORMATS: dict[str, type[nn.Module]] = {"q4": Q4Native, "q8": Q8Native, "q8b": Q8bNative, "q6": Q6Native}
+# The activation block each format's kernel quantizes x by (one int8 scale per this many inputs of a row).
+ACT_BLOCK: dict[str, int] = {"q4": ABLOCK, "q8": ABLOCK, "q8b": 2 * Q8B_GROUP, "q6": 2 * Q8B_GROUP}
+
+
+def kernel_format(packed: dict[str, Tensor]) -> str:
+    """The name of the kernel format whose parts `packed` holds (an error naming the known ones if none)."""
+    for name, cls in KERNEL_FORMATS.items():
+        if set(packed) == {*_STRIP_PARTS[cls], "meta"}:
+            return name
+    raise ValueError(f"packed weight parts {sorted(packed)} are no compiled format's "
+                     f"({ {n: list(_STRIP_PARTS[c]) for n, c in KERNEL_FORMATS.items()} }); re-pull the model "
+                     "(speczoo pull NAME --force)")
+
+
+def build_compiled(packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels) -> nn.Module:
+    """The compiled module of whichever format `packed` holds, told by its parts (a bundle may pack each
+    tensor in the format that holds its GGUF type: q4, q6, q8b, q8)."""
+    return KERNEL_FORMATS[kernel_format(packed)](packed, bias, lib)
+
+
+def is_compiled(mod: nn.Module) -> bool:
+    """Whether `mod` is one of the compiled linears (a call into the kernel library)."""
+    return type(mod) in _STRIP_PARTS
+
+
+def joinable(mods: list[nn.Module]) -> bool:
+    """Whether `mods` can share one compiled call (concat_native): all of one compiled format, one K, every N
+    a multiple of the 16-column strip, and bias on all or on none."""
+    return (len(mods) >= 1 and all(type(m) is type(mods[0]) for m in mods) and is_compiled(mods[0])
+            and all(m.k == mods[0].k and m.n % STRIP == 0 for m in mods) and len({m.bias is None for m in mods}) == 1)
+
+
 def concat_native(mods: list[nn.Module]) -> nn.Module | None:
-    """One compiled module computing the outputs of `mods` side by side ([S, sum N]), or None when they
-    cannot share one call: not all Q4Native or all Q8Native, different K, an N that is not a multiple of
-    the 16-column strip, or bias on some but not all. Each output column is computed exactly as before
-    (per-row activation quantization does not depend on N), so the fused result is bit-identical."""
-    if len(mods) < 2 or not all(type(m) is type(mods[0]) for m in mods) or type(mods[0]) not in (Q4Native, Q8Native):
-        return None
-    if any(m.k != mods[0].k or m.n % STRIP for m in mods):
-        return None
-    if len({m.bias is None for m in mods}) != 1:
+    """One compiled module computing the outputs of `mods` side by side ([S, sum N]), or None when there are
+    fewer than two or they cannot share one call (`joinable`). Each output column is computed exactly as
+    before (the activation quantization does not depend on N), so the fused result is bit-identical."""
+    if len(mods) < 2 or not joinable(mods):
         return None
     n = sum(m.n for m in mods)
     bias = None if mods[0].bias is None else torch.cat([m.bias for m in mods])
     meta = torch.tensor([n, mods[0].k], dtype=torch.int64)
-    names = ("qs", "sc", "mn", "dd") if isinstance(mods[0], Q4Native) else ("w8", "sw")
-    packed = {name: torch.cat([getattr(m, name) for m in mods]) for name in names}   # strips are the first dim
+    packed = {name: torch.cat([getattr(m, name) for m in mods]) for name in _STRIP_PARTS[type(mods[0])]}
     packed["meta"] = meta
     return type(mods[0])(packed, bias, mods[0].lib)
 
@@ -131,7 +213,7 @@ def select_strips(mod: nn.Module, strips: Tensor) -> nn.Module | None:
     outputs 16b .. 16b + 15, in the order given), each column exactly as `mod` computes it. A leading
     range of strips shares `mod`'s memory; any other selection copies just those strips. None when `mod`
     is not a compiled kernel."""
-    if type(mod) not in (Q4Native, Q8Native):
+    if type(mod) not in _STRIP_PARTS:
         return None
     nb_all = -(-mod.n // STRIP)
     strips = strips.to(torch.long)
@@ -146,16 +228,17 @@ def select_strips(mod: nn.Module, strips: Tensor) -> nn.Module | None:
         raise ValueError(f"strip selection reaches past the {mod.n} outputs (the last strip is partial)")
     bias = None if mod.bias is None else mod.bias[cols]
     meta = torch.tensor([n, mod.k], dtype=torch.int64)
-    if isinstance(mod, Q4Native):
-        packed = {"qs": pick(mod.qs), "sc": pick(mod.sc), "mn": pick(mod.mn), "dd": pick(mod.dd), "meta": meta}
-    else:
-        packed = {"w8": pick(mod.w8), "sw": mod.sw[cols], "meta": meta}
+    packed = {name: pick(getattr(mod, name)) for name in _STRIP_PARTS[type(mod)]}
+    if type(mod) is Q8Native:
+        packed["sw"] = mod.sw[cols]                                                  # one scale per column, flat
+    packed["meta"] = meta
     return type(mod)(packed, bias, mod.lib)
 
 
 # ---------------------------------------------------------------------------------- pure torch
 class Q8Torch(nn.Module):
-    """torch._int_mm twin of Q8Native: y = ((float)(xq @ q^T) * sa) * sw (+ bias)."""
+    """torch._int_mm twin of Q8Native: F = sum_b (float)(xq_b @ q_b^T) * sa_b over the activation blocks b,
+    in order from 0; y = F * sw (+ bias)."""
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None):
         super().__init__()
@@ -166,12 +249,58 @@ class Q8Torch(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
         x2 = _as_rows(x, self.k, "q8_torch linear")
-        xq, sa = quantize_rows(x2)                   # [S, K] int8, [S]
-        acc = torch._int_mm(xq, self.qt) if x2.shape[0] > 0 else torch.zeros(0, self.n, dtype=torch.int32)
-        y = acc.float() * sa[:, None] * self.sw[None, :]   # [S, N]
+        s = x2.shape[0]
+        xq, sa = quantize_blocks(x2)                 # [S, K] int8, [S, KB]
+        f = torch.zeros(s, self.n, dtype=torch.float32)
+        for b in range(sa.shape[1]):
+            k0, k1 = b * ABLOCK, min(self.k, (b + 1) * ABLOCK)
+            acc = torch._int_mm(xq[:, k0:k1], self.qt[k0:k1]) if s else torch.zeros(0, self.n, dtype=torch.int32)
+            f = f + acc.float() * sa[:, b:b + 1]
+        y = f * self.sw[None, :]                     # [S, N]
         if self.bias is not None:
             y = y + self.bias
         return y.view(*x.shape[:-1], self.n)
+
+
+class Q8bTorch(nn.Module):
+    """Reference twin of Q8bNative: per group g of 32 inputs (halves 2g, 2g + 1 with their scales a),
+    F += ((float)t_2g * a_2g + (float)t_2g+1 * a_2g+1) * sa_g, g in order from 0; y = F (+ bias)."""
+
+    def __init__(self, packed: dict[str, Tensor], bias: Tensor | None):
+        super().__init__()
+        c = self._codes(packed)
+        self.kp = c.q.shape[1]
+        self.q = c.q.view(self.n, -1, Q8B_GROUP).permute(1, 2, 0).float().contiguous()   # [KP/16, 16, N]
+        self.a = c.a.t().contiguous()                                                     # [KP/16, N]
+        self.bias = _check_bias(bias, self.n)
+
+    def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
+        self.n, self.k = check_packed(packed, Q8B_PARTS, "q8b")
+        return unpack_q8b(packed)
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
+        x2 = _as_rows(x, self.k, "q8b_torch linear")
+        s = x2.shape[0]
+        xq, sa = quantize_blocks(x2, 2 * Q8B_GROUP)                 # [S, K] int8, [S, KP/32]
+        xp = torch.zeros(s, self.kp, dtype=torch.float32)
+        xp[:, : self.k] = xq.float()
+        t = torch.bmm(xp.view(s, self.kp // Q8B_GROUP, Q8B_GROUP).transpose(0, 1), self.q)   # [KP/16, S, N], exact
+        m = t * self.a[:, None, :]
+        v = (m[0::2] + m[1::2]) * sa.t()[:, :, None]                  # [KP/32, S, N]
+        y = torch.zeros(s, self.n, dtype=torch.float32)
+        for g in range(v.shape[0]):
+            y = y + v[g]
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.n)
+
+
+class Q6Torch(Q8bTorch):
+    """Reference twin of Q6Native: its q8b twin's arithmetic on the same codes and scales (D * sc)."""
+
+    def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
+        self.n, self.k = check_packed(packed, Q6_PARTS, "q6")
+        return unpack_q6(packed).q8b()
 
 
 class Q4Torch(nn.Module):
@@ -192,7 +321,7 @@ class Q4Torch(nn.Module):
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
         x2 = _as_rows(x, self.k, "q4_torch linear")
         s, g, kb = x2.shape[0], self.kp // GROUP, self.kp // SUPER
-        xq, sa = quantize_rows(x2)                                   # [S, K] int8, [S]
+        xq, sa = quantize_blocks(x2)                                 # [S, K] int8, [S, KB]
         xp = torch.zeros(s, self.kp, dtype=torch.float32)
         xp[:, : self.k] = xq.float()
         xg = xp.view(s, g, GROUP).transpose(0, 1)                    # [G, S, 32]
@@ -200,13 +329,10 @@ class Q4Torch(nn.Module):
         isb = (t * self.sc[:, None, :]).view(kb, 8, s, self.n).sum(1)              # [KB, S, N]
         xs = xg.sum(-1).to(torch.int64)                                             # [G, S]
         imn = (xs[:, :, None] * self.m[:, None, :]).view(kb, 8, s, self.n).sum(1)  # [KB, S, N]
-        f = torch.zeros(s, self.n, dtype=torch.float32)
-        mins = torch.zeros(s, self.n, dtype=torch.float32)
-        for b in range(kb):
-            f = f + isb[b].float() * self.d[None, :, b]
-        for b in range(kb):
-            mins = mins + imn[b].float() * self.dm[None, :, b]
-        y = (f - mins) * sa[:, None]
+        y = torch.zeros(s, self.n, dtype=torch.float32)
+        for b in range(sa.shape[1]):                                 # the blocks past q4_groups(K) add nothing
+            t = isb[b].float() * self.d[None, :, b] - imn[b].float() * self.dm[None, :, b]
+            y = y + t * sa[:, b:b + 1]
         if self.bias is not None:
             y = y + self.bias
         return y.view(*x.shape[:-1], self.n)
@@ -269,12 +395,97 @@ class Q4TorchBackend(LinearBackend):
         return Q4Torch(packed, bias)
 
 
+class MixedBackend(LinearBackend):
+    """Each weight in its own compiled kernel format, chosen at pull time and read back from its parts.
+
+    The pull picks the format of each weight from its source's type (zoo/policy.py: the format that holds
+    it exactly, else the nearest above it) and stores that packing; build() reads which format from the
+    parts (build_compiled). pack() of a bare fp32 weight, whose source type nobody knows, packs q8b (the
+    table's F32 row: the finest integer grid there is).
+    """
+
+    name = "mixed"
+    stored = True
+    batch_invariant = True
+
+    def __init__(self, path: native.KernelPath | None = None):
+        self.path = path  # None: the path chosen for this CPU
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q8b(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return build_compiled(packed, bias, native.kernels(self.path))
+
+
+class Q8bBackend(LinearBackend):
+    """q8b (pack_q8b.py): a GGUF's Q8_0 / Q6_K / Q5_0 / Q4_0 tensors exactly, when packed from their blocks
+    (pack_q8b_gguf); `pack` here quantizes an fp32 weight with a scale per 16 inputs."""
+
+    name = "q8b"
+    stored = True
+    # not cheap: a tied head is stored at pull time, where the policy packs it exactly from the GGUF's blocks
+    # (packed at load from the decoded embedding, pack_q8b would requantize a Q8_0 head, not hold it)
+    batch_invariant = True
+
+    def __init__(self, path: native.KernelPath | None = None):
+        self.path = path
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q8b(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q8bNative(packed, bias, native.kernels(self.path))
+
+
+class Q8bTorchBackend(LinearBackend):
+    name = "q8b_torch"
+    stored = True
+    batch_invariant = True
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q8b(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q8bTorch(packed, bias)
+
+
+class Q6Backend(LinearBackend):
+    """q6 (pack_q6.py): a GGUF's Q6_K tensors exactly, when packed from their blocks (pack_q6_gguf); `pack`
+    here quantizes an fp32 weight on q6's grid."""
+
+    name = "q6"
+    stored = True
+    batch_invariant = True
+
+    def __init__(self, path: native.KernelPath | None = None):
+        self.path = path
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q6(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q6Native(packed, bias, native.kernels(self.path))
+
+
+class Q6TorchBackend(LinearBackend):
+    name = "q6_torch"
+    stored = True
+    batch_invariant = True
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q6(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q6Torch(packed, bias)
+
+
 class Q4MixBackend(LinearBackend):
     """q4 for weights that sit on a 4-bit grid (a Q4_K GGUF's tensors repack almost exactly), q8 for the rest.
 
     pack() quantizes to q4 and keeps it when its relative weight error is under `max_q4_error`, else packs
-    q8 (a Q4_K_M file's Q6_K tensors: ~7.5% error at 4 bits, ~1.2% at 8). build() reads which one from the
-    parts, so the choice is made once, at pull time, and stored.
+    q8 (a Q4_K_M file's Q6_K tensors: ~7.5% error at 4 bits, ~1.2% at 8). Superseded by "mixed", which
+    chooses by the source's type without the search; kept so that its bundles load and re-pack the same.
     """
 
     name = "q4mix"
@@ -293,5 +504,4 @@ class Q4MixBackend(LinearBackend):
         return packed if err <= self.max_q4_error else pack_q8(weight)
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
-        lib = native.kernels(self.path)
-        return Q4Native(packed, bias, lib) if "qs" in packed else Q8Native(packed, bias, lib)
+        return build_compiled(packed, bias, native.kernels(self.path))

@@ -8,9 +8,10 @@ ARCH, LAYOUT and `args_from_gguf`, and whatever else its file format needs (ROPE
 order of a source tensor, a builtin chat template); models/registry.py lists them.
 
 A block whose shape the compiled kernel runs (no sandwich norms, SiLU, no soft-capping) and whose linears
-are all compiled q4/q8 kernels runs as one compiled call (kernels/block.py), and a model of such blocks
-with one attention pattern runs all of them in one call (`NativeStack`); any other block runs in
-PyTorch with the same linears. This module never branches on the linear backend or on an architecture's
+are all compiled kernels, of any format and mixed (q4, q6, q8b, q8: what kernels/quantized.py
+build_compiled made of the bundle's packing; q|k|v and gate|up as runs of one format), runs as one
+compiled call (kernels/block.py), and a model of such blocks with one attention pattern runs all of them
+in one call (`NativeStack`); any other block runs in PyTorch with the same linears. This module never branches on the linear backend or on an architecture's
 name.
 """
 
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 from speczoo.kernels.block import NativeBlock, NativeStack
 from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.linear import LinearBackend
+from speczoo.kernels.quantized import is_compiled
 from speczoo.models.args import ModelArgs
 from speczoo.models.base import (AttnPlan, DecoderBase, Mlp, RMSNorm, Rope, Rotation, apply_rope, attend,
                                  default_query_scale, make_linear, plan_attention, plan_keys, write_kv)
@@ -59,11 +61,16 @@ class Layout:
 
 class SplitLinear(nn.Module):
     """One linear whose output is several side by side (a fused GGUF tensor): returns the column blocks
-    of sizes `sizes` as views, like FusedLinears; `fused` is the linear itself."""
+    of sizes `sizes` as views, like FusedLinears; `fused` is the linear itself, `runs` its one compiled run
+    (as FusedLinears.runs: empty when it is not a compiled kernel)."""
 
     def __init__(self, fused: nn.Module, sizes: list[int]):
         super().__init__()
         self.fused, self.sizes = fused, sizes
+
+    @property
+    def runs(self) -> list[nn.Module]:
+        return [self.fused] if is_compiled(self.fused) else []
 
     def forward(self, x: Tensor) -> tuple[Tensor, ...]:  # x: [S, K] -> ([S, sizes[0]], ...)
         return self.fused(x).split(self.sizes, dim=-1)
@@ -113,7 +120,7 @@ class Block(nn.Module):
         self.native = None
         if self.post_attn_norm is None and self.softcap == 0:
             self.native = NativeBlock.build(
-                self.qkv.fused, self.wo, gate_up.fused, self.mlp.down, self.attn_norm.weight, self.ffn_norm.weight,
+                self.qkv.runs, self.wo, gate_up.runs, self.mlp.down, self.attn_norm.weight, self.ffn_norm.weight,
                 eps, args.n_heads, args.n_kv_heads, args.head_dim, args.act,
                 *((self.q_norm.weight, self.k_norm.weight) if self.q_norm is not None else ()))
 

@@ -31,13 +31,15 @@ from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import PACK_LAYOUT, concat_rows
 from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding, RowDecoder
+from speczoo.models.gguf_blocks import BLOCK_BYTES, BLOCK_VALUES, TORCH_TYPES, decode
 from speczoo.models.registry import LINEAR_WEIGHT_PATTERN, arch_class
 
 CONFIG_FILE = "config.json"
 LEGACY_WEIGHTS_FILE = "weights.safetensors"     # bundles before the lean format: every tensor in fp32
 UNPACKED_FILE = "unpacked.safetensors"          # lean bundles: the tensors no backend packs
 ENCODINGS_KEY = "encodings"                     # unpacked.safetensors metadata: name -> GGUF block type
-_DEQUANT_ROWS = 1024                            # rows of GGUF blocks dequantized per task
+_DEQUANT_ROWS = 1024                            # rows of GGUF blocks gguf's decoder takes per task
+_DECODE_CHUNK = 1 << 16                         # values the torch decoders make at a time (they stay in cache)
 _HEAD_ROWS = 1024                               # rows of a tied head decoded and packed at a time at load
 ROW_LOOKUP = ("token_embd.weight",)             # read by the model only row by row: kept encoded at load
 
@@ -105,12 +107,38 @@ def build_model(args: ModelArgs, tensors: Mapping[str, Tensor], backend: str = "
 
 # ---------------------------------------------------------------- GGUF blocks -> fp32
 
-def dequantize(raw: np.ndarray, type_name: str) -> Tensor:
+def dequantize(raw: np.ndarray | Tensor, type_name: str) -> Tensor:
     """The fp32 values of GGUF data `raw` of block type `type_name` ("F32", "Q4_K", ...), as a tensor.
 
-    Exactly the values of gguf.quants.dequantize: the same block decoder runs on chunks of rows (each
-    block is decoded on its own, so chunking changes no bit), on several threads (numpy releases the GIL).
+    Exactly the values of gguf.quants.dequantize. The types models/gguf_blocks.py decodes in torch go
+    through it a chunk of rows at a time (its temporaries stay in cache); any other runs gguf's own block
+    decoder on chunks of rows on several threads (numpy releases the GIL). Each block is decoded on its
+    own, so chunking changes no bit.
     """
+    if isinstance(raw, Tensor):
+        t = raw
+    else:                                   # own memory: a GGUF's memory map is read-only
+        t = torch.from_numpy(np.array(raw, order="C", copy=True))
+    if type_name == "F32":
+        return t.view(torch.float32)
+    t = t.view(torch.uint8)
+    if type_name in TORCH_TYPES:
+        return _torch_dequantize(t, type_name)
+    return gguf_dequantize(t.numpy(), type_name)
+
+
+def _torch_dequantize(raw: Tensor, type_name: str) -> Tensor:
+    rows = raw.reshape(-1, raw.shape[-1])                                       # [N, R] uint8
+    width = rows.shape[1] // BLOCK_BYTES[type_name] * BLOCK_VALUES[type_name]
+    out = torch.empty(rows.shape[0], width, dtype=torch.float32)
+    step = max(1, _DECODE_CHUNK // max(1, width))
+    for r0 in range(0, rows.shape[0], step):
+        out[r0:r0 + step] = decode(rows[r0:r0 + step], type_name)
+    return out.reshape(*raw.shape[:-1], width)
+
+
+def gguf_dequantize(raw: np.ndarray, type_name: str) -> Tensor:
+    """gguf's own block decoder on `raw` (threaded over chunks of rows): the values `dequantize` equals."""
     import gguf
 
     qtype = gguf.GGMLQuantizationType[type_name]
@@ -136,20 +164,7 @@ def row_decoder(encoding: str | None) -> RowDecoder:
     for a float tensor (encoding None). The whole-tensor decode of `read_unpacked` is this on every row."""
     if encoding is None:
         return lambda rows: rows.float()
-    if encoding == "Q8_0":
-        return _q8_0_rows
-    return lambda rows: dequantize(rows.numpy(), encoding)
-
-
-def _q8_0_rows(rows: Tensor) -> Tensor:
-    """Q8_0 rows [N, R] (blocks of an fp16 scale d and 32 int8 codes x) -> x * d fp32 [N, R / 34 * 32], in
-    torch: the product of an 11-bit and an 8-bit significand is exact in fp32, so these are gguf's values
-    bit for bit, without its per-block Python loop (a tied head packed at load decodes every row)."""
-    n = rows.shape[0]
-    blocks = rows.reshape(n, -1, 34)                                   # [N, B, 34] uint8
-    d = blocks[..., :2].contiguous().view(torch.float16).float()      # [N, B, 1]
-    x = blocks[..., 2:].contiguous().view(torch.int8).float()         # [N, B, 32]
-    return (x * d).reshape(n, -1)
+    return lambda rows: dequantize(rows, encoding)
 
 
 def read_unpacked(path: Path, names: Iterable[str] | None = None,

@@ -3,7 +3,9 @@
 A bundle is a directory under `paths.bundles_dir()/NAME` holding:
 
     manifest.json             format_version, name, source (kind, path, sha256, size), architecture,
-                              quantization summary, packed linear backends, creation time, file sizes
+                              quantization summary, packed linear backends and each one's packing table
+                              (source type -> kernel format, measured weight error), creation time,
+                              file sizes
     config.json               ModelArgs
     weights-<backend>.safetensors   the packing of the backend it runs: "<tensor name>.<part>"
     unpacked.safetensors      the tensors no backend packs (embedding, norms, biases) in the source's own
@@ -42,10 +44,12 @@ from speczoo.zoo.source import hf_dir_files, hf_dir_sha256, keep_gguf, sha256_fi
 __all__ = ["CONFIG_FILE", "LEGACY_WEIGHTS_FILE", "UNPACKED_FILE", "packed_weights_file", "hf_dir_files",
            "hf_dir_sha256", "sha256_file"]
 
-# 3: a tied LM head whose packing is cheap (q8) is packed at load, not stored; 2: lean (packing + unpacked
-# tensors); 1: with weights.safetensors in fp32. A speczoo reading only 1 and 2 would miss the head of a 3.
-FORMAT_VERSION = 3
-READABLE_FORMATS = (1, 2, 3)
+# 4: the manifest's `packing` table (source type -> kernel format, measured error), which a speczoo reading
+# only 1..3 could not parse; 3: a tied LM head whose packing is cheap (q8) is packed at load, not stored;
+# 2: lean (packing + unpacked tensors); 1: with weights.safetensors in fp32. A speczoo reading only 1 and 2
+# would miss the head of a 3.
+FORMAT_VERSION = 4
+READABLE_FORMATS = (1, 2, 3, 4)
 MANIFEST_FILE = "manifest.json"
 SOURCE_KINDS = ("zoo", "gguf", "hf")   # registry entry (assembled GGUF), a user's GGUF file, a user's HF dir
 
@@ -74,6 +78,9 @@ class Manifest:
     created: str                        # ISO 8601, UTC
     files: dict[str, int] = field(default_factory=dict)   # bundle file -> size in bytes
     chat_template_source: str | None = None               # "gguf", "hf", "builtin:<name>" or None
+    # backend -> its packing table: one row per (source type, kernel format) with the tensors, weights and
+    # the measured error (zoo/policy.py PackRow.to_json); empty for packings made before format 4
+    packing: dict[str, list[dict]] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
     @property
@@ -197,7 +204,8 @@ def source_gguf(bundle_dir: Path) -> Path:
 
 
 def list_bundles() -> list[Path]:
-    return sorted(d for d in paths.bundles_dir().iterdir() if d.is_dir() and (d / MANIFEST_FILE).is_file())
+    return sorted(d for d in paths.bundles_dir().iterdir()
+                  if d.is_dir() and not d.name.startswith(".") and (d / MANIFEST_FILE).is_file())   # not a pull's temp
 
 
 def dir_size(d: Path) -> int:

@@ -23,10 +23,10 @@ from speczoo.models.args import ModelArgs
 from speczoo.models.loader import LINEAR_WEIGHT_PATTERN, dequantize, linear_weight_sources
 from speczoo.models.meta import GGUFMeta
 from speczoo.models.registry import SUPPORTED_ARCHS, arch_class
-from speczoo.zoo.gguf_file import open_gguf
+from speczoo.zoo.gguf_file import CorruptGGUFError, open_gguf
 
 __all__ = ["LINEAR_WEIGHT_PATTERN", "linear_weight_sources", "gguf_model_args", "iter_gguf_tensors",
-           "iter_gguf_blocks", "gguf_quant_summary", "open_gguf", "SUPPORTED_ARCHS"]
+           "iter_gguf_blocks", "gguf_quant_summary", "open_gguf", "SUPPORTED_ARCHS", "CorruptGGUFError"]
 
 # Token texts that end a turn (llama.cpp treats them as end-of-generation too).
 _EOG_TEXTS = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<|end_of_text|>", "<eos>")

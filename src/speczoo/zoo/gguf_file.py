@@ -14,6 +14,12 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from speczoo.errors import SpeczooError
+
+
+class CorruptGGUFError(SpeczooError, ValueError):
+    """A GGUF file that cannot be read: truncated, or not GGUF at all."""
+
 
 class GGUFFile(gguf.GGUFReader):
     """gguf.GGUFReader whose memory map is exposed to its parser as a plain ndarray."""
@@ -29,11 +35,21 @@ class GGUFFile(gguf.GGUFReader):
 
 
 def open_gguf(path: Path | str) -> GGUFFile:
-    """The GGUF file at `path`, memory-mapped, with a clear error when it is absent or not a GGUF."""
+    """The GGUF file at `path`, memory-mapped, with a clear error when it is absent, truncated or corrupt
+    (gguf's reader fails on those with an IndexError or a numpy reshape message, or reads tensors that end
+    past the file)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file {path} does not exist")
+    size = path.stat().st_size
     try:
-        return GGUFFile(path)
-    except (ValueError, IndexError) as exc:  # gguf's words: bad magic, unknown version, data cut short
-        raise ValueError(f"{path} is not a readable GGUF file ({exc}); re-download it") from exc
+        reader = GGUFFile(path)
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError) as exc:
+        raise CorruptGGUFError(f"{path} ({size:,} bytes) is not a readable GGUF file: it is truncated or corrupt "
+                               f"(gguf's reader says: {exc}). Download or copy it again and check its sha256 "
+                               "against the publisher's") from exc
+    if end > size:
+        raise CorruptGGUFError(f"{path} is truncated: its tensors end at byte {end:,} and the file has {size:,}. "
+                               "Download or copy it again")
+    return reader

@@ -7,14 +7,18 @@
 The assembled GGUF is written under a temporary name while it is hashed and used only when its sha256
 matches the pin; the bundle is built in a temporary directory and renamed into place at the end. So an
 interrupted or failed pull leaves nothing half-made, and a mismatch (truncated or tampered data) raises
-IntegrityError naming both hashes. The conversion streams the source tensor by tensor: a linear weight is
-dequantized to fp32 and packed for the bundle's backend, every other tensor is copied in its source's
+IntegrityError naming both hashes. A GGUF that cannot be read (truncated, corrupt) or holds a tensor type
+nobody decodes is refused before anything is written. The conversion streams the source tensor by tensor:
+a linear weight is packed for the bundle's backend (the default "mixed": in the kernel format its GGUF
+type maps to, zoo/policy.py, straight from its blocks, decoded a chunk of rows at a time, the error of
+each mapping measured into the manifest's packing table), every other tensor is copied in its source's
 encoding (zoo/weights.py); fp32 weights are never written. A zoo model's assembled GGUF is removed once
 its bundle is made (zoo/source.py assembles it again when something needs the file) unless `keep_gguf`.
 A second pull of a verified bundle converts nothing: it slims a format-1 bundle, drops a stored tied LM
-head that its backend now packs at load (format 2), adds a missing packing, and removes a GGUF left in
-the downloads. This module never holds all of a model's tensors in memory and
-never skips a check.
+head that its backend now packs at load (format 2), adds a missing packing (replacing the old default's
+q4 by the default's, when no backend is named), and removes a GGUF left in the downloads. The temporary
+directory of a pull killed midway is removed by the next pull of that model. This module never holds all
+of a model's tensors in memory and never skips a check.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -39,15 +43,23 @@ from speczoo import paths
 from speczoo.errors import SpeczooError
 from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, get_backend
 from speczoo.kernels.linear import LinearBackend
+from speczoo.kernels.quantized import MixedBackend
 from speczoo.models.args import ModelArgs
-from speczoo.models.loader import read_unpacked, stored_linear_sources, unpacked_names, with_tied_head
+from speczoo.models.loader import (linear_weight_sources, read_unpacked, stored_linear_sources, unpacked_names,
+                                   with_tied_head)
 from speczoo.models.registry import arch_class
 from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
 from speczoo.zoo import bundle as B
 from speczoo.zoo import source as S
 from speczoo.zoo.registry import ZooModel, resolve
-from speczoo.zoo.weights import SourceTensor, UnpackedWriter, bundle_source, iter_source, open_reference, source_names
+from speczoo.zoo.policy import PackedTensor, PackReport, PackRow, check_types, pack_tensor, stale_rows
+from speczoo.zoo.weights import (SourceTensor, UnpackedWriter, bundle_source, iter_reader, iter_source,
+                                 source_names)
 
+# The default backend before "mixed" (bundle formats up to 3): a bundle of that age holding only this packing
+# was packed by default, and a pull that names no backend replaces it by the default's (which the runtime
+# loads first anyway), instead of keeping both.
+OLD_DEFAULT_BACKEND = "q4"
 
 @dataclass
 class PullResult:
@@ -56,6 +68,7 @@ class PullResult:
     action: str          # "pulled" | "already" | "packed" (a backend's packing added) | "slimmed" (format 1 or 2 -> 3)
     seconds: float
     message: str
+    packing: dict[str, list[PackRow]] = field(default_factory=dict)   # backend -> its packing table (manifest)
 
 
 def _log(msg: str) -> None:
@@ -74,21 +87,22 @@ def _pack_plan(tensor_names: list[str], backend: LinearBackend) -> dict[str, lis
 
 
 def write_weights(tensors: Iterator[SourceTensor], tensor_names: list[str], out_dir: Path,
-                  backend: LinearBackend | None, progress: bool = True) -> None:
+                  backend: LinearBackend | None, progress: bool = True) -> PackReport:
     """Stream a source into unpacked.safetensors and weights-<backend>.safetensors: a linear weight is
-    dequantized and packed (on worker threads, written in source order), any other tensor copied in its
-    source encoding."""
+    packed (policy.pack_tensor, on worker threads, written in source order), any other tensor copied in
+    its source encoding. Returns the packing table (source type -> kernel format, measured error)."""
     plan = _pack_plan(tensor_names, backend) if backend is not None else {}
     keep = set(unpacked_names(tensor_names))
     unpacked = UnpackedWriter(out_dir / B.UNPACKED_FILE)
     packed = B.SafetensorsWriter(out_dir / B.packed_weights_file(backend.name)) if backend is not None else None
+    report = PackReport()
     try:
         with tqdm(total=len(tensor_names), desc="converting", unit="tensor", disable=not progress) as bar, \
-                _OrderedPacker(backend, plan, packed, bar) as packer:
+                _OrderedPacker(backend, plan, packed, bar, report) as packer:
             for st in tensors:
                 if st.name in keep:
                     unpacked.add(st)
-                packer.add(st.name, st.fp32 if st.name in plan else None)
+                packer.add(st if st.name in plan else None)
         unpacked.close()
         if packed is not None:
             packed.close(B.packed_metadata(backend.name))
@@ -97,6 +111,7 @@ def write_weights(tensors: Iterator[SourceTensor], tensor_names: list[str], out_
         if packed is not None:
             packed.abort()
         raise
+    return report
 
 
 class _OrderedPacker:
@@ -111,8 +126,8 @@ class _OrderedPacker:
     """
 
     def __init__(self, backend: LinearBackend | None, plan: dict[str, list[str]],
-                 writer: B.SafetensorsWriter | None, bar: tqdm):
-        self.backend, self.plan, self.writer, self.bar = backend, plan, writer, bar
+                 writer: B.SafetensorsWriter | None, bar: tqdm, report: PackReport):
+        self.backend, self.plan, self.writer, self.bar, self.report = backend, plan, writer, bar, report
         self.workers = max(1, torch.get_num_threads())
         self.pending: deque[Future | None] = deque()      # one entry per added tensor, in order
 
@@ -121,21 +136,25 @@ class _OrderedPacker:
         torch.set_num_threads(1)
         return self
 
-    def add(self, name: str, fp32: Callable[[], Tensor] | None) -> None:
-        """Queue one tensor: `fp32` makes its weight (None: nothing to pack, it only advances the bar)."""
-        self.pending.append(None if fp32 is None else self.pool.submit(self._pack, name, fp32))
+    def add(self, st: SourceTensor | None) -> None:
+        """Queue one tensor to pack (None: nothing to pack, it only advances the bar)."""
+        self.pending.append(None if st is None else self.pool.submit(self._pack, st))
         while len(self.pending) > self.workers or (self.pending and self.pending[0] is None):
             self._write_oldest()
 
-    def _pack(self, name: str, fp32: Callable[[], Tensor]) -> list[tuple[str, Tensor]]:
-        w = fp32()                                                  # [out, in] fp32
-        return [(f"{key}.{part}", v) for key in self.plan[name] for part, v in self.backend.pack(w).items()]
+    def _pack(self, st: SourceTensor) -> tuple[SourceTensor, PackedTensor]:
+        return st, pack_tensor(st.encoding, st.data, self.backend)
 
     def _write_oldest(self) -> None:
         job = self.pending.popleft()
         if job is not None:
-            for key, v in job.result():
-                self.writer.add(key, v)
+            st, packed = job.result()
+            keys = self.plan[st.name]
+            for key in keys:
+                for part, v in packed.parts.items():
+                    self.writer.add(f"{key}.{part}", v)
+            for _ in keys:
+                self.report.add(st.encoding, packed)
         self.bar.update(1)
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -172,6 +191,8 @@ def open_gguf_source(path: Path, log: Callable[[str], None] = _log, label: str |
     from speczoo.zoo.gguf import gguf_model_args, gguf_quant_summary, open_gguf
     from speczoo.zoo.gguf_tokenizer import tokenizer_from_gguf
     reader = open_gguf(path)
+    types = {t.name: t.tensor_type.name for t in reader.tensors}
+    check_types(types, set(linear_weight_sources(types).values()))
     log(f"reading the tokenizer of {label or Path(path).name}")
     built = tokenizer_from_gguf(reader)
     for note in built.warnings:
@@ -180,7 +201,7 @@ def open_gguf_source(path: Path, log: Callable[[str], None] = _log, label: str |
         args=gguf_model_args(reader), quantization=gguf_quant_summary(reader),
         tokenizer=Tokenizer(built.tokenizer, built.config, built.chat_template),
         template_source="gguf" if built.chat_template is not None else None,
-        tensor_names=source_names("gguf", path), tensors=iter_source("gguf", path))
+        tensor_names=list(types), tensors=iter_reader(reader))
 
 
 def open_hf_source(hf_dir: Path) -> SourceContent:
@@ -223,6 +244,25 @@ def _file_sizes(d: Path) -> dict[str, int]:
     return {f.name: f.stat().st_size for f in sorted(Path(d).iterdir()) if f.is_file() and not f.name.startswith(".")}
 
 
+def _remove_stale(parent: Path, prefix: str) -> None:
+    """Remove the temporary directories `prefix<pid>` that pulls killed midway left (their process is gone):
+    an 8B model's half-made bundle holds gigabytes."""
+    for d in parent.glob(f"{prefix}*"):
+        pid = d.name[len(prefix):]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:              # someone else's process
+        return True
+    return True
+
+
 def convert(src_kind: str, src_path: Path, name: str, sha256: str, size: int, backend: LinearBackend | None,
             chat_template_fallback: str | None = None, progress: bool = True,
             log: Callable[[str], None] = _log, read_from: Path | None = None) -> Path:
@@ -234,19 +274,21 @@ def convert(src_kind: str, src_path: Path, name: str, sha256: str, size: int, ba
     """
     final = B.bundle_dir_for(name)
     tmp = final.with_name(f".{name}.tmp-{os.getpid()}")
+    _remove_stale(final.parent, f".{name}.tmp-")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     read_from = Path(read_from or src_path)
     try:
         src = open_hf_source(read_from) if src_kind == "hf" else open_gguf_source(read_from, log, Path(src_path).name)
         template_source = _chat_template(src, name, chat_template_fallback, log)
-        write_weights(src.tensors, src.tensor_names, tmp, backend, progress)
+        report = write_weights(src.tensors, src.tensor_names, tmp, backend, progress)
         src.args.to_json(tmp / B.CONFIG_FILE)
         src.tokenizer.save(tmp)
         B.Manifest(
             name=name, source=B.SourceInfo(kind=src_kind, path=str(src_path), sha256=sha256, size=size),
             architecture=src.args.arch, quantization=src.quantization,
             packed_backends=[backend.name] if backend else [],
+            packing={backend.name: report.to_json()} if backend else {},
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"), files=_file_sizes(tmp),
             chat_template_source=template_source).write(tmp)
         paths.replace_dir(tmp, final)
@@ -259,27 +301,46 @@ def convert(src_kind: str, src_path: Path, name: str, sha256: str, size: int, ba
 # ---------------------------------------------------------------- an existing bundle: pack, slim
 
 def pack_bundle(bundle_dir: Path, backend: LinearBackend, progress: bool = True) -> None:
-    """Add weights-<backend>.safetensors to an existing bundle from its fp32 reference (atomic: temp + rename)."""
+    """Add weights-<backend>.safetensors to an existing bundle from its source (atomic: temp + rename)."""
     bundle_dir = Path(bundle_dir)
     m = B.read_manifest(bundle_dir)
     final = bundle_dir / B.packed_weights_file(backend.name)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    with open_reference(bundle_dir) as ref:
-        plan = _pack_plan(ref.names, backend)
+    report = PackReport()
+    with bundle_source(m) as (kind, path):
+        plan = _pack_plan(source_names(kind, path), backend)
         writer = B.SafetensorsWriter(tmp)
         try:
             with tqdm(total=len(plan), desc=f"packing {backend.name}", disable=not progress) as bar, \
-                    _OrderedPacker(backend, plan, writer, bar) as packer:
-                for src, w in ref.tensors(plan):
-                    packer.add(src, lambda w=w: w)
+                    _OrderedPacker(backend, plan, writer, bar, report) as packer:
+                for st in iter_source(kind, path, plan):
+                    packer.add(st)
             writer.close(B.packed_metadata(backend.name))
         except BaseException:
             writer.abort()
             raise
     os.replace(tmp, final)
     m.packed_backends = sorted(set(m.packed_backends) | {backend.name})
+    m.packing[backend.name] = report.to_json()
+    m.format_version = B.FORMAT_VERSION
     m.files[final.name] = final.stat().st_size
     m.write(bundle_dir)
+
+
+def drop_packing(bundle_dir: Path, backend: str) -> int:
+    """Remove the bundle's stored packing of `backend` (the manifest first, so that a bundle whose file is
+    left behind never names it). Returns the bytes freed."""
+    bundle_dir = Path(bundle_dir)
+    m = B.read_manifest(bundle_dir)
+    f = bundle_dir / B.packed_weights_file(backend)
+    m.packed_backends = [b for b in m.packed_backends if b != backend]
+    m.files.pop(f.name, None)
+    m.packing.pop(backend, None)
+    m.format_version = B.FORMAT_VERSION
+    m.write(bundle_dir)
+    freed = f.stat().st_size if f.is_file() else 0
+    f.unlink(missing_ok=True)
+    return freed
 
 
 def slim_bundle(bundle_dir: Path, log: Callable[[str], None] = _log) -> int:
@@ -378,8 +439,10 @@ def _zoo_gguf_after(model: ZooModel, keep_gguf: bool, progress: bool, log: Calla
 
 
 def _reuse(src, final: Path, impl: LinearBackend | None, keep_gguf: bool, progress: bool,
-           log: Callable[[str], None]) -> PullResult | None:
-    """Bring a verified existing bundle up to date (slim, pack, drop the GGUF); None when it must be rebuilt."""
+           log: Callable[[str], None], by_default: bool) -> PullResult | None:
+    """Bring a verified existing bundle up to date (slim, pack, drop the GGUF); None when it must be rebuilt.
+    by_default: `impl` is the default backend, nobody named one; a packing the old default made is then
+    replaced by the new one's."""
     t0 = time.perf_counter()
     if src.kind == "zoo":
         S.install_packages(src.model, log)
@@ -402,16 +465,31 @@ def _reuse(src, final: Path, impl: LinearBackend | None, keep_gguf: bool, progre
             done.append(f"dropped its stored {name} LM head, packed at load from the embedding now "
                         f"(freed {freed / 1e9:.2f} GB)")
             action = "slimmed"
+    stale = stale_rows(packing_tables(final).get(impl.name, [])) if isinstance(impl, MixedBackend) else []
+    if stale:                # a packing an earlier table made (format 4 before q8b/q6: Q6_K, Q8_0 ... -> q8)
+        pack_bundle(final, impl, progress)
+        done.append(f"re-packed its {impl.name} weights by the current table (" + ", ".join(
+            f"{r.source_type} {r.format} -> {r.wanted}" for r in stale) + ")")
+        action = "packed"
     if impl is not None and impl.name not in m.packed_backends:
         pack_bundle(final, impl, progress)
         done.append(f"added {impl.name} packed weights")
         action = "packed" if action == "already" else action
+        if by_default and m.format_version < 4 and m.packed_backends == [OLD_DEFAULT_BACKEND]:
+            freed = drop_packing(final, OLD_DEFAULT_BACKEND)
+            done.append(f"removed its {OLD_DEFAULT_BACKEND} packing, the default before {impl.name} (freed "
+                        f"{freed / 1e9:.2f} GB; `speczoo pull {src.name} --backend {OLD_DEFAULT_BACKEND}` makes it again)")
     tail = _zoo_gguf_after(src.model, keep_gguf, progress, log) if src.kind == "zoo" else ""
     if done:
         message = f"{src.name}: " + ", ".join(done) + tail
     else:
         message = f"{src.name} is already pulled and verified ({final})" + (tail or "; nothing to do")
-    return PullResult(src.name, final, action, time.perf_counter() - t0, message)
+    return PullResult(src.name, final, action, time.perf_counter() - t0, message, packing_tables(final))
+
+
+def packing_tables(bundle_dir: Path) -> dict[str, list[PackRow]]:
+    """The packing tables the bundle's manifest keeps, by backend (none for packings before format 4)."""
+    return {b: [PackRow.from_json(r) for r in rows] for b, rows in B.read_manifest(bundle_dir).packing.items()}
 
 
 def pull(name_or_path: str, backend: str | None = None, force: bool = False, progress: bool = True,
@@ -419,10 +497,11 @@ def pull(name_or_path: str, backend: str | None = None, force: bool = False, pro
     """Make sure `name_or_path` has a verified, lean bundle; see the module docstring."""
     t0 = time.perf_counter()
     src = resolve(name_or_path)
-    impl = _stored_backend(backend or (src.model.backend if src.model is not None else None), log)
+    named = backend or (src.model.backend if src.model is not None else None)
+    impl = _stored_backend(named, log)
     final = B.bundle_dir_for(src.name)
     if final.exists() and not force:
-        result = _reuse(src, final, impl, keep_gguf, progress, log)
+        result = _reuse(src, final, impl, keep_gguf, progress, log, by_default=named is None)
         if result is not None:
             return result
     if src.kind == "zoo":
@@ -440,4 +519,4 @@ def pull(name_or_path: str, backend: str | None = None, force: bool = False, pro
         convert("hf", src.path, src.name, sha, size, impl, None, progress, log)
         tail = ""
     return PullResult(src.name, final, "pulled", time.perf_counter() - t0,
-                      f"{src.name}: bundle written to {final}{tail}")
+                      f"{src.name}: bundle written to {final}{tail}", packing_tables(final))

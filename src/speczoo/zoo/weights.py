@@ -54,8 +54,15 @@ def iter_source(kind: str, path: Path, names: Iterable[str] | None = None) -> It
             if wanted is None or name in wanted:
                 yield SourceTensor(name, None, t)
         return
-    from speczoo.zoo.gguf import iter_gguf_blocks, open_gguf
-    for name, encoding, data in iter_gguf_blocks(open_gguf(path), wanted):
+    from speczoo.zoo.gguf import open_gguf
+    yield from iter_reader(open_gguf(path), wanted)
+
+
+def iter_reader(reader, wanted: set[str] | None = None) -> Iterator[SourceTensor]:
+    """The tensors of an open GGUF reader, as `iter_source` gives them (reading the header of a model with a
+    large vocabulary takes seconds: open it once)."""
+    from speczoo.zoo.gguf import iter_gguf_blocks
+    for name, encoding, data in iter_gguf_blocks(reader, wanted):
         yield SourceTensor(name, encoding, data)
 
 

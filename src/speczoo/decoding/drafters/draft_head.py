@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from speczoo.decoding.tuning import DRAFTING
 from speczoo.kernels.pack import STRIP
-from speczoo.kernels.quantized import Q4Native, Q8Native, select_strips
+from speczoo.kernels.quantized import is_compiled, select_strips
 
 
 class ReducedHead(nn.Module):
@@ -44,7 +44,7 @@ class ReducedHead(nn.Module):
     def for_model(cls, model, n_common: int | None) -> ReducedHead | None:
         """The reduced head a draft model proposes from, or None when it keeps its full head: no
         `n_common` given, a vocabulary no larger than it, or an LM head that is not a compiled kernel."""
-        if n_common is None or n_common >= model.args.vocab_size or type(model.lm_head) not in (Q4Native, Q8Native):
+        if n_common is None or n_common >= model.args.vocab_size or not is_compiled(model.lm_head):
             return None
         return cls(model, n_common)
 
