@@ -6,7 +6,7 @@ The block's forward in PyTorch is ~40 small operations (norms, RoPE, cache write
 around four linear calls and the attention; on two cores their dispatch costs about a fifth of a decode
 step. When every linear of a block is a compiled q4/q8 kernel (with q/k/v and gate/up fused) the whole
 block runs in C++ instead: the same linear and attention routines, the elementwise steps written out
-row by row, so the forward stays batch-invariant (tests/test_block.py holds it to that and to the
+row by row, so the forward stays batch-invariant (tests/kernels/test_block.py holds it to that and to the
 PyTorch composition within round-off). It must never be used for a non-fp32 cache or a batched
 (non-invariant) attention plan: the block asks `supports` first.
 
