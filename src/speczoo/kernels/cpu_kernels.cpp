@@ -36,6 +36,7 @@
 //   q8b, q6: see q8b_strip and q6_strip (activation blocks of 32 inputs):
 //       F = sum_g ((float)t_2g * a_2g + (float)t_2g+1 * a_2g+1) * sa[g, s]   (g in order, from 0.0f)
 //       with t_j the exact sum of q * xq over inputs 16j .. 16j + 15 and a_j their weight scale; y = F (+ bias)
+//   f32, f16, bf16: float weights and fp32 activations, not quantized: see cpu_float.h.
 
 #include <math.h>
 #include <stdint.h>
@@ -47,11 +48,12 @@
 #define SZ_PF 12  // q4: software prefetch distance in super-blocks (2 KiB of codes each), into L2
 #endif
 #include "cpu_tiles.h"
+#include "cpu_float.h"
 // q8: quads (4 inputs) per k-block, one activation block; one k-block of a strip stays in L1 across row tiles
 #define SZ_KBLOCK (SZ_ABLOCK / 4)
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 10; }
+SZ_API int sz_abi_version(void) { return 11; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;
@@ -311,8 +313,26 @@ static void q6_strip(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, con
 // ---------------------------------------------------------------- entry points
 static inline int64_t q4_groups(int64_t K) { return 2 * ((K + 63) / 64); }  // pack.py q4_groups
 
-int64_t sz_linear_kpad(const SzLinear& w) {  // inputs per row the activation scratch must hold
+static inline bool is_float(int64_t fmt) { return fmt == SZ_FMT_F32 || fmt == SZ_FMT_F16 || fmt == SZ_FMT_BF16; }
+
+int64_t sz_linear_kpad(const SzLinear& w) {  // inputs per row the activation scratch must hold (floats: none)
+    if (is_float(w.fmt)) return 0;
     return w.fmt == SZ_FMT_Q4 ? q4_groups(w.K) * 32 : ((((w.K + 31) / 32) * 32 + 63) / 64) * 64;
+}
+
+// Inside a parallel region: the strips of a float format (x read as it is: no quantization, no barrier
+// before the strips; the work-shared loop's barrier ends it).
+template <class E>
+static void float_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, float* y, int64_t ldy,
+                             bool accum) {
+    const int64_t NB = (w.N + 15) / 16, KP = ((w.K + 15) / 16) * 16;
+    const typename E::T* wt = (const typename E::T*)w.a;
+#pragma omp for schedule(static)
+    for (int64_t nb = 0; nb < NB; ++nb) {
+        const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
+        float_strip<E>(wt + nb * 16 * KP, KP, w.K, x, ldx, S, w.bias ? w.bias + nb * 16 : nullptr, y + nb * 16, ldy,
+                       ncols, accum);
+    }
 }
 
 // Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b / q6 group of 32 (llama.cpp's
@@ -323,6 +343,9 @@ static inline int64_t sz_ablock(int64_t fmt) { return fmt == SZ_FMT_Q8B || fmt =
 // ws: this thread's workspace of SZ_WS_WORDS * S words. y: row stride ldy; accum adds to what y holds.
 void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, float* y, int64_t ldy, bool accum,
                    int32_t* ws) {
+    if (w.fmt == SZ_FMT_F32) return float_linear_omp<ElemF32>(w, x, S, ldx, y, ldy, accum);
+    if (w.fmt == SZ_FMT_F16) return float_linear_omp<ElemF16>(w, x, S, ldx, y, ldy, accum);
+    if (w.fmt == SZ_FMT_BF16) return float_linear_omp<ElemBf16>(w, x, S, ldx, y, ldy, accum);
     const Scratch& s = g_scratch;
     const int64_t NB = (w.N + 15) / 16;
     quantize_rows_omp(x, S, w.K, ldx, sz_linear_kpad(w), sz_ablock(w.fmt));
@@ -396,6 +419,14 @@ SZ_API int sz_q6_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const
                         const int8_t* sc, const float* dd, int64_t N, const float* bias, float* y, int nthreads) {
     const SzLinear w{SZ_FMT_Q6, N, K, ql, qh, (const uint8_t*)sc, dd, bias};
     return linear_call(w, x, S, ldx, y, nthreads);
+}
+
+// f32, f16, bf16: w [NB, 16, KP] of fp32, fp16 or bf16 (cpu_float.h)
+SZ_API int sz_float_linear(int64_t fmt, const float* x, int64_t S, int64_t K, int64_t ldx, const void* w, int64_t N,
+                           const float* bias, float* y, int nthreads) {
+    if (!is_float(fmt)) return -2;
+    const SzLinear lw{fmt, N, K, (const uint8_t*)w, nullptr, nullptr, nullptr, bias};
+    return linear_call(lw, x, S, ldx, y, nthreads);
 }
 
 SZ_API int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs,
