@@ -541,8 +541,8 @@ class FloatBackend(LinearBackend):
     cheap_pack = True
     batch_invariant = True
 
-    def __init__(self, fmt: str, name: str | None = None, path: native.KernelPath | None = None):
-        self.fmt, self.name, self.path = fmt, name or fmt, path
+    def __init__(self, fmt: str, path: native.KernelPath | None = None, name: str | None = None):
+        self.fmt, self.path, self.name = fmt, path, name or fmt   # path None: the path chosen for this CPU
 
     def pack(self, weight: Tensor) -> dict[str, Tensor]:
         return pack_float(weight, self.fmt)
