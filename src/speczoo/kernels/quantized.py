@@ -452,8 +452,10 @@ class MixedBackend(LinearBackend):
 
     The pull picks the format of each weight from its source's type (zoo/policy.py: the format that holds
     it exactly, else the nearest above it) and stores that packing; build() reads which format from the
-    parts (build_compiled). pack() of a bare fp32 weight, whose source type nobody knows, packs q8b (the
-    table's F32 row: the finest integer grid there is).
+    parts (build_compiled). pack() of a bare fp32 weight, which no file's type names (an EAGLE head packed
+    at load, a model built in memory), packs q8b, the finest integer grid, not the table's F32 row (f32):
+    a head only proposes tokens, which the target verifies, so its precision never reaches the output,
+    while its bytes set the draft step's time (f32 streams four times q8b's).
     """
 
     name = "mixed"
