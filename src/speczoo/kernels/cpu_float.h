@@ -28,11 +28,11 @@ struct ElemBf16 {
     static V16 load(const uint16_t* p) { return v_load_bf16(p); }
 };
 
-// Register tiles: SZ_FR rows x SZ_FC columns when S > 1, one row x SZ_FR * SZ_FC columns when S = 1 (the
-// same accumulators, enough independent fma chains to hide the latency). SZ_FC * SZ_FR divides 16.
+// Register tiles: up to SZ_FR rows x SZ_FC columns when S > 1, one row x SZ_FR * SZ_FC columns when S = 1
+// (the same accumulators, enough independent fma chains to hide the latency). SZ_FR * SZ_FC divides 16.
 #if defined(SZ_FLOAT_512)
-#define SZ_FR 2
-#define SZ_FC 8  // 16 zmm accumulators + x + w
+#define SZ_FR 4
+#define SZ_FC 4  // 16 zmm accumulators (summed by one v_sum_tree16) + 4 x + w
 #elif defined(SZ_FLOAT_256)
 #define SZ_FR 2
 #define SZ_FC 2  // 4 V16 = 8 ymm accumulators + 4 x + 2 w of the 16 ymm
@@ -43,7 +43,7 @@ struct ElemBf16 {
 #define SZ_FR 1
 #define SZ_FC 1
 #endif
-static_assert(SZ_FR >= 1 && SZ_FR <= 2 && 16 % (SZ_FR * SZ_FC) == 0, "float_strip tiles one remainder row, whole strips");
+static_assert(SZ_FR >= 1 && SZ_FR <= 4 && 16 % (SZ_FR * SZ_FC) == 0, "float_strip tiles whole strips");
 
 // out[r * C + j] = the dot product of row r of x (stride ldx, K inputs) with column j of w (stride KP).
 template <class E, int R, int C>
@@ -70,8 +70,25 @@ static inline void float_tile(const typename E::T* w, int64_t KP, const float* x
             for (int r = 0; r < R; ++r) acc[r][j] = v_fma(xv[r], wv, acc[r][j]);
         }
     }
-    for (int r = 0; r < R; ++r)
-        for (int j = 0; j < C; ++j) out[r * C + j] = v_sum_tree(acc[r][j]);
+    if constexpr (R * C == 16)
+        v_sum_tree16(&acc[0][0], out);  // the same tree for each, 16 at once
+    else
+        for (int r = 0; r < R; ++r)
+            for (int j = 0; j < C; ++j) out[r * C + j] = v_sum_tree(acc[r][j]);
+}
+
+// A tile of R <= 4 rows (R chosen at run time: the last rows of S).
+template <class E, int C>
+static inline void float_rows(int64_t R, const typename E::T* w, int64_t KP, const float* x, int64_t ldx, int64_t K,
+                              float* out) {
+    if (R >= 4)
+        float_tile<E, 4, C>(w, KP, x, ldx, K, out);
+    else if (R == 3)
+        float_tile<E, 3, C>(w, KP, x, ldx, K, out);
+    else if (R == 2)
+        float_tile<E, 2, C>(w, KP, x, ldx, K, out);
+    else
+        float_tile<E, 1, C>(w, KP, x, ldx, K, out);
 }
 
 // One strip (16 columns) for all S rows. w: the strip [16, KP]; out: y + 16 * strip (row stride N), ncols
@@ -80,7 +97,7 @@ template <class E>
 static void float_strip(const typename E::T* w, int64_t KP, int64_t K, const float* x, int64_t ldx, int64_t S,
                         const float* bias, float* out, int64_t N, int64_t ncols, bool accum) {
     constexpr int C1 = SZ_FR * SZ_FC;
-    alignas(64) float t[SZ_FR * C1];
+    alignas(64) float t[4 * 16];  // a tile's outputs [R][cols], R <= 4 (float_rows), R * cols <= 16
     const int cols = S == 1 ? C1 : SZ_FC;
     for (int64_t j0 = 0; j0 < ncols; j0 += cols) {  // a column group's weights stay in L1 across row tiles
         for (int64_t r0 = 0; r0 < S; r0 += SZ_FR) {
@@ -89,10 +106,8 @@ static void float_strip(const typename E::T* w, int64_t KP, int64_t K, const flo
             const float* xr = x + r0 * ldx;
             if (S == 1)
                 float_tile<E, 1, C1>(wj, KP, xr, ldx, K, t);
-            else if (R == SZ_FR)
-                float_tile<E, SZ_FR, SZ_FC>(wj, KP, xr, ldx, K, t);
             else
-                float_tile<E, 1, SZ_FC>(wj, KP, xr, ldx, K, t);  // SZ_FR <= 2: a remainder is one row
+                float_rows<E, SZ_FC>(R, wj, KP, xr, ldx, K, t);
             for (int64_t r = 0; r < R; ++r)
                 for (int64_t j = 0; j < cols && j0 + j < ncols; ++j) {
                     const int64_t n = j0 + j;

@@ -447,27 +447,6 @@ SZ_API int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const
 //   out[d] = (sum_j p_j * v_j[d], one fma chain in key order) / l.
 // One thread computes one (kv-head, row) pair for all q-heads of the group, so neither S, the other rows
 // nor the thread count can change a result. K/V: [Hkv, C, Dh] per layer (cache.py), fp32.
-#if defined(SZ_PATH_AVX512VNNI)
-// 16 lane vectors -> one vector whose lane k is the lane sum of a[k], by v_sum_tree's tree for every k
-// (16 keys' scores at once instead of one horizontal sum each).
-static inline __m512 lane_sums16(__m512* a) {
-    __m512 r1[8], r2[4], r3[2];
-    for (int p = 0; p < 8; ++p)  // s1[m] = x[m] + x[m+8]
-        r1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
-                              _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
-    for (int p = 0; p < 4; ++p)  // s2[m] = s1[m] + s1[m+4]
-        r2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0x88),
-                              _mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0xDD));
-    for (int p = 0; p < 2; ++p)  // s3[m] = s2[m] + s2[m+2]
-        r3[p] = _mm512_add_ps(
-            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(r2[2 * p]), _mm512_castps_pd(r2[2 * p + 1]))),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(r2[2 * p]), _mm512_castps_pd(r2[2 * p + 1]))));
-    // s4 = s3[0] + s3[1]; lane 4L + t holds key 4t + L
-    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(r3[0], r3[1], 0x88), _mm512_shuffle_ps(r3[0], r3[1], 0xDD));
-    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(perm, r);
-}
-#endif
 
 // scores[h][j] = q_h . k_j for the G heads and n keys: per key, one fma chain over the 16-lane chunks of
 // Dh in order (a last partial chunk zero-filled), then v_sum_tree.

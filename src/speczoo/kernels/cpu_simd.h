@@ -305,6 +305,40 @@ static inline float v_sum_tree(V16 x) {
     return l[0];
 }
 
+#if defined(SZ_FLOAT_512)
+// 16 lane vectors -> one vector whose lane k is the lane sum of a[k], by v_sum_tree's tree for every k
+// (16 sums at once, e.g. 16 keys' attention scores, instead of one horizontal sum each).
+static inline __m512 lane_sums16(__m512* a) {
+    __m512 r1[8], r2[4], r3[2];
+    for (int p = 0; p < 8; ++p)  // s1[m] = x[m] + x[m+8]
+        r1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                              _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
+    for (int p = 0; p < 4; ++p)  // s2[m] = s1[m] + s1[m+4]
+        r2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0x88),
+                              _mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0xDD));
+    for (int p = 0; p < 2; ++p)  // s3[m] = s2[m] + s2[m+2]
+        r3[p] = _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(r2[2 * p]), _mm512_castps_pd(r2[2 * p + 1]))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(r2[2 * p]), _mm512_castps_pd(r2[2 * p + 1]))));
+    // s4 = s3[0] + s3[1]; lane 4L + t holds the sum of a[4t + L]
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(r3[0], r3[1], 0x88), _mm512_shuffle_ps(r3[0], r3[1], 0xDD));
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(perm, r);
+}
+#endif
+
+// out[k] = v_sum_tree(a[k]) for the 16 vectors a[0 .. 15], the very same tree for each (on AVX-512 by
+// shuffles across the 16 vectors at once instead of 16 horizontal sums).
+static inline void v_sum_tree16(V16* a, float* out) {
+#if defined(SZ_FLOAT_512)
+    __m512 r[16];
+    for (int k = 0; k < 16; ++k) r[k] = a[k].v;
+    _mm512_storeu_ps(out, lane_sums16(r));
+#else
+    for (int k = 0; k < 16; ++k) out[k] = v_sum_tree(a[k]);
+#endif
+}
+
 static inline float v_max_lanes(V16 x) {  // max is exact: any order gives the same value
     float l[16];
     v_lanes(x, l);
