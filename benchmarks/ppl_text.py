@@ -10,6 +10,7 @@ This module is a measurement script: the runtime never imports it.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import sys
 import sysconfig
@@ -25,16 +26,14 @@ def docstrings(path: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", type=Path, help="the text file to write")
+    out = p.parse_args(argv).out
     root = Path(sysconfig.get_paths()["stdlib"])
     parts = [d for m in MODULES if (root / f"{m}.py").is_file() for d in docstrings(root / f"{m}.py")]
-    Path(argv[0]).write_text("\n\n".join(parts) + "\n", encoding="utf-8")
-    print(f"{argv[0]}: {len(parts)} docstrings, {sum(map(len, parts))} characters (Python {sys.version.split()[0]})")
+    out.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    print(f"{out}: {len(parts)} docstrings, {sum(map(len, parts))} characters (Python {sys.version.split()[0]})")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -154,13 +154,13 @@ def _sample_memory(pid: int) -> tuple[dict[str, int], Callable[[], None]]:
     return peak, stop
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", type=Path, required=True, help="where the GGUF and SPECZOO_HOME go (not the repo)")
     p.add_argument("--types", default="Q4_K_M,Q8_0,F16")
     p.add_argument("--layers", type=int, default=SHAPES["layers"])
     p.add_argument("--keep", action="store_true")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
     home = args.dir / "home"
     for kind in args.types.split(","):

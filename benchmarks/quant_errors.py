@@ -115,14 +115,14 @@ def _print(label: str, rows: dict[str, tuple[int, dict[str, WeightError]]]) -> N
         print(f"{label:<28} {kind:<8} {n:>3} tensors  {cells}   policy: {chosen}", flush=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*", type=Path)
     p.add_argument("--requant", default="", help="comma-separated GGUF types gguf can quantize to")
     p.add_argument("--per-type", type=int, default=8)
     p.add_argument("--against", type=Path, default=None, help="the GGUF the files were quantized from")
     p.add_argument("--write-gaussian", type=Path, default=None, help="write an F32 GGUF of Gaussian weights and stop")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.write_gaussian:
         write_gguf(args.write_gaussian, "F32", GAUSSIAN_SHAPES)
         return

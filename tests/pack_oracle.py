@@ -1,6 +1,6 @@
 """The packers as they were before they were made fast, kept verbatim as the oracles of kernels/pack.py:
 a packing is stored in bundles, so the fast packers must give these functions' bytes exactly, on every
-weight (tests/test_pack_oracle.py holds them to it). Never change these to make a test pass.
+weight (tests/kernels/test_pack_oracle.py holds them to it). Never change these to make a test pass.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The tokenizer: GGUF -> tokenizers construction, chat templates, the UTF-8-safe incremental decoder, and
 parity with transformers on tiny GGUFs. Parity with llama.cpp (its vocabulary tests, and the real models
-on real text) is tests/test_tokenizer_llama.py's; the vocabulary rules one by one tests/test_gguf_tokenizer.py's.
+on real text) is tests/zoo/test_tokenizer_llama.py's; the vocabulary rules one by one tests/zoo/test_gguf_tokenizer.py's.
 """
 
 from __future__ import annotations

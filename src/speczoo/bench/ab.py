@@ -74,7 +74,7 @@ class ABResult:
         if self.sampled:
             head = (f"SPEC LOSSLESS n/a when sampling: plain and speculative runs draw different random "
                     f"numbers, so their texts differ by design; lossless sampling is a property of the "
-                    f"distribution, proven by the chi-square tests (tests/test_engine_sampling.py). "
+                    f"distribution, proven by the chi-square tests (tests/decoding/test_engine_sampling.py). "
                     f"Each side reproducible from its seed across runs: "
                     f"{'yes' if self.lossless_runs else 'NO'}")
         else:

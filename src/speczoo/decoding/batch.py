@@ -17,7 +17,7 @@ Exactness: rows of different sequences never see each other (SlotCache's keys), 
 batch-invariant kernels every row's logits are the bits of the same sequence run alone, prefilled in
 one piece or in chunks; a sequence's plan, verify and settle run the solo engine's code in the solo
 order. So every sequence emits exactly the ids of its solo `Engine` run, and a seeded sampled one the
-same samples, whatever joins or leaves around it (tests/test_batch.py).
+same samples, whatever joins or leaves around it (tests/decoding/test_batch.py).
 
 Pricing: a greedy (or unseeded) sequence's controller sees its round's price on top of the step's
 other rows (decoding/pricing/batch_view.py). A seeded sampled sequence keeps the loaded profile, as alone:

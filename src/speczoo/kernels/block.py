@@ -7,7 +7,7 @@ around four linear calls and the attention; on two cores their dispatch costs ab
 step. When every linear of a block is a compiled kernel of any format (q4, q8, q8b, q6, or the float
 formats f32, f16, bf16; with q/k/v and gate/up fused where they share a format) the whole block runs in
 C++ instead: the same linear and attention routines, the elementwise steps written out
-row by row, so the forward stays batch-invariant (tests/test_block.py holds it to that and to the
+row by row, so the forward stays batch-invariant (tests/kernels/test_block.py holds it to that and to the
 PyTorch composition within round-off). It must never be used for a non-fp32 cache or a batched
 (non-invariant) attention plan: the block asks `supports` first.
 

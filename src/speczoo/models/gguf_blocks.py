@@ -6,7 +6,7 @@
 gguf's decoders are vectorized numpy over groups of 16 rows; these do the same arithmetic (every product
 and sum in fp32, in gguf's order, nothing fused) with torch ops over whole chunks of rows, several times
 faster, so a pull spends its time packing rather than decoding. Each decoder is held to gguf's values on
-random blocks of every bit pattern that gives finite values (tests/test_gguf_blocks.py). A type with no
+random blocks of every bit pattern that gives finite values (tests/models/test_gguf_blocks.py). A type with no
 torch decoder here (the IQ and ternary types) is decoded by gguf itself (models/loader.py `dequantize`).
 
 Block layouts are ggml's (ggml-common.h): fp16 scales, packed 4/5/6-bit codes, 6-bit sub-scales packed

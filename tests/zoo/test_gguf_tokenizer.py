@@ -1,7 +1,7 @@
 """How speczoo reads a GGUF vocabulary, rule by rule as llama.cpp reads it: the pre-tokenizer table, BOS/EOS
 defaults per tokenizer, end-of-generation and control tokens by text, SentencePiece's space prefix,
 Phi-3's right-stripped specials, and the fast metadata reader. Hand-made metadata, no model files.
-(That the ids equal llama.cpp's on its own vocabulary tests is tests/test_tokenizer_llama.py's.)
+(That the ids equal llama.cpp's on its own vocabulary tests is tests/zoo/test_tokenizer_llama.py's.)
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 
 from speczoo.decoding.tuning import BATCHING, DRAFTING, PRICING, TUNING, Batching, Drafting, Pricing
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "tuning.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "tuning.md"
 
 
 @pytest.mark.parametrize("value, message", [

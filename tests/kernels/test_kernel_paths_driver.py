@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DRIVER_DIR = ROOT / "tests" / "kernel_driver"
 KERNELS = ROOT / "src" / "speczoo" / "kernels"
 CACHE = Path(tempfile.gettempdir()) / "speczoo-kernel-driver"

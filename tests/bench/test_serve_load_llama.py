@@ -18,7 +18,7 @@ from real_models import QWEN_NAME, gguf_of, real_runtime
 from speczoo.bench import serve_load_llama as L
 from speczoo.bench.serve_load import LoadResult, StreamResult, run_serve_load
 
-FAKE = str(Path(__file__).with_name("fake_llama_server.py"))
+FAKE = str(Path(__file__).parents[1] / "fake_llama_server.py")
 
 
 def bodies(n: int, max_tokens: int = 12) -> list[dict]:

@@ -27,7 +27,7 @@ from speczoo.zoo.gguf_tokenizer import read_tokenizer, tokenizer_from_metadata
 from speczoo.zoo.source import sha256_file
 from speczoo.zoo.tokparity import ids_digest, stdlib_texts, texts_digest
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 REGENERATE = "regenerate tests/data/llama_tokenize.json with benchmarks/llama_tokenize_ids.py"
 
 VOCABS = vocab_dir()

@@ -2,7 +2,7 @@
 
 Unit tests run on tiny hand-made GGUFs and HF directories under a temporary SPECZOO_HOME (seconds, no
 downloads). Tests marked `real` pull the small real models into the user's speczoo home. What a lean
-bundle keeps and how its fp32 weights come back is tests/test_bundle.py's.
+bundle keeps and how its fp32 weights come back is tests/zoo/test_bundle.py's.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def test_real_protocol_matches_llama_perplexity(tmp_path):
 
     bin_dir = _llama_bin()
     text = tmp_path / "text.txt"
-    text.write_text(Path(__file__).with_name("conftest.py").read_text() * 8)
+    text.write_text((Path(__file__).parents[1] / "conftest.py").read_text() * 8)
     r = run_ppl_check(QWEN_NAME, text, n_ctx=256, n_chunks=2, llama_bin=str(bin_dir), log=lambda s: None)
     assert r.llama is not None
     assert abs(r.fp32.ppl / r.llama.ppl_ref - 1) < 0.002, format_ppl_report(r)
