@@ -3,7 +3,7 @@
 //   <name> <digest>       digest: 64-bit FNV-1a of the output bytes, in hex
 // after header lines that start with '#' (the compiled path, the ABI). Every build of the kernels (scalar
 // reference, AVX2, AVX-VNNI, AVX-512 VNNI, NEON, dotprod, i8mm, under any compiler or qemu CPU model)
-// must print the same case lines: tests/test_kernel_paths_driver.py compares them with the scalar
+// must print the same case lines: tests/kernels/test_kernel_paths_driver.py compares them with the scalar
 // reference's, line for line.
 //
 // Inside one build it also checks batch invariance on its own path and prints "FAIL <name>: ..." (and
