@@ -185,7 +185,7 @@ static uint16_t rand_half(Rng& r, bool bf16) {
 struct Lin {
     int64_t fmt, N, K;
     std::vector<uint8_t> a, b, c;  // q8, q8b: a = w8; q4: a = qs, b = sc, c = mn; q6: a = ql, b = qh, c = sc;
-                                   // f32, f16, bf16: a = w [NB, 16, KP] of the element type (KP: K up to 16)
+                                   // f32, f16, bf16: a = w [NB, 4, KP/16, 4, 16] of the element type (KP: K up to 16)
     std::vector<float> d;          // q8: sw; q8b: sb; q4, q6: dd
     std::vector<float> bias;       // empty: none
     int64_t desc[8];               // the descriptor sz_qwen_blocks reads (fmt, N, K, a, b, c, d, bias)
@@ -196,12 +196,13 @@ static void make_lin(Lin& L, Rng& r, int64_t fmt, int64_t N, int64_t K, bool bia
     L.N = N;
     L.K = K;
     const int64_t NB = cdiv(N, 16);
-    if (is_float(fmt)) {  // zero past N and past K, as pack_float lays it out
+    if (is_float(fmt)) {  // [NB, 4, KP/16, 4, 16], zero past N and past K, as pack_float lays it out
         const int64_t KP = cdiv(K, 16) * 16, el = fmt == FMT_F32 ? 4 : 2;
         L.a.assign((size_t)(NB * 16 * KP * el), 0);
         for (int64_t n = 0; n < N; ++n)
             for (int64_t k = 0; k < K; ++k) {
-                uint8_t* at = L.a.data() + (n * KP + k) * el;
+                const int64_t at_el = ((((n / 16) * 4 + (n % 16) / 4) * (KP / 16) + k / 16) * 4 + n % 4) * 16 + k % 16;
+                uint8_t* at = L.a.data() + at_el * el;
                 if (fmt == FMT_F32) {
                     const float v = r.normal() * 0.05f;
                     memcpy(at, &v, 4);

@@ -13,7 +13,7 @@ import torch
 
 from speczoo.kernels.backends import get_backend
 from speczoo.kernels.fused import FusedLinears
-from speczoo.kernels.pack_float import FLOAT_KALIGN, float_part, pack_float, unpack_float
+from speczoo.kernels.pack_float import FLOAT_KALIGN, float_part, float_values, pack_float, unpack_float
 from speczoo.kernels.pack_q6 import pack_q6, pack_q6_gguf, q6_from_gguf, quantize_q6, unpack_q6
 from speczoo.kernels.pack_q8b import (Q8B_GGUF_TYPES, pack_q8b, pack_q8b_gguf, q8b_from_gguf, quantize_q8b,
                                       unpack_q8b)
@@ -165,9 +165,11 @@ def test_float_formats_hold_their_gguf_types_bit_for_bit(kind):
     fmt = FLOAT_TYPES[kind]
     packed = pack_float(values, fmt)
     assert torch.equal(unpack_float(packed).view(torch.int32), values.view(torch.int32))
-    stored = packed[float_part(fmt)].reshape(-1, packed[float_part(fmt)].shape[-1])   # [NB * 16, KP]
-    assert stored.shape == (48, 304) and not stored[n:].any() and not stored[:, k:].any()
-    assert torch.equal(stored[:n, :k].contiguous().view(torch.uint8).view(n, -1), raw)   # the file's own bytes
+    chunks = packed[float_part(fmt)]                                  # [NB, 4, KP/16, 4, 16]
+    assert chunks.shape == (3, 4, 19, 4, 16)
+    plain = chunks.permute(0, 1, 3, 2, 4).reshape(48, 304)            # [NB * 16, KP]
+    assert not plain[n:].any() and not plain[:, k:].any()              # zero padding
+    assert torch.equal(float_values(packed).contiguous().view(torch.uint8).view(n, -1), raw)   # the file's own bytes
     # the pull: the policy's exact row, measured error 0, the same bytes
     assert POLICY[kind].format == fmt and POLICY[kind].exact
     pt = pack_tensor(kind, values if kind == "F32" else raw, MixedBackend())   # the pull reads F32 as fp32

@@ -7,8 +7,11 @@ the fp32 rows a pull decodes go back to their own element type unchanged (the pu
 conversion does; a value past fp16's range is refused, not stored as inf.
 
 Layout (the kernel's; NB = ceil(N / 16) strips of 16 output columns, KP = K rounded up to 16):
-  w<fmt> [NB, 16, KP] of the element type (the part is named "wf32", "wf16" or "wbf16", so a packing says
-  its format by its parts), zero padding past N and K;  meta i64 [N, K].
+  w<fmt> [NB, 4, KP/16, 4, 16] of the element type: strip b, column group g, chunk c, column j, input i holds
+  w[16b + 4g + j, 16c + i] (the kernel's register tiles take 4 columns, or all 16, at a time: each group of
+  4 is one stream read front to back, one 16-input chunk of its columns after another), zero padding past N
+  and K;
+  the part is named "wf32", "wf16" or "wbf16", so a packing says its format by its parts;  meta i64 [N, K].
 Deterministic, like every packer here: the same weight gives the same bytes. This module never runs a matmul.
 """
 
@@ -20,6 +23,7 @@ from torch import Tensor
 from speczoo.kernels.pack import STRIP, _check_finite, _check_shape, _meta, _round_up
 
 FLOAT_KALIGN = 16        # inputs per chunk of the kernel's 16 lanes; K is padded to a multiple
+GROUPS = 4               # column groups of a strip (4 columns each)
 FLOAT_DTYPES: dict[str, torch.dtype] = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -29,7 +33,7 @@ def float_part(fmt: str) -> str:
 
 
 def pack_float(weight: Tensor, fmt: str) -> dict[str, Tensor]:
-    """{"w<fmt>": [NB, 16, KP] of fmt's element type, "meta": i64 [N, K]} from an fp32 weight [N, K]."""
+    """{"w<fmt>": [NB, 4, KP/16, 4, 16] of fmt's element type, "meta": i64 [N, K]} from an fp32 weight [N, K]."""
     if fmt not in FLOAT_DTYPES:
         raise ValueError(f"unknown float format {fmt!r}; known: {sorted(FLOAT_DTYPES)}")
     w = _check_shape(weight)                                        # [N, K] fp32
@@ -41,7 +45,8 @@ def pack_float(weight: Tensor, fmt: str) -> dict[str, Tensor]:
     if not bool(torch.isfinite(out[:n, :k]).all()):
         raise ValueError(f"the weight has values beyond {fmt}'s range (largest |w| = {float(w.abs().max()):.6g}); "
                          "pack it as f32")
-    return {float_part(fmt): out.view(nb, STRIP, kp), "meta": _meta(n, k)}
+    chunks = out.view(nb, GROUPS, STRIP // GROUPS, kp // FLOAT_KALIGN, FLOAT_KALIGN).permute(0, 1, 3, 2, 4).contiguous()
+    return {float_part(fmt): chunks, "meta": _meta(n, k)}
 
 
 def float_format(packed: dict[str, Tensor]) -> str | None:
@@ -52,11 +57,17 @@ def float_format(packed: dict[str, Tensor]) -> str | None:
     return None
 
 
-def unpack_float(packed: dict[str, Tensor]) -> Tensor:
-    """The weight a float packing holds, fp32 [N, K] (exactly its stored values)."""
+def float_values(packed: dict[str, Tensor]) -> Tensor:
+    """The values a float packing stores, in plain order [N, K] and their own element type."""
     fmt = float_format(packed)
     if fmt is None:
         raise ValueError(f"packed parts {sorted(packed)} are no float format's ({[float_part(f) for f in FLOAT_DTYPES]})")
     n, k = (int(v) for v in packed["meta"])
-    w = packed[float_part(fmt)]
-    return w.reshape(-1, w.shape[-1])[:n, :k].float()
+    w = packed[float_part(fmt)]                                     # [NB, 4, KP/16, 4, 16]
+    nb, kc = w.shape[0], w.shape[2]
+    return w.permute(0, 1, 3, 2, 4).reshape(nb * STRIP, kc * FLOAT_KALIGN)[:n, :k]
+
+
+def unpack_float(packed: dict[str, Tensor]) -> Tensor:
+    """The weight a float packing holds, fp32 [N, K] (exactly its stored values)."""
+    return float_values(packed).float()

@@ -23,7 +23,7 @@ from speczoo.kernels import native
 from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import (ABLOCK, GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8,
                                   unpack_q4, unpack_q8)
-from speczoo.kernels.pack_float import FLOAT_DTYPES, float_part, pack_float
+from speczoo.kernels.pack_float import FLOAT_DTYPES, FLOAT_KALIGN, GROUPS, float_part, pack_float
 from speczoo.kernels.pack_q6 import pack_q6, unpack_q6
 from speczoo.kernels.pack_q8b import Q8B_GROUP, Q8bCodes, pack_q8b, unpack_q8b
 
@@ -173,10 +173,12 @@ class FloatNative(nn.Module):
         self.part = float_part(self.fmt)
         self.n, self.k = check_packed(packed, (self.part, "meta"), self.fmt)
         w = packed[self.part]
-        if w.dtype != FLOAT_DTYPES[self.fmt] or w.dim() != 3 or w.shape[1] != STRIP:
-            raise ValueError(f"packed {self.fmt} weight must be [NB, {STRIP}, KP] {FLOAT_DTYPES[self.fmt]}, got "
-                             f"{tuple(w.shape)} {w.dtype}; re-pull the model (speczoo pull NAME --force)")
-        setattr(self, self.part, w.contiguous())   # [NB, 16, KP]
+        nb, kc = -(-self.n // STRIP), -(-self.k // FLOAT_KALIGN)
+        if w.dtype != FLOAT_DTYPES[self.fmt] or tuple(w.shape) != (nb, GROUPS, kc, STRIP // GROUPS, FLOAT_KALIGN):
+            raise ValueError(f"packed {self.fmt} weight must be [{nb}, 4, {kc}, 4, {FLOAT_KALIGN}] "
+                             f"{FLOAT_DTYPES[self.fmt]}, got {tuple(w.shape)} {w.dtype}; re-pull the model "
+                             "(speczoo pull NAME --force)")
+        setattr(self, self.part, w.contiguous())   # [NB, 4, KP/16, 4, 16]
         self.bias = _check_bias(bias, self.n)
         self.lib = lib
         self._fn = lib.float_fn
