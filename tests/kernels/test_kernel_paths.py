@@ -4,8 +4,9 @@ Each path is its own build of the same sources (kernels/native.py, flags per pat
 run a path skips it here, and the torch-free driver (test_kernel_paths_driver.py) covers the Arm paths
 under qemu. Compared bit for bit against the scalar build: q8, q4 and the float formats' (f32, f16, bf16)
 linears (S in {1, 2, 5, 9, 17}, K off every block size and ending in partial super-blocks, N ending in a
-partial strip, bias or not, one and two threads; fp16 subnormal and bf16 subnormal weights), attention over chains and tree rows (plain and soft-capped), and whole tiny models of
-the compiled block's shapes and gemma2's (prefill, decode, chain and tree verifies, and their caches).
+partial strip, bias or not, one and two threads; subnormal weights of each float type), attention over
+chains and tree rows (plain and soft-capped), and whole tiny models of the compiled block's shapes and
+gemma2's (prefill, decode, chain and tree verifies, and their caches), in q4, q8, f16, bf16 and f32.
 Also: how a path is chosen from the CPU's features.
 """
 
