@@ -421,7 +421,7 @@ SZ_API int sz_q6_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const
     return linear_call(w, x, S, ldx, y, nthreads);
 }
 
-// f32, f16, bf16: w [NB, 16, KP] of fp32, fp16 or bf16 (cpu_float.h)
+// f32, f16, bf16: w [NB, 4, KP/16, 4, 16] of fp32, fp16 or bf16 (cpu_float.h, kernels/pack_float.py)
 SZ_API int sz_float_linear(int64_t fmt, const float* x, int64_t S, int64_t K, int64_t ldx, const void* w, int64_t N,
                            const float* bias, float* y, int nthreads) {
     if (!is_float(fmt)) return -2;

@@ -10,8 +10,8 @@ Layout (the kernel's; NB = ceil(N / 16) strips of 16 output columns, KP = K roun
   w<fmt> [NB, 4, KP/16, 4, 16] of the element type: strip b, column group g, chunk c, column j, input i holds
   w[16b + 4g + j, 16c + i] (the kernel's register tiles take 4 columns, or all 16, at a time: each group of
   4 is one stream read front to back, one 16-input chunk of its columns after another), zero padding past N
-  and K;
-  the part is named "wf32", "wf16" or "wbf16", so a packing says its format by its parts;  meta i64 [N, K].
+  and K; the part is named "wf32", "wf16" or "wbf16", so a packing says its format by its parts;
+  meta i64 [N, K].
 Deterministic, like every packer here: the same weight gives the same bytes. This module never runs a matmul.
 """
 
