@@ -3,7 +3,7 @@
 //   <name> <digest>       digest: 64-bit FNV-1a of the output bytes, in hex
 // after header lines that start with '#' (the compiled path, the ABI). Every build of the kernels (scalar
 // reference, AVX2, AVX-VNNI, AVX-512 VNNI, NEON, dotprod, i8mm, under any compiler or qemu CPU model)
-// must print the same case lines: tests/test_kernel_paths_driver.py compares them with the scalar
+// must print the same case lines: tests/kernels/test_kernel_paths_driver.py compares them with the scalar
 // reference's, line for line.
 //
 // Inside one build it also checks batch invariance on its own path and prints "FAIL <name>: ..." (and
@@ -19,7 +19,7 @@
 //   g++ -O2 -std=c++17 -fopenmp -ffp-contract=off <path flags> tests/kernel_driver/driver.cpp
 //       src/speczoo/kernels/cpu_kernels.cpp src/speczoo/kernels/cpu_block.cpp -o driver   (one line)
 // Usage: driver [--list] [--dump DIR] [GROUP...]
-//   GROUP: q8, q8b, q6, q4, attn, block (default: all); --list: the case names only; --dump DIR: also write each
+//   GROUP: q8, q8b, q6, q4, f32, f16, bf16, attn, block (default: all); --list: the case names only; --dump DIR: also write each
 //   case's output (fp32, native byte order) to DIR/<name, '/' -> '_'>.bin, to see where two paths differ.
 
 #include <math.h>
@@ -42,6 +42,8 @@ int sz_q6_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_
                  const int8_t* sc, const float* dd, int64_t N, const float* bias, float* y, int nthreads);
 int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs, const uint8_t* sc,
                  const uint8_t* mn, const float* dd, int64_t N, const float* bias, float* y, int nthreads);
+int sz_float_linear(int64_t fmt, const float* x, int64_t S, int64_t K, int64_t ldx, const void* w, int64_t N,
+                    const float* bias, float* y, int nthreads);
 int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc, int64_t Hkv,
               int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx, float softcap,
               float* out, int nthreads);
@@ -160,11 +162,30 @@ static std::vector<float> make_acts(Rng& r, int64_t S, int64_t K, int64_t ldx) {
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---------------------------------------------------------------- packed linears (random codes)
-enum { FMT_Q4 = 0, FMT_Q8 = 1, FMT_Q8B = 2, FMT_Q6 = 3 };
+enum { FMT_Q4 = 0, FMT_Q8 = 1, FMT_Q8B = 2, FMT_Q6 = 3, FMT_F32 = 4, FMT_F16 = 5, FMT_BF16 = 6 };
+
+static bool is_float(int64_t fmt) { return fmt == FMT_F32 || fmt == FMT_F16 || fmt == FMT_BF16; }
+static const char* fmt_name(int64_t fmt) {
+    const char* names[] = {"q4", "q8", "q8b", "q6", "f32", "f16", "bf16"};
+    return names[fmt];
+}
+
+// A random fp16 (bf16) bit pattern of a weight-sized value: sign, an exponent 2^-12 .. 2^-1 (fp16: biased 3 ..
+// 14), any mantissa; one value in 16 subnormal, one in 64 zero: every conversion case the kernels meet.
+static uint16_t rand_half(Rng& r, bool bf16) {
+    const uint32_t sign = (uint32_t)(r.below(2)) << 15, kind = (uint32_t)r.below(64);
+    const uint32_t mbits = bf16 ? 7 : 10, bias = bf16 ? 127 : 15;
+    const uint32_t m = (uint32_t)(r.next() >> (64 - mbits));
+    uint32_t e = bias - 12 + (uint32_t)r.below(12);
+    if (kind == 0) return (uint16_t)sign;
+    if (kind < 5) e = 0;
+    return (uint16_t)(sign | (e << mbits) | (e == 0 && m == 0 ? 1u : m));
+}
 
 struct Lin {
     int64_t fmt, N, K;
-    std::vector<uint8_t> a, b, c;  // q8, q8b: a = w8; q4: a = qs, b = sc, c = mn; q6: a = ql, b = qh, c = sc
+    std::vector<uint8_t> a, b, c;  // q8, q8b: a = w8; q4: a = qs, b = sc, c = mn; q6: a = ql, b = qh, c = sc;
+                                   // f32, f16, bf16: a = w [NB, 4, KP/16, 4, 16] of the element type (KP: K up to 16)
     std::vector<float> d;          // q8: sw; q8b: sb; q4, q6: dd
     std::vector<float> bias;       // empty: none
     int64_t desc[8];               // the descriptor sz_qwen_blocks reads (fmt, N, K, a, b, c, d, bias)
@@ -175,7 +196,22 @@ static void make_lin(Lin& L, Rng& r, int64_t fmt, int64_t N, int64_t K, bool bia
     L.N = N;
     L.K = K;
     const int64_t NB = cdiv(N, 16);
-    if (fmt == FMT_Q8 || fmt == FMT_Q8B) {
+    if (is_float(fmt)) {  // [NB, 4, KP/16, 4, 16], zero past N and past K, as pack_float lays it out
+        const int64_t KP = cdiv(K, 16) * 16, el = fmt == FMT_F32 ? 4 : 2;
+        L.a.assign((size_t)(NB * 16 * KP * el), 0);
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < K; ++k) {
+                const int64_t at_el = ((((n / 16) * 4 + (n % 16) / 4) * (KP / 16) + k / 16) * 4 + n % 4) * 16 + k % 16;
+                uint8_t* at = L.a.data() + at_el * el;
+                if (fmt == FMT_F32) {
+                    const float v = r.normal() * 0.05f;
+                    memcpy(at, &v, 4);
+                } else {
+                    const uint16_t h = rand_half(r, fmt == FMT_BF16);
+                    memcpy(at, &h, 2);
+                }
+            }
+    } else if (fmt == FMT_Q8 || fmt == FMT_Q8B) {
         const int64_t KP = cdiv(K, 32) * 32;
         L.a.resize((size_t)(NB * KP * 16));
         for (auto& v : L.a) v = r.byte();  // any byte is a valid code (q = byte - 128)
@@ -200,6 +236,7 @@ static void make_lin(Lin& L, Rng& r, int64_t fmt, int64_t N, int64_t K, bool bia
         L.d.resize((size_t)(NB * KB * 32));  // [NB, KB, 2, 16]: D, then Dm ~ 7.5 D (codes centred near 0)
         for (int64_t i = 0; i < NB * KB * 32; ++i) L.d[i] = (2.0f + r.unif()) * ((i / 16) % 2 ? 1.1e-4f : 1.5e-5f);
     }
+    if (L.d.empty()) L.d.resize(1);  // the float formats have no scales; the descriptor's d is never read
     L.bias.clear();
     if (bias) {
         L.bias.resize((size_t)N);
@@ -218,6 +255,7 @@ static void make_lin(Lin& L, Rng& r, int64_t fmt, int64_t N, int64_t K, bool bia
 
 static int call_lin(const Lin& L, const float* x, int64_t S, int64_t ldx, float* y, int threads) {
     const float* bias = L.bias.empty() ? nullptr : L.bias.data();
+    if (is_float(L.fmt)) return sz_float_linear(L.fmt, x, S, L.K, ldx, L.a.data(), L.N, bias, y, threads);
     if (L.fmt == FMT_Q8) return sz_q8_linear(x, S, L.K, ldx, L.a.data(), L.d.data(), L.N, bias, y, threads);
     if (L.fmt == FMT_Q8B) return sz_q8b_linear(x, S, L.K, ldx, L.a.data(), L.d.data(), L.N, bias, y, threads);
     if (L.fmt == FMT_Q6)
@@ -229,7 +267,7 @@ static int call_lin(const Lin& L, const float* x, int64_t S, int64_t ldx, float*
 static const float SENTINEL = -1.2345678e-29f;  // output buffers start with it: an unwritten element shows
 
 static void linear_case(int64_t fmt, int64_t K, int64_t N, int64_t S, bool bias, int64_t ldx) {
-    const char* f = fmt == FMT_Q8 ? "q8" : fmt == FMT_Q8B ? "q8b" : fmt == FMT_Q6 ? "q6" : "q4";
+    const char* f = fmt_name(fmt);
     char base[128];
     snprintf(base, sizeof base, "%s/K%lld/N%lld/S%lld/%s/ldx%lld", f, (long long)K, (long long)N, (long long)S,
              bias ? "bias" : "nobias", (long long)ldx);
@@ -430,9 +468,10 @@ struct Layer {
     int64_t desc[64];  // sz_qwen_blocks' 8 descriptor slots: qkv runs 0-2, wo, gate_up runs 4-5, down, unused
 };
 
-// fmt: "q4", "q8", "q8b", "q6"; "mix" (q8 for qkv, q8b for down, q4 for wo and gate_up: one call may mix
-// formats); "split" (q|k in q4 and v in q6, gate in q4 and up in q8, down in q8b: q|k|v and gate|up as two
-// calls each).
+// fmt: "q4", "q8", "q8b", "q6", "f32", "f16", "bf16"; "mix" (q8 for qkv, q8b for down, q4 for wo and
+// gate_up: one call may mix formats); "split" (q|k in q4 and v in q6, gate in q4 and up in q8, down in q8b:
+// q|k|v and gate|up as two calls each); "fsplit" (q|k in f16 and v in bf16, wo in f32, gate in q4 and up in
+// f16, down in bf16: float formats beside integer ones in one block).
 static void make_layer(Layer& ly, Rng& r, const BlockShape& b, const char* fmt) {
     const int64_t HD = b.H * b.Dh, KVD = b.Hkv * b.Dh;
     ly.norm1.resize((size_t)b.D);
@@ -443,13 +482,15 @@ static void make_layer(Layer& ly, Rng& r, const BlockShape& b, const char* fmt) 
         for (auto& w : *v) w = 1.0f + 0.25f * r.normal();
     memset(ly.desc, 0, sizeof ly.desc);
     struct Part { int slot; int64_t N, K; bool bias; int64_t fmt; };
-    const int64_t one = !strcmp(fmt, "q8")    ? FMT_Q8
-                        : !strcmp(fmt, "q8b") ? FMT_Q8B
-                        : !strcmp(fmt, "q6")  ? FMT_Q6
-                                              : FMT_Q4;
+    int64_t one = FMT_Q4;
+    for (int64_t f = FMT_Q4; f <= FMT_BF16; ++f)
+        if (!strcmp(fmt, fmt_name(f))) one = f;
     const bool mix = !strcmp(fmt, "mix");
     std::vector<Part> parts;
-    if (!strcmp(fmt, "split"))
+    if (!strcmp(fmt, "fsplit"))
+        parts = {{0, HD + KVD, b.D, true, FMT_F16}, {1, KVD, b.D, true, FMT_BF16}, {3, b.D, HD, false, FMT_F32},
+                 {4, b.F, b.D, false, FMT_Q4},      {5, b.F, b.D, false, FMT_F16},  {6, b.D, b.F, false, FMT_BF16}};
+    else if (!strcmp(fmt, "split"))
         parts = {{0, HD + KVD, b.D, true, FMT_Q4}, {1, KVD, b.D, true, FMT_Q6}, {3, b.D, HD, false, FMT_Q4},
                  {4, b.F, b.D, false, FMT_Q4},     {5, b.F, b.D, false, FMT_Q8},  {6, b.D, b.F, false, FMT_Q8B}};
     else
@@ -627,7 +668,7 @@ static void block_cases() {
     const BlockShape qwen{"qwen", 896, 14, 2, 64, 320};
     const BlockShape qwen3{"qwen3", 200, 4, 2, 48, 180, true};  // QK norm, heads wider than D / H
     const int64_t Ss[] = {1, 5, 9};
-    for (const char* fmt : {"q4", "q8", "q8b", "q6"})
+    for (const char* fmt : {"q4", "q8", "q8b", "q6", "f32", "f16", "bf16"})
         for (int64_t S : Ss) {
             block_case(tiny, fmt, 3, "chain", S);
             if (S > 1) block_case(tiny, fmt, 2, "tree", S);
@@ -638,6 +679,8 @@ static void block_cases() {
     block_case(tiny, "mix", 1, "chain", 5);
     block_case(tiny, "split", 2, "tree", 9);
     block_case(qwen, "split", 1, "chain", 5);
+    block_case(tiny, "fsplit", 2, "tree", 9);
+    block_case(qwen, "fsplit", 1, "chain", 5);
     for (int64_t S : Ss) {
         block_case(qwen3, "q4", 2, "chain", S);
         if (S > 1) block_case(qwen3, "q8", 2, "tree", S);
@@ -662,8 +705,10 @@ int main(int argc, char** argv) {
         return false;
     };
     for (auto& g : groups)
-        if (g != "q8" && g != "q8b" && g != "q6" && g != "q4" && g != "attn" && g != "block") {
-            fprintf(stderr, "unknown group %s; usage: driver [--list] [--dump DIR] [q8|q8b|q6|q4|attn|block ...]\n",
+        if (g != "q8" && g != "q8b" && g != "q6" && g != "q4" && g != "f32" && g != "f16" && g != "bf16" && g != "attn" &&
+            g != "block") {
+            fprintf(stderr,
+                    "unknown group %s; usage: driver [--list] [--dump DIR] [q8|q8b|q6|q4|f32|f16|bf16|attn|block ...]\n",
                     g.c_str());
             return 2;
         }
@@ -675,6 +720,9 @@ int main(int argc, char** argv) {
                          {"q8b", [] { linear_cases(FMT_Q8B); }},
                          {"q6", [] { linear_cases(FMT_Q6); }},
                          {"q4", [] { linear_cases(FMT_Q4); }},
+                         {"f32", [] { linear_cases(FMT_F32); }},
+                         {"f16", [] { linear_cases(FMT_F16); }},
+                         {"bf16", [] { linear_cases(FMT_BF16); }},
                          {"attn", attention_cases},
                          {"block", block_cases}};
     for (const Group& g : all) {

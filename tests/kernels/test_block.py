@@ -1,7 +1,8 @@
 """The compiled decoder block (kernels/block.py, cpu_block.cpp): used exactly when every linear of a block
 of the Qwen2 shape (qwen2, llama, qwen3 with its QK norm, phi3 with its fused tensors) is a compiled kernel,
 equal to the PyTorch composition to round-off, batch-invariant (bit for bit) across tree rows and thread
-counts (across forward sizes: test_models.py, backends q4 and q8), and clear about bad input. The
+counts (across forward sizes: test_models.py, backends q4, q8, f16, bf16w), and clear about bad input; the
+float formats (f32, f16, bf16) run in it like the integer ones, alone and beside them. The
 one-call stack of all blocks is bit-identical to running them one by one."""
 
 import pytest
@@ -18,7 +19,7 @@ from speczoo.kernels.quantized import build_compiled
 from speczoo.models.base import Rotation, plan_attention
 from speczoo.models.forward import Readout, Tree
 
-FAST = ("q4", "q8", "q8b", "q6", "mixed-runs")
+FAST = ("q4", "q8", "q8b", "q6", "f32", "f16", "bf16w", "mixed-runs", "float-runs")
 
 
 class MixedRuns(LinearBackend):
@@ -42,7 +43,16 @@ class MixedRuns(LinearBackend):
         return build_compiled(packed, bias, native.kernels())
 
 
+class FloatRuns(MixedRuns):
+    """The float formats beside integer ones: q in f16 then k|v in bf16, wo in f32, gate in q4 then up in f16,
+    down in q8b (a block of an F16 file whose FFN a user quantized, say)."""
+
+    name = "float-runs"
+    ORDER = ("f16", "bf16w", "bf16w", "f32", "q4", "f16", "q8b")
+
+
 register(MixedRuns())
+register(FloatRuns())
 COMPILED = ("qwen2", "llama", "qwen3", "phi3")      # the architectures whose blocks the compiled block runs
 
 
@@ -67,10 +77,10 @@ def without_native(model):
 @pytest.mark.parametrize("arch", COMPILED)
 @pytest.mark.parametrize("backend", FAST)
 def test_compiled_block_is_used_for_compiled_linears_only(backend, arch):
-    get_backend("mixed-runs").calls = 0
+    get_backend("mixed-runs").calls = get_backend("float-runs").calls = 0
     model, _ = tiny_model(arch, backend=backend)
     assert all(layer.native is not None for layer in model.layers)
-    if backend == "mixed-runs" and len(model.LAYOUT.qkv) == 3:      # separate q, k, v (not phi3's fused one)
+    if backend.endswith("-runs") and len(model.LAYOUT.qkv) == 3:    # separate q, k, v (not phi3's fused one)
         assert all(len(layer.qkv.runs) == 2 and len(layer.mlp.gate_up.runs) == 2 for layer in model.layers)
     for other in ("fp32", "q8_torch"):
         model, _ = tiny_model(arch, backend=other)
@@ -90,7 +100,7 @@ SEEDS = {("llama", "q8"): 1, ("phi3", "q8"): 1}
 @pytest.mark.parametrize("arch", COMPILED)
 @pytest.mark.parametrize("backend", FAST)
 def test_compiled_block_equals_the_torch_composition(backend, arch):
-    get_backend("mixed-runs").calls = 0              # each linear's format by its place, not by earlier tests
+    get_backend("mixed-runs").calls = get_backend("float-runs").calls = 0   # formats by place, not by earlier tests
     model, args = tiny_model(arch, backend=backend, seed=SEEDS.get((arch, backend), 0))
     t = toks(20)
     outs, caches = [], []

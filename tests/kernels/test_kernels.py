@@ -1,4 +1,5 @@
-"""Integer linear backends: bitwise batch invariance, bit-identical torch twins, parity with fp32, packing.
+"""Integer and float linear backends: bitwise batch invariance, bit-identical torch twins, parity with fp32,
+packing.
 
 Fast (tiny shapes); the first run compiles the kernels (a few seconds, cached under speczoo's home).
 Speed is not tested here: `python -m benchmarks.kernel_bench` measures it.
@@ -16,6 +17,7 @@ from speczoo.kernels.pack import (Q4Codes, pack_q4, pack_q4_codes, pack_q8, q4_g
 from speczoo.kernels.quantized import Q4Backend, Q6Backend, Q8Backend, Q8bBackend, quantize_blocks
 
 INT_BACKENDS = ("q8", "q4", "q8b", "q6", "q8_torch", "q4_torch", "q8b_torch", "q6_torch")
+FLOAT_BACKENDS = ("f32", "f16", "bf16w")       # the float formats (weights rounded to them here; no torch twin)
 TWINS = (("q8", "q8_torch"), ("q4", "q4_torch"), ("q8b", "q8b_torch"), ("q6", "q6_torch"))
 S_VALUES = (1, 2, 5, 9, 17)
 # K or N off every block size (16 columns, 32/256 inputs), plus the 1.5B's and the 0.5B's own K (896 ends
@@ -52,7 +54,7 @@ def _family(name: str) -> str:
     return name.split("_")[0]
 
 
-@pytest.mark.parametrize("name", INT_BACKENDS)
+@pytest.mark.parametrize("name", INT_BACKENDS + FLOAT_BACKENDS)
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_rows_are_bit_identical_across_s(name, n, k, packed_cache):
     w, b, packed = packed_cache(_family(name), n, k)
@@ -68,7 +70,7 @@ def test_rows_are_bit_identical_across_s(name, n, k, packed_cache):
             assert torch.equal(y[i], singles[i]), f"{name} row {i} of S={s} differs from S=1"
 
 
-@pytest.mark.parametrize("name", INT_BACKENDS)
+@pytest.mark.parametrize("name", INT_BACKENDS + FLOAT_BACKENDS)
 def test_non_contiguous_and_batched_inputs(name, packed_cache):
     n, k = 50, 600
     w, b, packed = packed_cache(_family(name), n, k)
@@ -112,10 +114,12 @@ def test_scalar_build_matches_vnni_build(packed_cache):
 # 20x outlier channels, which the int8 activation scale of the block holding them pays for: q8 measures
 # 0.016-0.020 here (it measured ~0.028 with one scale per row), q8b 0.007-0.009, q6 0.019-0.021, q4
 # 0.066-0.078)
-TOLERANCE = {"q8": 0.04, "q4": 0.12, "q8b": 0.015, "q6": 0.035}
+TOLERANCE = {"q8": 0.04, "q4": 0.12, "q8b": 0.015, "q6": 0.035,
+             # the float formats round only the weights (fp16: 11 significant bits, bf16: 8) and never x
+             "f32": 1e-6, "f16": 1e-3, "bf16w": 5e-3}
 
 
-@pytest.mark.parametrize("name", INT_BACKENDS)
+@pytest.mark.parametrize("name", INT_BACKENDS + FLOAT_BACKENDS)
 @pytest.mark.parametrize("n,k", ((50, 600), (40, 1536)))
 def test_parity_with_fp32(name, n, k, packed_cache):
     w, b, packed = packed_cache(_family(name), n, k)
@@ -126,7 +130,7 @@ def test_parity_with_fp32(name, n, k, packed_cache):
     assert rel < TOLERANCE[_family(name)], f"{name}: relative error {rel:.4f}"
 
 
-@pytest.mark.parametrize("name", INT_BACKENDS)
+@pytest.mark.parametrize("name", INT_BACKENDS + FLOAT_BACKENDS)
 def test_zero_rows_and_zero_weights(name):
     n, k = 20, 300
     w, b = _weights(n, k)

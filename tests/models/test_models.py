@@ -212,7 +212,7 @@ def test_sliding_window_hides_keys_beyond_the_window(invariant):
     assert not torch.allclose(full(glob, gargs, a)[-1], full(glob, gargs, b)[-1])
 
 
-@pytest.mark.parametrize("backend", [INVARIANT, "q4", "q8"])   # q4/q8: compiled blocks where the shape allows
+@pytest.mark.parametrize("backend", [INVARIANT, "q4", "q8", "f16", "bf16w"])  # compiled blocks where the shape allows
 @pytest.mark.parametrize("arch", ARCHS)
 def test_batch_invariance_across_forward_sizes(arch, backend):
     model, args = tiny_model(arch, backend=backend)

@@ -9,9 +9,10 @@ need an importance matrix there: the random blocks cover them).
 For each type: the pull puts each weight in the kernel format zoo/policy.py's table gives it and says so
 in the manifest; the fp32 reference is gguf's own values, bit for bit; and the logits of the default
 ("mixed") backend equal those of a reference that quantizes activations as the kernels do but keeps the
-source's exact fp32 weights ("fp32-act8-B", B the format's activation block), within the bound of the
-weight's format: fp32 rounding where the format holds the type exactly (Q4_K -> q4, Q6_K -> q6, Q8_0 / Q5_0
-/ Q4_0 -> q8b); where it does not (q6 or q8b from fp32), the logits are bit for bit those of that format
+source's exact fp32 weights ("fp32-act8-B", B the format's activation block; plain "fp32" for the float
+formats, which quantize no activation), within the bound of the weight's format: fp32 rounding where the
+format holds the type exactly (Q4_K -> q4, Q6_K -> q6, Q8_0 / Q5_0 / Q4_0 -> q8b, F32 / F16 / BF16 -> f32 /
+f16 / bf16); where it does not (q6 or q8b from fp32), the logits are bit for bit those of that format
 packed from the exact fp32 values (no other loss on the way), within Q8_LOGIT_BOUND of the reference, and
 the measured weight error is under q8's ceiling. So a format that silently lost precision, or a
 transcode one code off, fails here.
@@ -109,7 +110,8 @@ def _check_pulled(path, kind: str, want: dict[str, Tensor] | None = None) -> Non
     ref = reference_tensors(bundle)                              # gguf's values, bit for bit
     assert want is None or all(torch.equal(ref[k].view(torch.int32), want[k].view(torch.int32)) for k in want)
 
-    exact_weights = _logits(load_model(bundle, f"fp32-act8-{ACT_BLOCK[rule.format]}"))
+    block = ACT_BLOCK.get(rule.format)                           # None: a float format, x not quantized
+    exact_weights = _logits(load_model(bundle, "fp32" if block is None else f"fp32-act8-{block}"))
     fast = _logits(load_model(bundle, "mixed"))
     err = _rel(fast, exact_weights)
     if rule.exact:

@@ -21,6 +21,7 @@ from speczoo import cli
 from speczoo.errors import IntegrityError, NotPulledError, SpeczooError, UnknownModelError
 from speczoo.kernels import backends, linear
 from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, get_backend
+from speczoo.kernels.quantized import kernel_format
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from speczoo.tokenizer import Tokenizer
@@ -97,7 +98,7 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     # the packing table: each source type's linear weights in the kernel format the policy gives it
     rows = {(r["source_type"], r["format"]): r["tensors"] for r in m.packing[DEFAULT_FAST_BACKEND]}
     n_linear = len(linear_weight_sources(tensors))
-    f32, q8_0 = POLICY["F32"].format, POLICY["Q8_0"].format                 # q8b, q8b (exactly)
+    f32, q8_0 = POLICY["F32"].format, POLICY["Q8_0"].format                 # f32, q8b (both exactly)
     assert rows == ({("F32", f32): n_linear - 3, ("Q8_0", q8_0): 3} if arch == "qwen2" else {("F32", f32): n_linear})
     assert source_gguf(b) == path and find_bundle(str(path)) == b and find_bundle(b) == b
     # fp32 weights under GGUF names, rebuilt from the source: what the reader dequantizes
@@ -430,7 +431,9 @@ def test_hf_directory_with_untied_head(tmp_path):
                                          tokenizer_json=tok_bundle / "tokenizer.json")
     b = pull(str(hf_dir), progress=False, log=lambda m: None).bundle
     assert "output.weight" in reference_tensors(b)
-    assert "output.weight.w8" in _read(b / f"weights-{DEFAULT_FAST_BACKEND}.safetensors")     # HF fp32 -> q8
+    stored = _read(b / f"weights-{DEFAULT_FAST_BACKEND}.safetensors")
+    head = {k.removeprefix("output.weight."): t for k, t in stored.items() if k.startswith("output.weight.")}
+    assert kernel_format(head) == POLICY["F32"].format                  # stored, in the F32 row's format (f32)
     assert not ModelArgs.from_json(b / "config.json").tie_embeddings
 
 

@@ -36,6 +36,7 @@
 //   q8b, q6: see q8b_strip and q6_strip (activation blocks of 32 inputs):
 //       F = sum_g ((float)t_2g * a_2g + (float)t_2g+1 * a_2g+1) * sa[g, s]   (g in order, from 0.0f)
 //       with t_j the exact sum of q * xq over inputs 16j .. 16j + 15 and a_j their weight scale; y = F (+ bias)
+//   f32, f16, bf16: float weights and fp32 activations, not quantized: see cpu_float.h.
 
 #include <math.h>
 #include <stdint.h>
@@ -47,11 +48,12 @@
 #define SZ_PF 12  // q4: software prefetch distance in super-blocks (2 KiB of codes each), into L2
 #endif
 #include "cpu_tiles.h"
+#include "cpu_float.h"
 // q8: quads (4 inputs) per k-block, one activation block; one k-block of a strip stays in L1 across row tiles
 #define SZ_KBLOCK (SZ_ABLOCK / 4)
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 10; }
+SZ_API int sz_abi_version(void) { return 11; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;
@@ -311,8 +313,26 @@ static void q6_strip(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, con
 // ---------------------------------------------------------------- entry points
 static inline int64_t q4_groups(int64_t K) { return 2 * ((K + 63) / 64); }  // pack.py q4_groups
 
-int64_t sz_linear_kpad(const SzLinear& w) {  // inputs per row the activation scratch must hold
+static inline bool is_float(int64_t fmt) { return fmt == SZ_FMT_F32 || fmt == SZ_FMT_F16 || fmt == SZ_FMT_BF16; }
+
+int64_t sz_linear_kpad(const SzLinear& w) {  // inputs per row the activation scratch must hold (floats: none)
+    if (is_float(w.fmt)) return 0;
     return w.fmt == SZ_FMT_Q4 ? q4_groups(w.K) * 32 : ((((w.K + 31) / 32) * 32 + 63) / 64) * 64;
+}
+
+// Inside a parallel region: the strips of a float format (x read as it is: no quantization, no barrier
+// before the strips; the work-shared loop's barrier ends it).
+template <class E>
+static void float_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, float* y, int64_t ldy,
+                             bool accum) {
+    const int64_t NB = (w.N + 15) / 16, KP = ((w.K + 15) / 16) * 16;
+    const typename E::T* wt = (const typename E::T*)w.a;
+#pragma omp for schedule(static)
+    for (int64_t nb = 0; nb < NB; ++nb) {
+        const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
+        float_strip<E>(wt + nb * 16 * KP, KP, w.K, x, ldx, S, w.bias ? w.bias + nb * 16 : nullptr, y + nb * 16, ldy,
+                       ncols, accum);
+    }
 }
 
 // Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b / q6 group of 32 (llama.cpp's
@@ -323,6 +343,9 @@ static inline int64_t sz_ablock(int64_t fmt) { return fmt == SZ_FMT_Q8B || fmt =
 // ws: this thread's workspace of SZ_WS_WORDS * S words. y: row stride ldy; accum adds to what y holds.
 void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, float* y, int64_t ldy, bool accum,
                    int32_t* ws) {
+    if (w.fmt == SZ_FMT_F32) return float_linear_omp<ElemF32>(w, x, S, ldx, y, ldy, accum);
+    if (w.fmt == SZ_FMT_F16) return float_linear_omp<ElemF16>(w, x, S, ldx, y, ldy, accum);
+    if (w.fmt == SZ_FMT_BF16) return float_linear_omp<ElemBf16>(w, x, S, ldx, y, ldy, accum);
     const Scratch& s = g_scratch;
     const int64_t NB = (w.N + 15) / 16;
     quantize_rows_omp(x, S, w.K, ldx, sz_linear_kpad(w), sz_ablock(w.fmt));
@@ -398,6 +421,14 @@ SZ_API int sz_q6_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const
     return linear_call(w, x, S, ldx, y, nthreads);
 }
 
+// f32, f16, bf16: w [NB, 4, KP/16, 4, 16] of fp32, fp16 or bf16 (cpu_float.h, kernels/pack_float.py)
+SZ_API int sz_float_linear(int64_t fmt, const float* x, int64_t S, int64_t K, int64_t ldx, const void* w, int64_t N,
+                           const float* bias, float* y, int nthreads) {
+    if (!is_float(fmt)) return -2;
+    const SzLinear lw{fmt, N, K, (const uint8_t*)w, nullptr, nullptr, nullptr, bias};
+    return linear_call(lw, x, S, ldx, y, nthreads);
+}
+
 SZ_API int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs,
                             const uint8_t* sc, const uint8_t* mn, const float* dd, int64_t N, const float* bias,
                             float* y, int nthreads) {
@@ -416,27 +447,6 @@ SZ_API int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const
 //   out[d] = (sum_j p_j * v_j[d], one fma chain in key order) / l.
 // One thread computes one (kv-head, row) pair for all q-heads of the group, so neither S, the other rows
 // nor the thread count can change a result. K/V: [Hkv, C, Dh] per layer (cache.py), fp32.
-#if defined(SZ_PATH_AVX512VNNI)
-// 16 lane vectors -> one vector whose lane k is the lane sum of a[k], by v_sum_tree's tree for every k
-// (16 keys' scores at once instead of one horizontal sum each).
-static inline __m512 lane_sums16(__m512* a) {
-    __m512 r1[8], r2[4], r3[2];
-    for (int p = 0; p < 8; ++p)  // s1[m] = x[m] + x[m+8]
-        r1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
-                              _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
-    for (int p = 0; p < 4; ++p)  // s2[m] = s1[m] + s1[m+4]
-        r2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0x88),
-                              _mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0xDD));
-    for (int p = 0; p < 2; ++p)  // s3[m] = s2[m] + s2[m+2]
-        r3[p] = _mm512_add_ps(
-            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(r2[2 * p]), _mm512_castps_pd(r2[2 * p + 1]))),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(r2[2 * p]), _mm512_castps_pd(r2[2 * p + 1]))));
-    // s4 = s3[0] + s3[1]; lane 4L + t holds key 4t + L
-    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(r3[0], r3[1], 0x88), _mm512_shuffle_ps(r3[0], r3[1], 0xDD));
-    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(perm, r);
-}
-#endif
 
 // scores[h][j] = q_h . k_j for the G heads and n keys: per key, one fma chain over the 16-lane chunks of
 // Dh in order (a last partial chunk zero-filled), then v_sum_tree.

@@ -110,6 +110,10 @@ static inline V16 v_select_ge(V16 x, V16 y, V16 a, V16 b) {  // x >= y ? a : b, 
 }
 static inline void v_lanes(V16 x, float* out) { _mm512_storeu_ps(out, x.v); }
 static inline V16 v_cvt_i32(const int32_t* p) { return v_wrap(_mm512_cvtepi32_ps(_mm512_loadu_si512((const void*)p))); }  // 16 int32 -> fp32
+static inline V16 v_load_f16(const uint16_t* p) { return v_wrap(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p))); }
+static inline V16 v_load_bf16(const uint16_t* p) {
+    return v_wrap(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16)));
+}
 #elif defined(SZ_FLOAT_256)
 static inline V16 v_wrap(__m256 a, __m256 b) { V16 r; r.a = a; r.b = b; return r; }
 static inline V16 v_zero() { return v_wrap(_mm256_setzero_ps(), _mm256_setzero_ps()); }
@@ -170,6 +174,13 @@ static inline V16 v_cvt_i32(const int32_t* p) {  // 16 int32 -> fp32, round to n
     return v_wrap(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)p)),
                   _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)(p + 8))));
 }
+static inline V16 v_load_f16(const uint16_t* p) {  // F16C (part of x86-64-v3)
+    return v_wrap(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 8))));
+}
+static inline __m256 v_bf16x8(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+static inline V16 v_load_bf16(const uint16_t* p) { return v_wrap(v_bf16x8(p), v_bf16x8(p + 8)); }
 #elif defined(SZ_FLOAT_NEON)
 #define SZ_V4(expr)                             \
     V16 r;                                      \
@@ -214,6 +225,8 @@ static inline V16 v_pow2i(V16 n) {
 static inline V16 v_select_ge(V16 x, V16 y, V16 a, V16 b) { SZ_V4(vbslq_f32(vcgeq_f32(x.q[i], y.q[i]), a.q[i], b.q[i])) }
 static inline void v_lanes(V16 x, float* out) { v_store(out, x); }
 static inline V16 v_cvt_i32(const int32_t* p) { SZ_V4(vcvtq_f32_s32(vld1q_s32(p + 4 * i))) }  // round to nearest even
+static inline V16 v_load_f16(const uint16_t* p) { SZ_V4(vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4 * i)))) }
+static inline V16 v_load_bf16(const uint16_t* p) { SZ_V4(vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p + 4 * i), 16))) }
 #undef SZ_V4
 #else
 #define SZ_V1(expr)                          \
@@ -251,8 +264,36 @@ static inline V16 v_pow2i(V16 n) { SZ_V1(sz_pow2i(n.f[i])) }
 static inline V16 v_select_ge(V16 x, V16 y, V16 a, V16 b) { SZ_V1(x.f[i] >= y.f[i] ? a.f[i] : b.f[i]) }
 static inline void v_lanes(V16 x, float* out) { v_store(out, x); }
 static inline V16 v_cvt_i32(const int32_t* p) { SZ_V1((float)p[i]) }  // round to nearest even
+// fp16 -> fp32 as F16C's vcvtph2ps and Arm's fcvtl do it: exact for every value, a signalling NaN quieted
+static inline float sz_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3FFu;
+    uint32_t bits;
+    if (e == 31)
+        bits = sign | 0x7F800000u | (m << 13) | (m ? 0x00400000u : 0u);  // inf; NaN with its payload, quiet
+    else if (e != 0)
+        bits = sign | ((e + 112u) << 23) | (m << 13);  // normal: rebias 15 -> 127
+    else {
+        const float sub = (float)m * 5.9604644775390625e-8f;  // subnormal (or zero): m * 2^-24, exact
+        memcpy(&bits, &sub, 4);
+        bits |= sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+static inline float sz_bf16_to_f32(uint16_t h) {  // the top half of an fp32
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+static inline V16 v_load_f16(const uint16_t* p) { SZ_V1(sz_f16_to_f32(p[i])) }
+static inline V16 v_load_bf16(const uint16_t* p) { SZ_V1(sz_bf16_to_f32(p[i])) }
 #undef SZ_V1
 #endif
+
+// v_load_f16 / v_load_bf16: 16 fp16 / bf16 values -> 16 fp32 lanes. Both conversions are exact (fp32 holds
+// every fp16 and bf16 value), so every path gives the same lanes.
 
 // The sum of the 16 lanes by one fixed tree: s1[m] = a[m] + a[m+8], s2[m] = s1[m] + s1[m+4],
 // s3[m] = s2[m] + s2[m+2], sum = s3[0] + s3[1].
@@ -262,6 +303,40 @@ static inline float v_sum_tree(V16 x) {
     for (int w = 8; w >= 1; w /= 2)
         for (int m = 0; m < w; ++m) l[m] = l[m] + l[m + w];
     return l[0];
+}
+
+#if defined(SZ_FLOAT_512)
+// 16 lane vectors -> one vector whose lane k is the lane sum of a[k], by v_sum_tree's tree for every k
+// (16 sums at once, e.g. 16 keys' attention scores, instead of one horizontal sum each).
+static inline __m512 lane_sums16(__m512* a) {
+    __m512 r1[8], r2[4], r3[2];
+    for (int p = 0; p < 8; ++p)  // s1[m] = x[m] + x[m+8]
+        r1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                              _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
+    for (int p = 0; p < 4; ++p)  // s2[m] = s1[m] + s1[m+4]
+        r2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0x88),
+                              _mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0xDD));
+    for (int p = 0; p < 2; ++p)  // s3[m] = s2[m] + s2[m+2]
+        r3[p] = _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(r2[2 * p]), _mm512_castps_pd(r2[2 * p + 1]))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(r2[2 * p]), _mm512_castps_pd(r2[2 * p + 1]))));
+    // s4 = s3[0] + s3[1]; lane 4L + t holds the sum of a[4t + L]
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(r3[0], r3[1], 0x88), _mm512_shuffle_ps(r3[0], r3[1], 0xDD));
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(perm, r);
+}
+#endif
+
+// out[k] = v_sum_tree(a[k]) for the 16 vectors a[0 .. 15], the very same tree for each (on AVX-512 by
+// shuffles across the 16 vectors at once instead of 16 horizontal sums).
+static inline void v_sum_tree16(V16* a, float* out) {
+#if defined(SZ_FLOAT_512)
+    __m512 r[16];
+    for (int k = 0; k < 16; ++k) r[k] = a[k].v;
+    _mm512_storeu_ps(out, lane_sums16(r));
+#else
+    for (int k = 0; k < 16; ++k) out[k] = v_sum_tree(a[k]);
+#endif
 }
 
 static inline float v_max_lanes(V16 x) {  // max is exact: any order gives the same value

@@ -32,9 +32,9 @@ from speczoo import paths
 from speczoo.errors import SpeczooError
 
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.cpp", "cpu_block.cpp"))
-HEADERS = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.h", "cpu_simd.h", "cpu_tiles.h"))
+HEADERS = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.h", "cpu_simd.h", "cpu_tiles.h", "cpu_float.h"))
 BASE_FLAGS = ("-O3", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden")
-ABI_VERSION = 10
+ABI_VERSION = 11
 PATH_ENV = "SPECZOO_KERNEL_PATH"
 
 _P = ctypes.c_void_p
@@ -274,7 +274,8 @@ def _build(path: KernelPath) -> Path:
 
 
 class NativeKernels:
-    """The loaded library: q8_linear / q8b_linear / q6_linear / q4_linear write y[S, N] for x[S, K] (fp32, unit column stride);
+    """The loaded library: q8_linear / q8b_linear / q6_linear / q4_linear / float_linear write y[S, N] for x[S, K]
+    (fp32, unit column stride);
     attend writes out[S, H, Dh] from q[S, H, Dh] and a layer's K/V cache (see kernels/attention.py)."""
 
     def __init__(self, so: Path, path: KernelPath):
@@ -298,6 +299,9 @@ class NativeKernels:
         self._q6 = lib.sz_q6_linear
         self._q6.argtypes = [_P, _I, _I, _I, _P, _P, _P, _P, _I, _P, _P, ctypes.c_int]
         self._q6.restype = ctypes.c_int
+        self._float = lib.sz_float_linear
+        self._float.argtypes = [_I, _P, _I, _I, _I, _P, _I, _P, _P, ctypes.c_int]
+        self._float.restype = ctypes.c_int
         self._q4 = lib.sz_q4_linear
         self._q4.argtypes = [_P, _I, _I, _I, _P, _P, _P, _P, _I, _P, _P, ctypes.c_int]
         self._q4.restype = ctypes.c_int
@@ -320,6 +324,10 @@ class NativeKernels:
     @property
     def q6_fn(self):  # (x, S, K, ldx, ql, qh, sc, dd, N, bias, y, nthreads) -> 0, or -1 as above
         return self._q6
+
+    @property
+    def float_fn(self):  # (fmt 4 f32 / 5 f16 / 6 bf16, x, S, K, ldx, w, N, bias, y, nthreads) -> 0, -1 as above
+        return self._float
 
     @property
     def q4_fn(self):  # (x, S, K, ldx, qs, sc, mn, dd, N, bias, y, nthreads) -> 0, or -1 as above

@@ -1,5 +1,5 @@
-"""Batch-invariant integer linear backends: "q8", "q8b", "q6", "q4", "mixed", "q4mix" (compiled kernels),
-"q8_torch", "q8b_torch", "q6_torch", "q4_torch".
+"""Batch-invariant linear backends: the integer ones "q8", "q8b", "q6", "q4", "mixed", "q4mix" (compiled kernels),
+"q8_torch", "q8b_torch", "q6_torch", "q4_torch", and the float ones "f32", "f16", "bf16w" (compiled kernels).
 
 All of them quantize activations per block of a row (sa = amax / 127 over the block, round half to even;
 ABLOCK = 256 inputs for q4 and q8, 32 for q8b and q6), accumulate integer products exactly and apply fp32 scales in
@@ -7,6 +7,10 @@ one fixed order, so row i of an S-row forward is bit-identical to the 1-row forw
 backends read the same packed tensors as their compiled twins and reproduce them bit for bit (the tests
 hold them to it): "q8_torch" (torch._int_mm) is the fallback where no compiler exists; "q4_torch",
 "q8b_torch" and "q6_torch" are slow, memory-hungry oracles (4 bytes per weight at build).
+The float formats (f32, f16, bf16: pack_float.py, cpu_float.h) keep the weight's own float values and fp32
+activations; each output is one dot product in one fixed order (16 lanes of fused multiply-adds, a fixed
+tree), so they are batch-invariant too, with the scalar build as their reference (no torch twin: torch
+has no fused multiply-add chain to mirror it with).
 This module must never change the numerics of one backend without changing its twin.
 """
 
@@ -19,6 +23,7 @@ from speczoo.kernels import native
 from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import (ABLOCK, GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8,
                                   unpack_q4, unpack_q8)
+from speczoo.kernels.pack_float import FLOAT_DTYPES, FLOAT_KALIGN, GROUPS, float_part, pack_float
 from speczoo.kernels.pack_q6 import pack_q6, unpack_q6
 from speczoo.kernels.pack_q8b import Q8B_GROUP, Q8bCodes, pack_q8b, unpack_q8b
 
@@ -156,13 +161,62 @@ class Q6Native(nn.Module):
         return y if x2 is x else y.view(*x.shape[:-1], self.n)
 
 
+class FloatNative(nn.Module):
+    """Float weights (fp32, fp16 or bf16 values: pack_float.py) x fp32 activations, compiled kernel
+    (cpu_float.h: one fixed-order dot product per output; per-ISA paths, bit-identical; nothing quantized)."""
+
+    fmt = ""
+    code = -1                                      # the kernel's format number (cpu_kernels.h SZ_FMT_*)
+
+    def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
+        super().__init__()
+        self.part = float_part(self.fmt)
+        self.n, self.k = check_packed(packed, (self.part, "meta"), self.fmt)
+        w = packed[self.part]
+        nb, kc = -(-self.n // STRIP), -(-self.k // FLOAT_KALIGN)
+        if w.dtype != FLOAT_DTYPES[self.fmt] or tuple(w.shape) != (nb, GROUPS, kc, STRIP // GROUPS, FLOAT_KALIGN):
+            raise ValueError(f"packed {self.fmt} weight must be [{nb}, 4, {kc}, 4, {FLOAT_KALIGN}] "
+                             f"{FLOAT_DTYPES[self.fmt]}, got {tuple(w.shape)} {w.dtype}; re-pull the model "
+                             "(speczoo pull NAME --force)")
+        setattr(self, self.part, w.contiguous())   # [NB, 4, KP/16, 4, 16]
+        self.bias = _check_bias(bias, self.n)
+        self.lib = lib
+        self._fn = lib.float_fn
+        self._w = getattr(self, self.part)
+        self._bias_ptr = None if self.bias is None else self.bias.data_ptr()
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
+        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, f"{self.fmt} linear")
+        s = x2.shape[0]
+        y = torch.empty(s, self.n)                 # [S, N] fp32
+        if s and self._fn(self.code, x2.data_ptr(), s, self.k, x2.stride(0), self._w.data_ptr(), self.n,
+                          self._bias_ptr, y.data_ptr(), torch.get_num_threads()):
+            raise MemoryError(f"{self.fmt} kernel could not allocate its workspace for S={s}, K={self.k}")
+        return y if x2 is x else y.view(*x.shape[:-1], self.n)
+
+
+class F32Native(FloatNative):
+    fmt, code = "f32", 4
+
+
+class F16Native(FloatNative):
+    fmt, code = "f16", 5
+
+
+class Bf16Native(FloatNative):
+    fmt, code = "bf16", 6
+
+
 # The packed parts of each compiled format, every one laid out by 16-column strips along its first dim.
 _STRIP_PARTS: dict[type, tuple[str, ...]] = {Q4Native: ("qs", "sc", "mn", "dd"), Q8Native: ("w8", "sw"),
-                                             Q8bNative: ("w8", "sb"), Q6Native: ("ql", "qh", "sc", "dd")}
+                                             Q8bNative: ("w8", "sb"), Q6Native: ("ql", "qh", "sc", "dd"),
+                                             **{c: (float_part(c.fmt),) for c in (F32Native, F16Native, Bf16Native)}}
 # The compiled kernel formats a weight may be stored in, by name. A bundle of the "mixed" backend holds each
 # weight in one of these, recognised at build by its parts.
-KERNEL_FORMATS: dict[str, type[nn.Module]] = {"q4": Q4Native, "q8": Q8Native, "q8b": Q8bNative, "q6": Q6Native}
-# The activation block each format's kernel quantizes x by (one int8 scale per this many inputs of a row).
+KERNEL_FORMATS: dict[str, type[nn.Module]] = {"q4": Q4Native, "q8": Q8Native, "q8b": Q8bNative, "q6": Q6Native,
+                                              "f32": F32Native, "f16": F16Native, "bf16": Bf16Native}
+# The activation block each integer format's kernel quantizes x by (one int8 scale per this many inputs of a
+# row). The float formats quantize no activation and have no entry.
 ACT_BLOCK: dict[str, int] = {"q4": ABLOCK, "q8": ABLOCK, "q8b": 2 * Q8B_GROUP, "q6": 2 * Q8B_GROUP}
 
 
@@ -178,7 +232,7 @@ def kernel_format(packed: dict[str, Tensor]) -> str:
 
 def build_compiled(packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels) -> nn.Module:
     """The compiled module of whichever format `packed` holds, told by its parts (a bundle may pack each
-    tensor in the format that holds its GGUF type: q4, q6, q8b, q8)."""
+    tensor in the format that holds its GGUF type: q4, q6, q8b, q8, f32, f16, bf16)."""
     return KERNEL_FORMATS[kernel_format(packed)](packed, bias, lib)
 
 
@@ -400,8 +454,10 @@ class MixedBackend(LinearBackend):
 
     The pull picks the format of each weight from its source's type (zoo/policy.py: the format that holds
     it exactly, else the nearest above it) and stores that packing; build() reads which format from the
-    parts (build_compiled). pack() of a bare fp32 weight, whose source type nobody knows, packs q8b (the
-    table's F32 row: the finest integer grid there is).
+    parts (build_compiled). pack() of a bare fp32 weight, which no file's type names (an EAGLE head packed
+    at load, a model built in memory), packs q8b, the finest integer grid, not the table's F32 row (f32):
+    a head only proposes tokens, which the target verifies, so its precision never reaches the output,
+    while its bytes set the draft step's time (f32 streams four times q8b's).
     """
 
     name = "mixed"
@@ -478,6 +534,25 @@ class Q6TorchBackend(LinearBackend):
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
         return Q6Torch(packed, bias)
+
+
+class FloatBackend(LinearBackend):
+    """A float format (pack_float.py): "f32", "f16", and "bf16w" for the bf16 format ("bf16" names the older
+    torch backend of kernels/linear.py, bf16 activations included). The pull packs a GGUF's F32 / F16 / BF16
+    tensors so under "mixed" (zoo/policy.py); `pack` here rounds any fp32 weight to the element type."""
+
+    stored = True
+    cheap_pack = True
+    batch_invariant = True
+
+    def __init__(self, fmt: str, path: native.KernelPath | None = None, name: str | None = None):
+        self.fmt, self.path, self.name = fmt, path, name or fmt   # path None: the path chosen for this CPU
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_float(weight, self.fmt)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return KERNEL_FORMATS[self.fmt](packed, bias, native.kernels(self.path))
 
 
 class Q4MixBackend(LinearBackend):

@@ -10,7 +10,9 @@ compiled ones of kernels/quantized.py KERNEL_FORMATS:
   q6   6-bit codes, int8 sub-scales per 16, fp32 scale per 256: holds Q6_K exactly (6.6 bits a weight);
   q8b  int8 codes, one fp32 scale per 16: holds Q8_0, Q5_0 and Q4_0 exactly (codes d * q, no offset);
   q8   int8 codes, one fp32 scale per output row: holds no GGUF type exactly; kept so that bundles of
-       earlier pulls load, never chosen here (q8b is finer on every weight).
+       earlier pulls load, never chosen here (q8b is finer on every weight);
+  f32, f16, bf16   the weight's own float values (4, 2, 2 bytes a weight) with fp32 activations, nothing
+       quantized (kernels/pack_float.py, cpu_float.h): hold F32, F16 and BF16 exactly.
 Exact rows are transcoded from the file's blocks (models/gguf_blocks.py, kernels/pack_q8b.py, pack_q6.py:
 no search, no fp32 round trip). A type no format holds (offsets per block, non-linear codebooks, 16-value
 sub-blocks with their own scales) goes to q8b packed from its fp32 values: int8 codes with a scale per 16
@@ -21,11 +23,11 @@ IQ3_S, Q5_1, Q5_K at 0.44-0.53%; q8's per-row scale at 0.73-0.84%). Those rows c
 `speczoo pull` prints it per type, the manifest keeps it, and docs/results.md ("Every GGUF type") has each
 row's figure with the command that measured it.
 
-Still below precision: F32, F16 and BF16 weights. No batch-invariant float kernel exists (kernels/linear.py
-Fp32Backend is torch's F.linear: its sums depend on the batch, so the speculative output would not equal
-plain greedy), so they go to q8b, the finest integer grid there is (8-bit codes per 16 inputs: about 0.3% of
-a weight's norm). A compiled fp16 or fp32 strip kernel would be one entry in KERNEL_FORMATS and PACKERS and
-three changed rows here.
+F32, F16 and BF16 weights go to the float format of their own element type: the decoded fp32 rows convert
+back to fp16 / bf16 unchanged, so the measured error is 0. Their kernel is batch-invariant (one fixed-order
+dot product per output), which torch's F.linear (kernels/linear.py Fp32Backend) is not: its sums depend on
+the batch, so the speculative output would not equal plain greedy. F32 is never narrowed to f16 or bf16,
+even where its values would fit: a rule is per type, and an F32 tensor's values are not known to fit.
 
 This module never lets a weight drop below its type's precision to save bytes, never packs a type it
 has no rule for (the pull refuses it up front: `check_types`), and never hides a packing's error.
@@ -33,6 +35,7 @@ has no rule for (the pull refuses it up front: `check_types`), and never hides a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -44,6 +47,7 @@ from speczoo.errors import SpeczooError
 from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import (STRIP, Rows, WeightError, concat_rows, pack_q4, pack_q4_codes, pack_q8,
                                   unpack_q4, unpack_q8)
+from speczoo.kernels.pack_float import FLOAT_DTYPES, pack_float, unpack_float
 from speczoo.kernels.pack_q6 import pack_q6, pack_q6_codes, q6_from_gguf, unpack_q6
 from speczoo.kernels.pack_q8b import Q8B_GGUF_TYPES, pack_q8b, pack_q8b_codes, q8b_from_gguf, unpack_q8b
 from speczoo.kernels.quantized import MixedBackend, kernel_format
@@ -71,9 +75,10 @@ POLICY: dict[str, Rule] = {
     # scales): q8b's int8 grid per 16 inputs is the nearest above each
     **{t: _Q8B for t in ("Q5_1", "Q5_K", "Q4_1", "IQ4_NL", "IQ4_XS", "MXFP4", "NVFP4", "Q3_K", "Q2_K", "IQ1_S",
                          "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0")},
-    # Below their precision (no batch-invariant float kernel exists; see the module docstring): the finest
-    # integer grid there is
-    **{t: _Q8B for t in ("F32", "F16", "BF16")},
+    # Their own float values, fp32 activations (kernels/pack_float.py)
+    "F32": Rule("f32", exact=True),
+    "F16": Rule("f16", exact=True),
+    "BF16": Rule("bf16", exact=True),
 }
 
 
@@ -100,6 +105,7 @@ PACKERS: dict[str, Callable[[Rows, WeightError], dict[str, Tensor]]] = {
     "q8b": _by_rows(pack_q8b),
     "q6": _by_rows(pack_q6),
     "q4": lambda rows, error: pack_q4(rows.read(0, rows.shape[0]), error),
+    **{fmt: _by_rows(functools.partial(pack_float, fmt=fmt)) for fmt in FLOAT_DTYPES},
 }
 
 
@@ -224,10 +230,12 @@ def _format_name(parts: dict[str, Tensor], backend: LinearBackend) -> str:
 
 def packed_values(parts: dict[str, Tensor], k: int) -> Tensor:
     """The fp32 weight a packing holds [N, K] (for its error): q4, q6 and q8b codes dequantized, q8 codes
-    times scales, a float backend's weight as it is."""
+    times scales, a float format's values, a float backend's weight as it is."""
     if "weight" in parts:
         return parts["weight"].float()
     fmt = kernel_format(parts)
+    if fmt in FLOAT_DTYPES:
+        return unpack_float(parts)
     if fmt == "q8":
         q, scale = unpack_q8(parts)
         return q.float() * scale[:, None]
