@@ -15,8 +15,10 @@ from tiny import greedy
 
 from speczoo.bench.parity import default_text, perplexity, run_ours
 from speczoo.cache import KVCache
-from speczoo.models.loader import build_model
+from speczoo.models.loader import build_model, load_model
+from speczoo.runtime import default_backend
 from speczoo.zoo import source as S
+from speczoo.zoo.bundle import find_bundle
 from speczoo.zoo.gguf import gguf_model_args, iter_gguf_tensors, open_gguf
 from speczoo.zoo.registry import MODELS
 
@@ -45,8 +47,8 @@ def test_real_smollm2_metadata(smollm2):
 
 
 def test_real_smollm2_matches_transformers(smollm2):
-    """fp32: transformers' logits to round-off and its greedy continuation. The zoo's backend (q8) on real
-    text (the stdlib's textwrap.py, tokenized by transformers from the GGUF): within the parity gate."""
+    """fp32: transformers' logits to round-off and its greedy continuation. The pulled bundle's default
+    packing (each GGUF type in its kernel format) on real text (the stdlib's textwrap.py, tokenized by transformers from the GGUF): within the parity gate."""
     transformers = pytest.importorskip("transformers", reason="the reference is transformers (speczoo[check])")
     pytest.importorskip("accelerate", reason="transformers loads a GGUF only with accelerate installed")
     transformers.logging.set_verbosity_error()
@@ -63,7 +65,8 @@ def test_real_smollm2_matches_transformers(smollm2):
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     text = torch.tensor(tok(default_text()).input_ids[:512])
     fp32 = run_ours(ours, text, 128)
-    fast = run_ours(build_model(args, tensors, MODELS[NAME].backend), text, 128)
+    bundle = find_bundle(NAME)
+    fast = run_ours(load_model(bundle, default_backend(bundle)), text, 128)
     assert float((fast.argmax(-1) == fp32.argmax(-1)).float().mean()) >= 0.85
     assert perplexity(fast, text) / perplexity(fp32, text) <= 1.08
 
