@@ -136,7 +136,7 @@ def typed_blocks(a: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarr
     return blocks.reshape(a.shape[0], -1)
 
 
-def _sizes(w: gguf.GGUFWriter, args: ModelArgs, context_length: int) -> None:
+def write_sizes(w: gguf.GGUFWriter, args: ModelArgs, context_length: int) -> None:
     """The hyper-parameters every architecture's converter writes."""
     w.add_block_count(args.n_layers)
     w.add_context_length(context_length)
@@ -167,7 +167,7 @@ def write_tiny_gguf(path: Path, arch: str, seed: int = 0, tied: bool = True, qua
     args = tiny_args(arch, vocab=max(vocab, pad_to or 0), tie_embeddings=tied, **overrides)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch)
-    _sizes(w, args, 4096)
+    write_sizes(w, args, 4096)
     if arch == "gemma3":
         w.add_key_length(args.head_dim)
         w.add_value_length(args.head_dim)
@@ -297,7 +297,7 @@ def _converter_rows(name: str, t: torch.Tensor, args: ModelArgs) -> tuple[torch.
 
 
 def _arch_metadata(w: gguf.GGUFWriter, args: ModelArgs, tensors: dict[str, torch.Tensor]) -> None:
-    _sizes(w, args, args.context_length)
+    write_sizes(w, args, args.context_length)
     w.add_key_length(args.head_dim)
     w.add_value_length(args.head_dim)
     w.add_rope_dimension_count(args.head_dim)

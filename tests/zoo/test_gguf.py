@@ -13,20 +13,14 @@ from speczoo.zoo.gguf import (LINEAR_WEIGHT_PATTERN, gguf_model_args, gguf_quant
                               iter_gguf_tensors, open_gguf)
 from real_models import GEMMA_NAME, QWEN_NAME, gguf_of
 from tiny import tiny_args, tiny_tensors
+from tiny_gguf import write_sizes
 
 Q8 = gguf.GGMLQuantizationType.Q8_0
 
 
 def write_gguf(path, args, tensors, *, pattern=None, quantize=True, vocab_texts=None):
     w = gguf.GGUFWriter(str(path), args.arch)
-    w.add_context_length(args.context_length)
-    w.add_embedding_length(args.dim)
-    w.add_block_count(args.n_layers)
-    w.add_feed_forward_length(args.ffn_dim)
-    w.add_head_count(args.n_heads)
-    w.add_head_count_kv(args.n_kv_heads)
-    w.add_rope_freq_base(args.rope_theta)
-    w.add_layer_norm_rms_eps(args.norm_eps)
+    write_sizes(w, args, args.context_length)
     if args.arch == "gemma3":
         w.add_key_length(args.head_dim)
         w.add_value_length(args.head_dim)
