@@ -34,9 +34,10 @@ WORDS = ["the", "cache", "draft", "target", "token", "round", "verify", "accept"
 
 
 class FakeTokenizer:
-    """Byte-level: ids 0..255 are UTF-8 bytes, 256 is EOS; a ChatML-like chat template."""
+    """Byte-level: ids 0..255 are UTF-8 bytes, 256 is EOS; a ChatML-like chat template (no tools)."""
 
     eos_ids = [EOS]
+    chat_template = None        # the template's text: this one defines no tools
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
