@@ -8,7 +8,8 @@ same parser fed the whole answer, so a streamed answer always adds up to the who
 
 A call the model got wrong (not JSON, an unknown function, another function than tool_choice names, a
 call left open at the end) is never an exception: its raw text goes to `content` and `error` says what
-was wrong. Whitespace around calls is dropped, so an answer of calls only has no content (None).
+was wrong. Whitespace before a returned call is dropped (the separator after it stays), so an answer
+of calls only has no content (None), and an answer without call markup is its text exactly.
 
 JSON is read with the standard library's `json`; this module never uses regular expressions on JSON
 and never renders a prompt.

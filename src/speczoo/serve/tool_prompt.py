@@ -73,10 +73,24 @@ def _call_dict(call, where: str) -> dict:
             "function": {"name": call.function.name, "arguments": arguments}}
 
 
+def _format(template: str | None, param: str, what: str) -> ToolFormat:
+    """The tool format of `template`, or the 400 saying this model cannot take `what`."""
+    try:
+        fmt = detect_format(template)
+    except UnknownToolFormat as exc:
+        raise APIError(400, f"{exc}, so it cannot take {what}", param=param) from None
+    if fmt is None:
+        raise APIError(400, f"this model's chat template defines no tool calling, so it cannot take {what}: "
+                       "use a model whose template does (e.g. qwen2.5-coder-0.5b)", param=param)
+    return fmt
+
+
 def plan_tools(body: ChatCompletionRequest, template: str | None) -> ToolPlan | None:
     """The request's tool plan for a model whose chat template is `template` (None: no tools in play)."""
     choice = body.tool_choice
     named = choice.function.name if isinstance(choice, NamedToolChoice) else None
+    if any(m.tool_calls or m.role == "tool" for m in body.messages):
+        _format(template, "messages", "a conversation with tool calls and results")
     if not body.tools:
         if named is not None or choice == "required":
             raise APIError(400, "tool_choice asks for a tool call, but the request has no tools",
@@ -84,14 +98,7 @@ def plan_tools(body: ChatCompletionRequest, template: str | None) -> ToolPlan | 
         return None
     if choice == "none":
         return None
-    try:
-        fmt = detect_format(template)
-    except UnknownToolFormat as exc:
-        raise APIError(400, f"{exc}; send the request without tools", param="tools") from None
-    if fmt is None:
-        raise APIError(400, "this model's chat template defines no tool calling, so it cannot be offered "
-                       "tools: use a model whose template does (e.g. qwen2.5-coder-0.5b), or send "
-                       "tool_choice 'none'", param="tools")
+    fmt = _format(template, "tools", "tools")
     names = [t.function.name for t in body.tools]
     if len(set(names)) != len(names):
         raise APIError(400, f"tools name a function more than once: {names}", param="tools")
