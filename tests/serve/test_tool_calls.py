@@ -62,6 +62,13 @@ def test_a_call_in_a_json_code_fence_is_read_and_other_fenced_json_is_text():
     assert a.content == text and a.calls == [] and a.error is None
 
 
+def test_a_bare_json_call_opening_the_answer_is_read_and_later_json_is_text():
+    a = parse_answer(HERMES, RULES, '{"name": "get_weather", "arguments": {"city": "Paris"}}')
+    assert a.content is None and calls_of(a) == [("get_weather", {"city": "Paris"})]
+    text = 'Call it so: {"name": "add", "arguments": {"a": 1}}'
+    assert parse_answer(HERMES, RULES, text).content == text
+
+
 def test_a_call_the_model_did_not_close_is_taken_when_its_json_is_complete():
     a = parse_answer(HERMES, RULES, '<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n')
     assert calls_of(a) == [("add", {"a": 1})] and a.error is None

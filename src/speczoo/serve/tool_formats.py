@@ -58,8 +58,8 @@ class ToolFormat:
 
 HERMES = ToolFormat(
     name="hermes", models="Qwen2.5, Qwen3, Hermes 2/3 (and their fine-tunes)",
-    markers=("<tool_call>",), bare_json=False, arguments_key="arguments",
-    # Small Qwen models often write the call in a JSON code fence instead (llama.cpp reads that too).
+    markers=("<tool_call>",), bare_json=True, arguments_key="arguments",
+    # Small Qwen models often write the call bare, or in a JSON code fence (llama.cpp's parser reads both).
     opens=(Opener("<tool_call>", "</tool_call>"), Opener("```json", "```", lenient=True)))
 
 LLAMA3_JSON = ToolFormat(
