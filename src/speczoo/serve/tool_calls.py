@@ -123,6 +123,9 @@ class ToolCallParser:
             return False
         if self._bare_json_allowed():
             start = len(text) - len(text.lstrip())
+            if self.calls and text[start:start + 1] == ";":    # Llama 3.2 writes calls as `{..}; {..}`
+                self._pending = text[start + 1:]
+                return True
             if start < len(text) and text[start] == "{":
                 self._text(out, text[:start])
                 self._pending, self._in_call = text[start:], BARE_JSON
@@ -158,7 +161,7 @@ class ToolCallParser:
             return False                                # incomplete (or never valid: finish() says so)
         end += len(body) - len(stripped)
         raw = opener.text + body[:end]
-        self._pending, self._in_call = _after_call(body[end:]), None
+        self._pending, self._in_call = body[end:], None
         self._take(out, body[:end], raw, lenient=opener.lenient)
         return True
 
@@ -232,12 +235,6 @@ def _partial_marker(text: str, markers: list[str]) -> int:
                 best = n
                 break
     return best
-
-
-def _after_call(rest: str) -> str:
-    """The text after a JSON call: a separating ';' (Llama 3.2 writes several calls so) is dropped."""
-    stripped = rest.lstrip()
-    return stripped[1:] if stripped.startswith(";") else rest
 
 
 def read_answer(parser: ToolCallParser, text: str) -> Answer:

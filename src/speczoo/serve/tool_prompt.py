@@ -8,8 +8,11 @@ tool_formats.py) and returns a `ToolPlan`: the tools to render, the rules a call
 `required` or a named function the start of a call written after the generation prompt (the answer
 then begins inside a call, so the model cannot answer without one). Without tools, or with
 `tool_choice: "none"`, there is no plan: tools are not rendered and the answer is not parsed, so a
-model that is not shown the tools answers in prose. Every mistake in the request is a 400 here, before
-anything is queued.
+model that is not shown the tools answers in prose (OpenAI shows them and reads no call; a small model
+shown tools calls them anyway, and its call would land in content as markup). A template that defines no
+tools cannot take tools, nor a conversation with calls and results: a 400, since no format it was
+trained on exists to write them in (llama.cpp's generic fallback prompt needs grammar-constrained
+decoding to be reliable; it can come with it). Every mistake is a 400 here, before anything is queued.
 
 This module never runs a model and never reads an answer's text itself (tool_calls.py does).
 """
@@ -23,6 +26,11 @@ from speczoo.serve.api_errors import APIError
 from speczoo.serve.schemas import ChatCompletionRequest, ChatMessage, NamedToolChoice
 from speczoo.serve.tool_calls import Answer, CallRules, ToolCallParser, read_answer
 from speczoo.serve.tool_formats import ToolFormat, UnknownToolFormat, detect_format
+
+# The codes of the 400s the published schema cannot express: they depend on the model's template, or on
+# two fields together.
+UNSUPPORTED = "tools_not_supported"
+MISMATCH = "tool_choice_mismatch"
 
 
 @dataclass(frozen=True)
@@ -46,16 +54,16 @@ class ToolPlan:
 
 
 def template_messages(messages: list[ChatMessage]) -> list[dict]:
-    """The conversation as the chat template receives it: OpenAI's dicts, arguments as objects."""
+    """The conversation as the chat template receives it: OpenAI's dicts, arguments as objects (an
+    argument string that is not JSON is passed on as the string: it is what the client sent)."""
     out = []
-    for i, m in enumerate(messages):
+    for m in messages:
         d: dict = {"role": m.role, "content": m.text()}
         if m.tool_calls:
-            d["tool_calls"] = [_call_dict(c, f"messages.{i}.tool_calls.{j}") for j, c in enumerate(m.tool_calls)]
-        if m.role == "tool":
-            if not m.tool_call_id:
-                raise APIError(400, f"messages[{i}] has role 'tool' but no tool_call_id: a tool message "
-                               "answers one call, named by its id", param=f"messages.{i}.tool_call_id")
+            d["tool_calls"] = [{"id": c.id, "type": "function",
+                                "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+                               for c in m.tool_calls]
+        if m.tool_call_id is not None:
             d["tool_call_id"] = m.tool_call_id
         if m.name is not None:
             d["name"] = m.name
@@ -63,14 +71,11 @@ def template_messages(messages: list[ChatMessage]) -> list[dict]:
     return out
 
 
-def _call_dict(call, where: str) -> dict:
+def _arguments(text: str) -> object:
     try:
-        arguments = json.loads(call.function.arguments)
-    except json.JSONDecodeError as exc:
-        raise APIError(400, f"{where}.function.arguments is not JSON ({exc}): send the arguments the "
-                       "model wrote, a JSON object as a string", param=f"{where}.function.arguments") from None
-    return {"id": call.id, "type": "function",
-            "function": {"name": call.function.name, "arguments": arguments}}
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def _format(template: str | None, param: str, what: str) -> ToolFormat:
@@ -78,11 +83,15 @@ def _format(template: str | None, param: str, what: str) -> ToolFormat:
     try:
         fmt = detect_format(template)
     except UnknownToolFormat as exc:
-        raise APIError(400, f"{exc}, so it cannot take {what}", param=param) from None
+        raise APIError(400, f"{exc}, so it cannot take {what}", param=param, code=UNSUPPORTED) from None
     if fmt is None:
         raise APIError(400, f"this model's chat template defines no tool calling, so it cannot take {what}: "
-                       "use a model whose template does (e.g. qwen2.5-coder-0.5b)", param=param)
+                       "use a model whose template does (e.g. qwen2.5-coder-0.5b)", param=param, code=UNSUPPORTED)
     return fmt
+
+
+def _mismatch(message: str, param: str) -> APIError:
+    return APIError(400, message, param=param, code=MISMATCH)
 
 
 def plan_tools(body: ChatCompletionRequest, template: str | None) -> ToolPlan | None:
@@ -93,18 +102,16 @@ def plan_tools(body: ChatCompletionRequest, template: str | None) -> ToolPlan | 
         _format(template, "messages", "a conversation with tool calls and results")
     if not body.tools:
         if named is not None or choice == "required":
-            raise APIError(400, "tool_choice asks for a tool call, but the request has no tools",
-                           param="tool_choice")
+            raise _mismatch("tool_choice asks for a tool call, but the request has no tools", "tool_choice")
         return None
     if choice == "none":
         return None
     fmt = _format(template, "tools", "tools")
     names = [t.function.name for t in body.tools]
     if len(set(names)) != len(names):
-        raise APIError(400, f"tools name a function more than once: {names}", param="tools")
+        raise _mismatch(f"tools name a function more than once: {names}", "tools")
     if named is not None and named not in names:
-        raise APIError(400, f"tool_choice names {named!r}, which is not among the tools {names}",
-                       param="tool_choice")
+        raise _mismatch(f"tool_choice names {named!r}, which is not among the tools {names}", "tool_choice")
     required = named is not None or choice == "required"
     rules = CallRules(names=frozenset(names), named=named, required=required, parallel=body.parallel_tool_calls)
     tools = [t.model_dump(exclude_none=True) for t in body.tools]
