@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 
 from speczoo.serve.tool_calls import CallRules, ToolCallParser, finish_reason, parse_answer
-from speczoo.serve.tool_formats import HERMES, LLAMA3_JSON
+from speczoo.serve.tool_formats import FORMATS, HERMES, LLAMA3_JSON
 
 RULES = CallRules(names=frozenset({"get_weather", "add"}))
 
@@ -176,7 +176,7 @@ def chunked(text: str, cuts: list[int]) -> list[str]:
 
 @settings(max_examples=400, deadline=None)
 @given(segments=st.lists(SEGMENTS, max_size=5), cuts=st.lists(st.integers(0, 10_000), max_size=12),
-       fmt=st.sampled_from([HERMES, LLAMA3_JSON]), parallel=st.booleans())
+       fmt=st.sampled_from(FORMATS), parallel=st.booleans())
 def test_any_chunking_of_the_stream_adds_up_to_the_whole_answer(segments, cuts, fmt, parallel):
     rules = CallRules(names=RULES.names, parallel=parallel)
     text = "".join(segments)
@@ -187,7 +187,7 @@ def test_any_chunking_of_the_stream_adds_up_to_the_whole_answer(segments, cuts, 
 
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(alphabet=st.characters(blacklist_characters="<`{"), max_size=40),
-       fmt=st.sampled_from([HERMES, LLAMA3_JSON]))
+       fmt=st.sampled_from(FORMATS))
 def test_an_answer_without_call_markup_is_its_text_exactly(text, fmt):
     a = parse_answer(fmt, RULES, text)
     assert a.content == text and a.calls == [] and a.error is None

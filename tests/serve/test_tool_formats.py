@@ -53,9 +53,9 @@ def test_a_prefill_opens_a_call_that_the_models_continuation_completes(fmt):
     (no trailing space or newline), and the rest the model writes completes the call."""
     rules = CallRules(names=frozenset({"add"}), named="add", required=True)
     for name, rest in ((None, ' "add", "%s": {"a": 1}}' % fmt.arguments_key), ("add", ' {"a": 1}}')):
-        prefill = fmt.prefill(name)
-        assert prefill == prefill.rstrip()
+        call_start = fmt.call_start(name)
+        assert call_start == call_start.rstrip()
         parser = ToolCallParser(fmt, rules)
-        assert parser.feed(prefill).content == ""
+        assert parser.feed(call_start).content == ""
         calls = parser.feed(rest + ("\n</tool_call>" if fmt is HERMES else "")).calls + parser.finish().calls
         assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [("add", {"a": 1})]

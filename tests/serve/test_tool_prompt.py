@@ -59,14 +59,14 @@ def test_the_plan_of_each_tool_choice():
     assert plan_tools(request(), HERMES_STYLE) is None
     assert plan_tools(request(tools=[WEATHER], tool_choice="none"), HERMES_STYLE) is None
     auto = plan_tools(request(tools=[WEATHER, ADD]), HERMES_STYLE)
-    assert auto.fmt is HERMES and auto.prefill == "" and not auto.rules.required
+    assert auto.fmt is HERMES and auto.call_start == "" and not auto.rules.required
     assert auto.rules.names == {"get_weather", "add"} and auto.rules.parallel
     assert auto.tools == [WEATHER, ADD]
     required = plan_tools(request(tools=[WEATHER], tool_choice="required", parallel_tool_calls=False), HERMES_STYLE)
-    assert required.rules.required and required.prefill == HERMES.prefill(None) and not required.rules.parallel
+    assert required.rules.required and required.call_start == HERMES.call_start(None) and not required.rules.parallel
     named = plan_tools(request(tools=[WEATHER, ADD], tool_choice={"type": "function", "function": {"name": "add"}}),
                        HERMES_STYLE)
-    assert named.rules.named == "add" and named.prefill == HERMES.prefill("add")
+    assert named.rules.named == "add" and named.call_start == HERMES.call_start("add")
 
 
 @pytest.mark.parametrize("kw, template, words, code", [

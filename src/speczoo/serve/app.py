@@ -138,7 +138,7 @@ def _generation_routes(app: FastAPI, gens: Generations, auth: list) -> None:
             prompt = render_chat_prompt(runtime.tokenizer, messages, tools=tools.tools if tools else None)
         except (ValueError, SpeczooError) as exc:   # e.g. a template that rejects the role order
             raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from exc
-        prompt_ids = runtime.tokenizer.encode(prompt + (tools.prefill if tools else ""))
+        prompt_ids = runtime.tokenizer.encode(prompt + (tools.call_start if tools else ""))
         return await gens.respond(CHAT, body, request, prompt_ids, body.max_completion_tokens or body.max_tokens,
                                   tools)
 

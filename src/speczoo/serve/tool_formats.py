@@ -24,7 +24,7 @@ class Opener:
     lenient: bool = False          # what it opens may be plain text (then it is shown as such)
 
 
-BARE_JSON = Opener("", None, lenient=True)   # a JSON object where a call may start (Llama 3.x)
+BARE_JSON = Opener("", None, lenient=True)   # a JSON object opening the answer (or following a call)
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,10 @@ class ToolFormat:
                 return payload[key]
         return {}
 
-    def prefill(self, name: str | None) -> str:
+    def call_start(self, name: str | None) -> str:
         """The text an answer is started with to make it a call (to `name`, when given). It ends where
         the model's own tokens would end (after a special-token opener, or after a colon): BPE joins a
-        space or newline to what follows it, so a prefill ending in one pushes the model off its tokens."""
+        space or newline to what follows it, so a start ending in one pushes the model off its tokens."""
         first = self.opens[0]
         opener = first.text + "\n" if first.close is not None else ""
         if name is None:

@@ -40,16 +40,16 @@ class ToolPlan:
     tools: list[dict]          # OpenAI's tool dicts, passed to the template as `tools`
     fmt: ToolFormat
     rules: CallRules
-    prefill: str               # written after the generation prompt: the answer starts with it
+    call_start: str            # written after the generation prompt: the answer starts with it
 
     def parser(self) -> ToolCallParser:
-        """A parser for this request's answer, already fed the prefill (which opens a call: nothing shows)."""
+        """A parser for this request's answer, already fed its call_start (which opens a call: nothing shows)."""
         parser = ToolCallParser(self.fmt, self.rules)
-        parser.feed(self.prefill)
+        parser.feed(self.call_start)
         return parser
 
     def read(self, text: str) -> Answer:
-        """The whole answer `text` (what the model wrote after the prefill), read."""
+        """The whole answer `text` (what the model wrote after the call_start, if any), read."""
         return read_answer(self.parser(), text)
 
 
@@ -115,4 +115,4 @@ def plan_tools(body: ChatCompletionRequest, template: str | None) -> ToolPlan | 
     required = named is not None or choice == "required"
     rules = CallRules(names=frozenset(names), named=named, required=required, parallel=body.parallel_tool_calls)
     tools = [t.model_dump(exclude_none=True) for t in body.tools]
-    return ToolPlan(tools=tools, fmt=fmt, rules=rules, prefill=fmt.prefill(named) if required else "")
+    return ToolPlan(tools=tools, fmt=fmt, rules=rules, call_start=fmt.call_start(named) if required else "")
