@@ -4,7 +4,7 @@ smolagents): the call → tool result → answer loop, streaming and not.
 Fast tests script the answer on the fake runtime (a call, a wrong call, a template without tools) and
 stream it one byte per round, so the deltas' shapes and the 400s are checked in milliseconds. The
 `real` tests run the loop on the pulled qwen2.5-coder-0.5b, and prove speculation stays lossless: the
-same tool-call turn with `speculative: off` and `auto`, streamed and not, gives the same message.
+same tool-call turn with `speculative: off`, `ngram` and `auto`, streamed and not, gives the same message.
 """
 
 from __future__ import annotations
@@ -132,10 +132,14 @@ def real():
 
 
 def each_way(client, model, messages, **kw):
-    """The answer with speculation off and on (auto), whole and streamed: all four must be equal."""
+    """The answer with speculation off and on (ngram, auto), whole and streamed: all six must be equal,
+    and prompt lookup must have had drafts accepted (or the equality would prove nothing)."""
     answers = {(spec, how.__name__): how(client, model, messages, extra_body={"speculative": spec}, max_tokens=60, **kw)
-               for spec in ("off", "auto") for how in (whole, streamed)}
+               for spec in ("off", "ngram", "auto") for how in (whole, streamed)}
     assert len(set(map(repr, answers.values()))) == 1, answers
+    r = client.chat.completions.create(model=model, messages=messages, extra_body={"speculative": "ngram"},
+                                       max_tokens=60, **kw)
+    assert r.usage.accepted_draft_tokens > 0
     return answers["off", "whole"]
 
 
