@@ -19,6 +19,7 @@ from fake_runtime import FakeRuntime
 from openai_chat import KEY
 from speczoo.serve.app import create_app
 from speczoo.serve.background import BackgroundServer
+from speczoo.serve.batch_worker import BatchWorker
 
 HERMES_TEMPLATE = "{% if tools %}<tool_call>{% endif %}"   # all the fake needs: the format's marker
 WEATHER = {"type": "function", "function": {
@@ -57,11 +58,12 @@ def streamed(client, model, messages, **kw):
 
 # ---------------------------------------------------------------- fast: scripted answers on the fake
 
-@pytest.fixture(scope="module")
-def fake():
+@pytest.fixture(scope="module", params=[1, 4], ids=["one-at-a-time", "parallel-4"])
+def fake(request):
     rt = FakeRuntime(spec_modes=["off", "ngram"])      # "off": one byte per round, so one per delta
     rt.tokenizer.chat_template = HERMES_TEMPLATE
-    with BackgroundServer(create_app(rt, api_key=KEY, default_spec="off")) as server:
+    worker = BatchWorker(rt, request.param) if request.param > 1 else None
+    with BackgroundServer(create_app(rt, api_key=KEY, default_spec="off", worker=worker)) as server:
         yield rt, client_of(server)
 
 
