@@ -62,7 +62,7 @@ class ToolCallParser:
         self.fmt, self.rules = fmt, rules
         self._pending = ""          # text not yet classified
         self._in_call: Opener | None = None   # what opened the call being read
-        self._space = ""            # whitespace held back (dropped when next to a call)
+        self._space = ""            # whitespace held back (dropped before a returned call)
         self._shown_text = False    # content was shown (a bare JSON object is then no longer a call)
         self.calls: list[dict] = []
         self.errors: list[str] = []
@@ -115,7 +115,7 @@ class ToolCallParser:
     def _step(self, out: Delta, final: bool) -> bool:
         if self._in_call is None:
             return self._step_text(out, final)
-        return self._step_call(out, final)
+        return self._step_call(out)
 
     def _step_text(self, out: Delta, final: bool) -> bool:
         text = self._pending
@@ -144,7 +144,7 @@ class ToolCallParser:
         self._text(out, shown)
         return False
 
-    def _step_call(self, out: Delta, final: bool) -> bool:
+    def _step_call(self, out: Delta) -> bool:
         body, opener = self._pending, self._in_call
         if opener.close is not None:
             at = body.find(opener.close)
