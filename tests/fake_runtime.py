@@ -16,6 +16,7 @@ It must never import torch or a model: tests that use it run in milliseconds.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import threading
@@ -34,9 +35,11 @@ WORDS = ["the", "cache", "draft", "target", "token", "round", "verify", "accept"
 
 
 class FakeTokenizer:
-    """Byte-level: ids 0..255 are UTF-8 bytes, 256 is EOS; a ChatML-like chat template."""
+    """Byte-level: ids 0..255 are UTF-8 bytes, 256 is EOS; a ChatML-like chat template (tools, when given, in
+    a system turn)."""
 
     eos_ids = [EOS]
+    chat_template = None        # the template's text (set it to one with <tool_call> to offer tools)
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
@@ -44,8 +47,10 @@ class FakeTokenizer:
     def decode(self, ids: list[int]) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
+        out = f"<|im_start|>system\n<tools>{json.dumps(tools)}</tools><|im_end|>\n" if tools else ""
+        out += "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
         if add_generation_prompt:
             out += "<|im_start|>assistant\n"
         return out

@@ -29,6 +29,7 @@ from speczoo.serve.schemas import (
     ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionChunk,
     CompletionRequest, Health, ModelCard, ModelList,
 )
+from speczoo.serve.tool_prompt import plan_tools, template_messages
 from speczoo.serve.worker import Worker
 
 STATIC = Path(__file__).parent / "static"
@@ -131,12 +132,15 @@ def _generation_routes(app: FastAPI, gens: Generations, auth: list) -> None:
               summary="Chat completion (stream or not)")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         gens.check_model(body.model)
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        tools = plan_tools(body, runtime.tokenizer.chat_template)
+        messages = template_messages(body.messages)
         try:
-            prompt_ids = runtime.tokenizer.encode(render_chat_prompt(runtime.tokenizer, messages))
+            prompt = render_chat_prompt(runtime.tokenizer, messages, tools=tools.tools if tools else None)
         except (ValueError, SpeczooError) as exc:   # e.g. a template that rejects the role order
             raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from exc
-        return await gens.respond(CHAT, body, request, prompt_ids, body.max_completion_tokens or body.max_tokens)
+        prompt_ids = runtime.tokenizer.encode(prompt + (tools.call_start if tools else ""))
+        return await gens.respond(CHAT, body, request, prompt_ids, body.max_completion_tokens or body.max_tokens,
+                                  tools)
 
     @app.post("/v1/completions", response_model=Completion, dependencies=auth,
               responses={**ERROR_RESPONSES, **stream_doc(CompletionChunk)},

@@ -26,6 +26,8 @@ from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.serve.api_errors import APIError, runtime_error
 from speczoo.serve.schemas import MAX_STOP, ChatCompletion, Completion, ModelCard, Usage
 from speczoo.serve.sse import KEEPALIVE, EventStreamResponse, sse_data
+from speczoo.serve.tool_calls import Delta, ToolCallParser, finish_reason
+from speczoo.serve.tool_prompt import ToolPlan
 from speczoo.serve.worker import Idle, Job, QueueFullError, Worker
 
 
@@ -44,16 +46,40 @@ class Endpoint:
                      "finish_reason": None}]
         return []
 
-    def choice(self, text: str | None, finish_reason: str | None = None) -> dict:
+    def choice(self, text: str | None, finish_reason: str | None = None, tool_call_error: str | None = None) -> dict:
         """A streamed choice: a piece of text, or (text None) the closing one with its finish_reason."""
         if self.chat:
             delta = {} if text is None else {"content": text}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            extra = {"tool_call_error": tool_call_error} if tool_call_error else {}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason, **extra}
         return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
 
-    def answer(self, head: dict, done: DoneEvent, usage: Usage) -> ChatCompletion | Completion:
-        """The whole (non-streamed) answer."""
+    def tool_choices(self, delta: Delta) -> list[dict]:
+        """The streamed choices of a piece of a tool-using answer: its content, then its finished calls
+        (one choice with an empty delta when the piece shows nothing yet: a call is being written)."""
+        out = [self.choice(delta.content)] if delta.content else []
+        if delta.calls:
+            out.append({"index": 0, "delta": {"tool_calls": delta.calls}, "logprobs": None, "finish_reason": None})
+        return out or [self.choice(None)]
+
+    def tool_closing(self, parser: ToolCallParser, base_finish: str) -> list[dict]:
+        """The last streamed choices of a tool-using answer: what the parser held back, then the closing
+        choice with the finish_reason (and why a call was not returned, if one was not)."""
+        last = parser.finish()
+        held = self.tool_choices(last) if last.content or last.calls else []
+        return held + [self.choice(None, finish_reason(base_finish, bool(parser.calls)), parser.answer_error())]
+
+    def answer(self, head: dict, done: DoneEvent, usage: Usage, tools: ToolPlan | None = None
+               ) -> ChatCompletion | Completion:
+        """The whole (non-streamed) answer; with tools, the calls read from its text."""
         common = {"id": head["id"], "created": head["created"], "model": head["model"], "usage": usage}
+        if self.chat and tools is not None:
+            read = tools.read(done.text)
+            calls = [{k: v for k, v in c.items() if k != "index"} for c in read.calls]
+            message = {"role": "assistant", "content": read.content, "tool_calls": calls or None}
+            return ChatCompletion(**common, choices=[{
+                "index": 0, "message": message, "tool_call_error": read.error,
+                "finish_reason": finish_reason(done.finish_reason, bool(calls))}])
         if self.chat:
             message = {"role": "assistant", "content": done.text}
             return ChatCompletion(**common, choices=[{"index": 0, "message": message,
@@ -120,17 +146,18 @@ class Generations:
                                  stop=stop, spec=spec)
 
     async def respond(self, endpoint: Endpoint, body, request: Request, prompt_ids: list[int],
-                      max_tokens: int | None):
-        """Queue the generation; answer it as a stream of events or, when it is done, as one JSON."""
+                      max_tokens: int | None, tools: ToolPlan | None = None):
+        """Queue the generation; answer it as a stream of events or, when it is done, as one JSON
+        (tools: how a chat answer's tool calls are read; None: its text is all content)."""
         req = self.request(body, prompt_ids, max_tokens)
         head = {"id": f"{endpoint.id_prefix}-{uuid.uuid4().hex[:24]}", "object": endpoint.chunk_object,
                 "created": int(time.time()), "model": self.runtime.name}
         job = self._submit(req)
         if body.stream:
             include = bool(body.stream_options and body.stream_options.include_usage)
-            return EventStreamResponse(self._stream(job, head, endpoint, include, len(prompt_ids)))
+            return EventStreamResponse(self._stream(job, head, endpoint, include, len(prompt_ids), tools))
         done = await self._collect(request, job)
-        return endpoint.answer(head, done, usage_of(done.stats, len(prompt_ids), len(done.ids)))
+        return endpoint.answer(head, done, usage_of(done.stats, len(prompt_ids), len(done.ids)), tools)
 
     def _submit(self, req: GenerationRequest) -> Job:
         try:
@@ -171,10 +198,11 @@ class Generations:
         return task.result()
 
     async def _stream(self, job: Job, head: dict, endpoint: Endpoint, include_usage: bool,
-                      prompt_tokens: int) -> AsyncIterator[str]:
+                      prompt_tokens: int, tools: ToolPlan | None) -> AsyncIterator[str]:
         def chunk(choice: dict, **extra) -> str:
             return sse_data({**head, "choices": [choice], **extra})
 
+        parser = tools.parser() if tools is not None else None
         events = self.worker.events(job, idle_after=self.keepalive)
         try:
             for choice in endpoint.opening():
@@ -183,10 +211,19 @@ class Generations:
                 if isinstance(event, Idle):
                     yield KEEPALIVE
                 elif isinstance(event, TokenEvent):
-                    yield chunk(endpoint.choice(event.text), speczoo={
-                        "tokens": len(event.ids), "drafted": event.drafted, "accepted": event.accepted})
+                    stats = {"tokens": len(event.ids), "drafted": event.drafted, "accepted": event.accepted}
+                    if parser is None:
+                        yield chunk(endpoint.choice(event.text), speczoo=stats)
+                        continue
+                    first, *rest = endpoint.tool_choices(parser.feed(event.text))
+                    yield chunk(first, speczoo=stats)
+                    for choice in rest:
+                        yield chunk(choice)
                 elif isinstance(event, DoneEvent):
-                    yield chunk(endpoint.choice(None, event.finish_reason))
+                    closing = ([endpoint.choice(None, event.finish_reason)] if parser is None
+                               else endpoint.tool_closing(parser, event.finish_reason))
+                    for choice in closing:
+                        yield chunk(choice)
                     if include_usage:
                         usage = usage_of(event.stats, prompt_tokens, len(event.ids))
                         yield sse_data({**head, "choices": [], "usage": usage.model_dump()})
