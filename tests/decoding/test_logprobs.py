@@ -127,3 +127,25 @@ def test_row_logprobs_reads_the_rows_it_is_given():
     assert a.id == 0 and a.top[0][0] == 0 and b.top == ((2, b.logprob), (1, pytest.approx(b.logprob - 1)))
     with pytest.raises(ValueError, match="rows for"):
         row_logprobs(logits, slice(0, 2), [0], top=0)
+
+
+@pytest.mark.real
+def test_the_real_05b_gives_the_same_floats_through_speculation_and_plain_decoding():
+    """qwen2.5-coder-0.5b on its packed kernels (batch-invariant): ngram and auto against plain greedy."""
+    from real_models import real_runtime
+
+    rt = real_runtime(max_seq=1024)
+    text = "def area(w, h):\n    return w * h\n\n# the same function, copied:\n"
+    ids = rt.tokenizer.encode(text * 2)
+    runs = {}
+    with torch.no_grad():
+        for mode in ("off", "ngram", "auto"):
+            *rounds, done = rt.engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=40, spec=mode,
+                                                                 logprobs=5))
+            runs[mode] = rounds, done
+    plain = runs["off"][1]
+    assert len(plain.logprobs) == 40 and all(lp.top[0] == (lp.id, lp.logprob) for lp in plain.logprobs)
+    for mode in ("ngram", "auto"):
+        rounds, done = runs[mode]
+        assert sum(r.accepted for r in rounds) > 5, mode
+        assert done.ids == plain.ids and done.logprobs == plain.logprobs, mode
