@@ -97,6 +97,11 @@ class _SamplingFields(_Request):
 
 
 class ChatCompletionRequest(_SamplingFields):
+    # top_logprobs (when not null) needs logprobs: true: said in the schema, so that it is exactly what is accepted
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"dependentSchemas": {"top_logprobs": {"anyOf": [
+        {"properties": {"top_logprobs": {"type": "null"}}},
+        {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]}]}}})
+
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(
         None, description="Alias of max_tokens.")
