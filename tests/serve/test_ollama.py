@@ -88,7 +88,7 @@ def test_generate_templated_raw_and_continued(client, runtime):
     assert raw.prompt_eval_count < g.prompt_eval_count               # no chat template around it
     more = client.generate(model=runtime.name, prompt="again", context=g.context, options={"num_predict": 4})
     assert more.prompt_eval_count > len(g.context)
-    system = client.generate(model=runtime.name, prompt="def fib(n):", system="Answer in one short line. " * 20,
+    system = client.generate(model=runtime.name, prompt="def fib(n):", system="Answer in one short line. " * 8,
                              options={"num_predict": 4})      # longer than any template's default system prompt
     assert system.prompt_eval_count > g.prompt_eval_count
 

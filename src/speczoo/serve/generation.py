@@ -167,10 +167,7 @@ class Generations:
             include = bool(body.stream_options and body.stream_options.include_usage)
             return EventStreamResponse(self._stream(job, head, endpoint, include, len(prompt_ids), track))
         done = await self.collect(request, job)
-        tokens = None
-        if track is not None:
-            track.add(done.logprobs)
-            tokens = track.take(len(done.text))
+        tokens = None if track is None else track.whole(done)
         return endpoint.answer(head, done, usage_of(done.stats, len(prompt_ids), len(done.ids)), tokens)
 
     def submit(self, req: GenerationRequest) -> Job:
@@ -216,13 +213,9 @@ class Generations:
         def chunk(choice: dict, **extra) -> str:
             return sse_data({**head, "choices": [choice], **extra})
 
-        sent = 0                        # characters of text streamed so far
-
         def tokens(event: TokenEvent | DoneEvent) -> list[WireToken] | None:
-            if track is None:
-                return None
-            track.add(event.logprobs if isinstance(event, TokenEvent) else None)
-            return track.take(sent) or None          # a chunk that completes no token's text carries none
+            """The chunk's log-probabilities (None: not asked for, or no token's text is in it)."""
+            return None if track is None else track.streamed(event) or None
 
         events = self.worker.events(job, idle_after=self.keepalive)
         try:
@@ -232,7 +225,6 @@ class Generations:
                 if isinstance(event, Idle):
                     yield KEEPALIVE
                 elif isinstance(event, TokenEvent):
-                    sent += len(event.text)
                     yield chunk(endpoint.choice(event.text, tokens=tokens(event)), speczoo={
                         "tokens": len(event.ids), "drafted": event.drafted, "accepted": event.accepted})
                 elif isinstance(event, DoneEvent):

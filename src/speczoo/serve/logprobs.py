@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from speczoo.events import TokenLogprob
+from speczoo.events import DoneEvent, TokenEvent, TokenLogprob
 
 
 def token_text(data: bytes) -> str:
@@ -47,6 +47,7 @@ class LogprobTrack:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._chars = 0                                  # characters of the answer before the next token
         self._held: deque[WireToken] = deque()
+        self._sent = 0                                   # characters of the answer streamed so far
 
     def add(self, logprobs: list[TokenLogprob] | None) -> None:
         for lp in logprobs or ():
@@ -61,6 +62,18 @@ class LogprobTrack:
         while self._held and self._held[0].offset < upto:
             out.append(self._held.popleft())
         return out
+
+    def streamed(self, event: TokenEvent | DoneEvent) -> list[WireToken]:
+        """The tokens to send with one event of a stream: those whose text the stream has now sent."""
+        if isinstance(event, TokenEvent):
+            self._sent += len(event.text)
+            self.add(event.logprobs)
+        return self.take(self._sent)
+
+    def whole(self, done: DoneEvent) -> list[WireToken]:
+        """The tokens of a whole (non-streamed) answer."""
+        self.add(done.logprobs)
+        return self.take(len(done.text))
 
 
 def chat_content(tokens: list[WireToken]) -> list[dict]:

@@ -162,8 +162,7 @@ def ollama_routes(gens: Generations) -> APIRouter:
         done = await gens.collect(request, job)
         line = {"model": body.model, "created_at": now(), **answer.text(done.text)}
         if track is not None:
-            track.add(done.logprobs)
-            line["logprobs"] = chat_content(track.take(len(done.text)))
+            line["logprobs"] = chat_content(track.whole(done))
         return JSONResponse({**line, **final(done, answer, started)})
 
     def generation_request(body: GenerationFields, ids: list[int]) -> GenerationRequest:
@@ -179,20 +178,15 @@ def ollama_routes(gens: Generations) -> APIRouter:
     async def stream(job: Job, model: str, answer: Answer, track: LogprobTrack | None,
                      started: int) -> AsyncIterator[str]:
         events = gens.worker.events(job)
-        sent = 0
         try:
             async for event in events:
                 line = {"model": model, "created_at": now()}
                 if isinstance(event, TokenEvent):
-                    sent += len(event.text)
                     line |= {**answer.text(event.text), "done": False}
-                    if track is not None:
-                        track.add(event.logprobs)
-                        line["logprobs"] = chat_content(track.take(sent))
                 elif isinstance(event, DoneEvent):
                     line |= {**answer.text(""), **final(event, answer, started)}
-                    if track is not None:
-                        line["logprobs"] = chat_content(track.take(sent))
+                if track is not None:
+                    line["logprobs"] = chat_content(track.streamed(event))
                 yield ndjson(line)
         except Exception as exc:  # noqa: BLE001 - the status line is sent: report in-band, as Ollama does
             yield ndjson({"error": runtime_error(exc).message})
