@@ -159,6 +159,9 @@ def test_bad_bodies_and_the_api_key(server, runtime):
     assert r.status_code == 400 and "JSON" in r.json()["error"]
     r = httpx.post(server.url + "/api/generate", json={"model": runtime.name, "prompt": 3}, headers=auth)
     assert r.status_code == 400 and "prompt" in r.json()["error"]
+    r = httpx.post(server.url + "/api/generate", headers=auth,
+                   json={"model": runtime.name, "prompt": "x", "context": [runtime.vocab_size]})
+    assert r.status_code == 400 and "vocabulary" in r.json()["error"]
     with pytest.raises(ollama.ResponseError) as e:
         ollama.Client(host=server.url).list()
     assert e.value.status_code == 401 and "API key" in e.value.error

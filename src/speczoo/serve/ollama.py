@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from speczoo.chat import render_chat_prompt
+from speczoo.decoding.prompt_checks import check_ids
 from speczoo.errors import SpeczooError
 from speczoo.events import DoneEvent, TokenEvent
 from speczoo.request import GenerationRequest, SamplingParams
@@ -66,6 +67,7 @@ def ollama_routes(gens: Generations) -> APIRouter:
     """The Ollama routes over the server's shared generation path `gens`."""
     router = APIRouter(prefix="/api", include_in_schema=False)
     runtime = gens.runtime
+    facts = runtime.facts()              # read once: the served model does not change
 
     def check_model(model: str) -> None:
         if model not in (runtime.name, f"{runtime.name}:latest"):
@@ -73,14 +75,12 @@ def ollama_routes(gens: Generations) -> APIRouter:
                            "not_found_error", "model")
 
     def details() -> dict:
-        f = runtime.facts()
-        return {"parent_model": "", "format": "gguf", "family": f.arch, "families": [f.arch],
-                "parameter_size": "", "quantization_level": f.quantization}
+        return {"parent_model": "", "format": "gguf", "family": facts.arch, "families": [facts.arch],
+                "parameter_size": "", "quantization_level": facts.quantization}
 
     def listing() -> dict:
-        f = runtime.facts()
-        return {"name": runtime.name, "model": runtime.name, "modified_at": f.modified, "size": f.size,
-                "digest": f.digest, "details": details()}
+        return {"name": runtime.name, "model": runtime.name, "modified_at": facts.modified, "size": facts.size,
+                "digest": facts.digest, "details": details()}
 
     @router.get("/version")
     async def version() -> dict:
@@ -92,17 +92,15 @@ def ollama_routes(gens: Generations) -> APIRouter:
 
     @router.get("/ps")
     async def ps() -> dict:
-        f = runtime.facts()
         return {"models": [{**listing(), "expires_at": "2318-01-01T00:00:00Z", "size_vram": 0,
-                            "context_length": f.context}]}
+                            "context_length": facts.context}]}
 
     @router.post("/show")
     async def show(body: ShowRequest) -> dict:
         check_model(body.model or body.name or "")
-        f = runtime.facts()
-        return {"modelfile": f"# served by speczoo\nFROM {runtime.name}\n", "parameters": "", "template": f.chat_template,
-                "details": details(), "modified_at": f.modified, "capabilities": ["completion"],
-                "model_info": {"general.architecture": f.arch, f"{f.arch}.context_length": f.context}}
+        return {"modelfile": f"# served by speczoo\nFROM {runtime.name}\n", "parameters": "", "template": facts.chat_template,
+                "details": details(), "modified_at": facts.modified, "capabilities": ["completion"],
+                "model_info": {"general.architecture": facts.arch, f"{facts.arch}.context_length": facts.context}}
 
     @router.post("/chat")
     async def chat(body: ChatRequest, request: Request):
@@ -132,6 +130,11 @@ def ollama_routes(gens: Generations) -> APIRouter:
         else:
             ids = prompt_ids(([{"role": "system", "content": body.system}] if body.system else [])
                              + [{"role": "user", "content": body.prompt}])
+        if body.context:
+            try:
+                check_ids(body.context, runtime.vocab_size, runtime.name)
+            except ValueError as exc:
+                raise APIError(400, str(exc), param="context") from None
         return await respond(body, request, Answer(chat=False, prompt_ids=list(body.context or []) + ids))
 
     def refuse_unsupported(body: GenerationFields) -> None:
