@@ -98,8 +98,8 @@ def ollama_routes(gens: Generations) -> APIRouter:
     @router.post("/show")
     async def show(body: ShowRequest) -> dict:
         check_model(body.model or body.name or "")
-        return {"modelfile": f"# served by speczoo\nFROM {runtime.name}\n", "parameters": "", "template": facts.chat_template,
-                "details": details(), "modified_at": facts.modified, "capabilities": ["completion"],
+        return {"modelfile": f"# served by speczoo\nFROM {runtime.name}\n", "parameters": "",
+                "template": facts.chat_template, "details": details(), "modified_at": facts.modified, "capabilities": ["completion"],
                 "model_info": {"general.architecture": facts.arch, f"{facts.arch}.context_length": facts.context}}
 
     @router.post("/chat")
