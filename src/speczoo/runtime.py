@@ -22,6 +22,7 @@ from torch import nn
 from speczoo.cache import KVCache
 from speczoo.errors import NotPulledError
 from speczoo.events import DoneEvent, TokenEvent
+from speczoo.facts import ModelFacts
 from speczoo.request import GenerationRequest
 from speczoo.kernels import native
 from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
@@ -41,7 +42,7 @@ from speczoo.slots import SlotCache
 from speczoo.textgen import TextBatch, generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
-from speczoo.zoo.registry import resolve
+from speczoo.zoo.registry import MODELS, resolve
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
 
 
@@ -186,6 +187,16 @@ class Runtime:
         """The KV bytes of one batch slot (fp32 keys and values of every layer for max_seq + a verify)."""
         a = self.target.args
         return 2 * a.n_layers * a.n_kv_heads * a.head_dim * 4 * (self.max_seq + MAX_K + 1)
+
+    def facts(self) -> ModelFacts:
+        """The served model as a catalogue shows it (from its bundle's manifest)."""
+        m = read_manifest(self.target.path)
+        zoo = MODELS.get(m.name)
+        main = max((t for t in m.quantization if t not in ("F32", "F16", "BF16")), default="F32",
+                   key=lambda t: m.quantization[t])
+        return ModelFacts(arch=m.architecture, quantization=zoo.quantization if zoo else main,
+                          size=m.source.size, digest=f"sha256:{m.source.sha256}", modified=m.created,
+                          context=self.max_seq, chat_template=self.tokenizer.chat_template or "")
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """Render messages through the chat template (generation prompt appended) and encode."""

@@ -138,6 +138,11 @@ class NamedToolChoice(_Request):
 
 
 class ChatCompletionRequest(_SamplingFields):
+    # top_logprobs (when not null) needs logprobs: true: said in the schema, so that it is exactly what is accepted
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"dependentSchemas": {"top_logprobs": {"anyOf": [
+        {"properties": {"top_logprobs": {"type": "null"}}},
+        {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]}]}}})
+
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[Tool] | None = Field(
         None, description="Functions the model may call, rendered through the model's own chat template; "
@@ -148,6 +153,16 @@ class ChatCompletionRequest(_SamplingFields):
     parallel_tool_calls: Bool = Field(True, description="false: only the answer's first call is returned.")
     max_completion_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(
         None, description="Alias of max_tokens.")
+    logprobs: Bool = Field(False, description="Return each output token's log-probability (the model's raw "
+                           "distribution, before temperature, top-k and top-p).")
+    top_logprobs: Annotated[int, Field(ge=0, le=20), NUM] | None = Field(
+        None, description="With logprobs: the most likely tokens to list at each position, 0..20.")
+
+    def logprob_count(self) -> int | None:
+        """The alternatives per token to compute (None: no log-probabilities)."""
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(_SamplingFields):
@@ -155,6 +170,12 @@ class CompletionRequest(_SamplingFields):
         description="A non-empty string, or a non-empty list of token ids.")
     echo: Annotated[Literal[False], BeforeValidator(_json_bool)] = Field(
         False, description="Not supported: must be false.")
+    logprobs: Annotated[int, Field(ge=0, le=5), NUM] | None = Field(
+        None, description="Return each output token's log-probability (the model's raw distribution) and "
+        "the N most likely tokens at each position, 0..5.")
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
 
 # -- responses -------------------------------------------------------------------------------------
@@ -189,6 +210,27 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
+class TopLogprob(BaseModel):
+    token: str = Field(description="The token's text; a piece of a UTF-8 character as `bytes:\\xNN...`.")
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob] | None
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int] = Field(description="Characters from the start of the completion.")
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
@@ -207,7 +249,7 @@ class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     finish_reason: FinishReason
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     tool_call_error: str | None = _tool_call_error()
 
 
@@ -239,7 +281,7 @@ class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: ChunkDelta
     finish_reason: FinishReason | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     tool_call_error: str | None = _tool_call_error()
 
 
@@ -257,7 +299,7 @@ class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: Literal["stop", "length"] | None = None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(BaseModel):
