@@ -371,7 +371,7 @@ class Q8bTorch(nn.Module):
         m = t * self.a[:, None, :]
         u = m[0::2] + m[1::2]                                         # [KP/32, S, N]
         if self.m is not None:                                        # q8bm: + (float)xs_g * m_g
-            xs = xp.view(s, -1, 2 * Q8B_GROUP).sum(-1).t()            # [KP/32, S], exact
+            xs = xp.view(s, self.kp // (2 * Q8B_GROUP), 2 * Q8B_GROUP).sum(-1).t()   # [KP/32, S], exact
             u = u + xs[:, :, None] * self.m[:, None, :]
         v = u * sa.t()[:, :, None]
         y = torch.zeros(s, self.n, dtype=torch.float32)
