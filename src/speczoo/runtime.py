@@ -24,7 +24,7 @@ from speczoo.errors import NotPulledError
 from speczoo.events import DoneEvent, TokenEvent
 from speczoo.request import GenerationRequest
 from speczoo.kernels import native
-from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, LOAD_TIME_BACKEND, NO_SIMD_BACKENDS
 from speczoo.models.args import ModelArgs
 from speczoo.decoding.batch import BatchEngine
 from speczoo.decoding.drafters.draft_model import reduced_head
@@ -71,11 +71,13 @@ _NOTED: set[str] = set()      # models whose slower default has been pointed out
 
 def default_backend(bundle: Path) -> str:
     """The fast backend the bundle was packed for at pull time (the kernels' default when it stores that one
-    among others, and when it stores none); on a CPU without a SIMD kernel path, the fastest of
-    NO_SIMD_BACKENDS whose packing the bundle stores."""
+    among others); on a CPU without a SIMD kernel path, the fastest of NO_SIMD_BACKENDS whose packing the
+    bundle stores. A bundle that stores no packing (pulled with a backend that packs at load, `--backend
+    fp32` or `bf16`) loads with LOAD_TIME_BACKEND, which needs none: any stored backend would find its
+    packing missing."""
     packed = read_manifest(bundle).packed_backends
     if not packed:
-        return DEFAULT_FAST_BACKEND
+        return LOAD_TIME_BACKEND
     if native.chosen_path().simd:
         return DEFAULT_FAST_BACKEND if DEFAULT_FAST_BACKEND in packed else packed[0]
     return next((b for b in NO_SIMD_BACKENDS if b in packed), packed[0])

@@ -15,6 +15,9 @@ from speczoo.kernels.quantized import (FloatBackend, MixedBackend, Q4Backend, Q4
 # Each weight in the compiled kernel format its source type maps to (zoo/policy.py: q4 for Q4_K, q8 for the
 # rest), batch-invariant, one path per ISA (kernels/quantized.py).
 DEFAULT_FAST_BACKEND = "mixed"
+# What a bundle that stores no packing loads with by default (one pulled with `--backend fp32` or `bf16`):
+# a backend that packs at load, the exact reference one.
+LOAD_TIME_BACKEND = "fp32"
 # The batch-invariant backends, fastest first, where the compiled kernels have no SIMD path for the CPU
 # (native.chosen_path().simd is False): there the 4-bit unpacking costs more than the bytes it saves, and
 # torch's int8 matmul beats the scalar q4 kernel. Measured: docs/results.md, "Kernel paths".
