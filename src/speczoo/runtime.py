@@ -24,7 +24,8 @@ from speczoo.errors import NotPulledError
 from speczoo.events import DoneEvent, TokenEvent
 from speczoo.request import GenerationRequest
 from speczoo.kernels import native
-from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, LOAD_TIME_BACKEND, NO_SIMD_BACKENDS
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, LOAD_TIME_BACKEND, NO_SIMD_BACKENDS, get_backend
+from speczoo.kernels.quantized import MixedBackend
 from speczoo.models.args import ModelArgs
 from speczoo.decoding.batch import BatchEngine
 from speczoo.decoding.drafters.draft_model import reduced_head
@@ -41,6 +42,7 @@ from speczoo.slots import SlotCache
 from speczoo.textgen import TextBatch, generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
+from speczoo.zoo.policy import PackRow, stale_rows
 from speczoo.zoo.registry import resolve
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
 
@@ -95,6 +97,20 @@ def _note_slow_default(name: str, backend: str) -> None:
           f"loads then use", file=sys.stderr, flush=True)
 
 
+def _note_stale_packing(name: str, path: Path, backend: str) -> None:
+    """Say (once per model) when the bundle's `mixed` packing was made by an earlier policy table (a Q4_1
+    tensor in q8b, re-rounded, where q8bm now holds it exactly): it loads and runs as it did, and a plain
+    `speczoo pull NAME` re-packs it by the current table."""
+    if f"stale:{name}" in _NOTED or not isinstance(get_backend(backend), MixedBackend):
+        return
+    stale = stale_rows([PackRow.from_json(r) for r in read_manifest(path).packing.get(backend, [])])
+    if stale:
+        _NOTED.add(f"stale:{name}")
+        print(f"speczoo: {name}'s {backend} packing was made by an earlier speczoo (" + ", ".join(
+              f"{r.source_type} in {r.format}, held in {r.wanted} now" for r in stale) + f"); `speczoo pull "
+              f"{name}` re-packs it by the current table", file=sys.stderr, flush=True)
+
+
 def bundle_of(name: str, backend: str | None = None) -> Path:
     """The bundle of a zoo name, bundle directory or local path; a local GGUF file or HF directory not
     pulled yet is pulled now (packing `backend`), its progress on stderr. NotPulledError for a zoo model
@@ -118,6 +134,7 @@ def load(name: str, backend: str | None = None) -> LoadedModel:
     if backend is None:
         backend = default_backend(path)
         _note_slow_default(name, backend)
+    _note_stale_packing(name, path, backend)
     args = ModelArgs.from_json(path / "config.json")
     return LoadedModel(name=name, path=path, args=args, model=load_model(path, backend),
                        tokenizer=Tokenizer.from_bundle(path), backend=backend)

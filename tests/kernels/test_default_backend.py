@@ -4,16 +4,11 @@ note on stderr when a faster one could be stored; a bundle that stores none (pul
 loads with the backend that packs at load."""
 
 import pytest
-import torch
 
 from speczoo import runtime
-from speczoo.cache import KVCache
 from speczoo.kernels import native
-from tiny_gguf import write_tiny_gguf
-
 from speczoo.kernels.backends import LOAD_TIME_BACKEND, get_backend
 from speczoo.zoo.bundle import Manifest, SourceInfo
-from speczoo.zoo.pull import pull
 
 SIMD = native.KernelPath("avx2", "x86_64", ("-march=x86-64-v3",), frozenset({"avx2"}), True)
 SCALAR = native.KernelPath("scalar", "x86_64", ("-march=x86-64", "-DSZ_SCALAR"), frozenset(), False)
@@ -66,16 +61,3 @@ def test_a_bundle_storing_no_packing_loads_with_the_load_time_backend(tmp_path, 
     assert runtime.default_backend(tmp_path / "none") == "fp32"
     assert not get_backend(LOAD_TIME_BACKEND).stored
 
-
-def test_a_bundle_pulled_with_fp32_loads_and_generates_without_naming_a_backend(tmp_path, home):
-    """The bug of issue #28: such a bundle loaded the default `mixed`, whose packing it does not store."""
-    gguf_path, _ = write_tiny_gguf(tmp_path / "m.gguf", "qwen2")
-    pull(str(gguf_path), backend="fp32", progress=False, log=lambda m: None)
-    loaded = runtime.load(str(gguf_path))
-    assert loaded.backend == "fp32"
-    named = runtime.load(str(gguf_path), backend="fp32")
-    ids = torch.tensor([5, 9, 2, 7])
-
-    def logits(m):
-        return m.model(ids, torch.arange(4), KVCache(m.args, max_seq=8)).logits      # [S, V]
-    assert torch.equal(logits(loaded), logits(named))
