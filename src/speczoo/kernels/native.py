@@ -274,8 +274,8 @@ def _build(path: KernelPath) -> Path:
 
 
 class NativeKernels:
-    """The loaded library: q8_linear / q8b_linear / q8bm_linear / q6_linear / q4_linear / float_linear write y[S, N] for x[S, K]
-    (fp32, unit column stride);
+    """The loaded library: q8_linear / q8b_linear / q8bm_linear / q6_linear / q4_linear / float_linear write
+    y[S, N] for x[S, K] (fp32, unit column stride);
     attend writes out[S, H, Dh] from q[S, H, Dh] and a layer's K/V cache (see kernels/attention.py)."""
 
     def __init__(self, so: Path, path: KernelPath):

@@ -3,8 +3,9 @@ the same plus one fp32 offset per 32 inputs, w[n, k] = a[n, k // 16] * q[n, k] +
 
 It holds llama.cpp's Q8_0, Q6_K, Q5_0 and Q4_0 exactly: their codes are integers in [-128, 127] and their
 scales, per 32 inputs (an fp16 d) or per 16 (Q6_K: an fp16 d times an int8 sub-scale, 19 bits), are fp32
-values. q8bm holds Q4_1 and Q5_1 exactly (w = d * q + m per 32 inputs, q in [0, 15] or [0, 31], d and m fp16:
-the kernel adds m times the group's activation sum, as llama.cpp's Q8_1 activations carry it).
+values (and Q3_K, whose codes and scales models/gguf_blocks.k_quant_codes reads). q8bm holds Q4_1 and Q5_1
+exactly (w = d * q + m per 32 inputs, q in [0, 15] or [0, 31], d and m fp16), and Q5_K (k_quant_codes): the
+kernel adds m times the group's activation sum, as llama.cpp's Q8_1 activations carry it.
 `pack_q8b_gguf` reads those types' blocks as the file stores them (no search, no fp32 round trip);
 `pack_q8b` quantizes any fp32 weight with one scale (amax / 127) per 16 inputs, 8 bits per weight, which is
 above the precision of every GGUF type short of F16. The kernels (cpu_kernels.cpp, q8b) pair it with int8

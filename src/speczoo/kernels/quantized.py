@@ -1,9 +1,10 @@
 """Batch-invariant linear backends: the integer ones "q8", "q8b", "q8bm", "q6", "q4", "mixed", "q4mix" (compiled
-kernels), "q8_torch", "q8b_torch", "q8bm_torch", "q6_torch", "q4_torch", and the float ones "f32", "f16", "bf16w" (compiled kernels).
+kernels), "q8_torch", "q8b_torch", "q8bm_torch", "q6_torch", "q4_torch", and the float ones "f32", "f16",
+"bf16w" (compiled kernels).
 
 All of them quantize activations per block of a row (sa = amax / 127 over the block, round half to even;
-ABLOCK = 256 inputs for q4 and q8, 32 for q8b, q8bm and q6), accumulate integer products exactly and apply fp32 scales in
-one fixed order, so row i of an S-row forward is bit-identical to the 1-row forward of row i. The torch
+ABLOCK = 256 inputs for q4 and q8, 32 for q8b, q8bm and q6), accumulate integer products exactly and apply
+fp32 scales in one fixed order, so row i of an S-row forward is bit-identical to the 1-row forward of row i. The torch
 backends read the same packed tensors as their compiled twins and reproduce them bit for bit (the tests
 hold them to it): "q8_torch" (torch._int_mm) is the fallback where no compiler exists; "q4_torch",
 "q8b_torch", "q8bm_torch" and "q6_torch" are slow, memory-hungry oracles (4 bytes per weight at build).
@@ -109,8 +110,8 @@ class Q8bNative(Q8Native):
 
 
 class Q8bmNative(nn.Module):
-    """q8b's weights plus an fp32 offset per 32 inputs (pack_q8b.py: Q4_1, Q5_1) x int8 activations with a
-    scale per 32 inputs of a row, compiled kernel (per-ISA paths, bit-identical)."""
+    """q8b's weights plus an fp32 offset per 32 inputs (pack_q8b.py: Q4_1, Q5_1, Q5_K) x int8 activations with
+    a scale per 32 inputs of a row, compiled kernel (per-ISA paths, bit-identical)."""
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
         super().__init__()
@@ -549,8 +550,9 @@ class Q8bTorchBackend(LinearBackend):
 
 
 class Q8bmBackend(LinearBackend):
-    """q8bm (pack_q8b.py): a GGUF's Q4_1 / Q5_1 tensors exactly, packed from their blocks (pack_q8b_gguf). An
-    fp32 weight has no offsets to hold: `pack` here gives it q8b's codes and scales with zero offsets."""
+    """q8bm (pack_q8b.py): a GGUF's Q4_1 / Q5_1 / Q5_K tensors exactly, when the pull packs them from their
+    blocks; `pack` here quantizes an fp32 weight with an offset per 32 (the middle of its range) and q8b's
+    codes of the rest (quantize_q8bm). twin: the torch twin "q8bm_torch" instead of the compiled kernel."""
 
     name = "q8bm"
     stored = True

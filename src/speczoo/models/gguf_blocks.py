@@ -212,4 +212,5 @@ def k_quant_codes(rows: Tensor, kind: str) -> Q8bCodes:
         raise ValueError(f"k_quant_codes transcodes Q5_K and Q3_K, not {kind}")
     q, d, dm = _q5_k_parts(rows)                                                  # [N, B, 8, 32], [N, B, 8] x 2
     return Q8bCodes(q=q.reshape(n, -1).to(torch.int8).contiguous(),
-                    a=d[..., None].expand(-1, -1, -1, 2).reshape(n, -1).contiguous(), m=(-dm).reshape(n, -1).contiguous())
+                    a=d[..., None].expand(-1, -1, -1, 2).reshape(n, -1).contiguous(),       # both halves of a 32
+                    m=(-dm).reshape(n, -1).contiguous())
