@@ -46,3 +46,4 @@ class GenerationRequest:
     spec: str = "off"               # a speculative mode: "off", "auto", a drafter's name, or MODE:NAME
     k: int = 8                      # max draft tokens per round
     ngram: int = 3                  # max n-gram order for prompt lookup
+    tenant: str | None = None       # whose earlier answers the suffix drafter may read (the API key; None: no key)

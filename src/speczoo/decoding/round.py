@@ -101,6 +101,7 @@ class Generation:
     out: list[int] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
     finish: str | None = None
+    ended: bool = False
 
     @property
     def remaining(self) -> int:
@@ -115,6 +116,14 @@ class Generation:
     def result(self, finish: str | None = None) -> Finished:
         """The generation as it stands, ended for `finish` (default: its own reason)."""
         return Finished(finish or self.finish or "length", self.out, self.stats)
+
+    def end(self) -> None:
+        """Tell the drafters the generation is over, with its committed ids (Drafter.finish); once, however
+        it ended. Whoever runs the rounds calls it (the engine, the batch)."""
+        if not self.ended:
+            self.ended = True
+            for d in self.drafters.values():
+                d.finish(self.context)
 
 
 # (g, plan) -> (verdict, draft tokens the target judged): forward, verify and roll back one plan
