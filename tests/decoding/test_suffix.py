@@ -95,7 +95,7 @@ def engine(memory: SuffixMemory, model, args) -> Engine:
 
 def requests(spec: str) -> list[GenerationRequest]:
     rng = random.Random(5)
-    prompts = [[rng.randrange(64) for _ in range(n)] for n in (9, 14, 6)]
+    prompts = [[rng.randrange(128) for _ in range(n)] for n in (9, 14, 6)]
     return [GenerationRequest(prompt_ids=p, max_new_tokens=40, spec=spec, k=6) for p in prompts * 2]  # each twice
 
 
@@ -106,7 +106,7 @@ def ids_and_accepted(eng: Engine, req: GenerationRequest) -> tuple[list[int], in
 
 @pytest.fixture(scope="module")
 def tiny():
-    return tiny_model("qwen2", backend="fp32-rows", seed=3, vocab=64)
+    return tiny_model("qwen2", backend="fp32-rows", seed=3, tie_embeddings=False)    # untied: varied answers
 
 
 @pytest.mark.parametrize("spec", ["suffix", "auto"])
@@ -158,3 +158,26 @@ def test_a_repeated_request_gets_more_accepted_on_the_real_0_5b():
         runs.append(done)
     assert runs[1].ids == runs[0].ids == runs[2].ids
     assert runs[2].stats.accepted > runs[1].stats.accepted + 20, [r.stats for r in runs]
+
+
+def test_in_a_batch_a_request_never_drafts_from_an_answer_that_finished_after_it_started(tiny):
+    """Snapshot semantics: B finishes early with text that A reaches later; A's rounds in the batch are its
+    rounds alone on the memory it started with, while B remembered before A starts does change them."""
+    model, args = tiny
+    a = requests("suffix")[1]
+    with torch.no_grad():
+        answer = ids_and_accepted(engine(SuffixMemory(), model, args), GenerationRequest(**{**vars(a), "spec": "off"}))[0]
+        b = GenerationRequest(prompt_ids=a.prompt_ids + answer[:20], max_new_tokens=10, spec="suffix", k=6)
+        alone = list(engine(SuffixMemory(), model, args).generate(a))[:-1]
+        primed = engine(SuffixMemory(), model, args)
+        ids_and_accepted(primed, b)
+        after_b = list(primed.generate(a))[:-1]
+        eng = engine(SuffixMemory(), model, args)
+        batch = BatchEngine(eng, SlotCache(args, 2, MAX_SEQ + MAX_K + 1), chunk=64)
+        seq_a, seq_b = batch.submit(a), batch.submit(b)
+        events: list = []
+        while batch.busy:
+            batch.step()
+            events += seq_a.take()
+        assert seq_b.done and len(events) > 20
+    assert [e for e in events if isinstance(e, Round)] == alone != after_b
