@@ -113,8 +113,8 @@ class Recall:
 
     def token(self, p: int) -> int:
         """The id at position p (SEP at an answer's end, and before the oldest held answer)."""
-        s = self._store
-        return s.tokens[p - s.base] if s.base <= p < s.end else SEP
+        toks, i = self._store.tokens, p - self._store.base
+        return toks[i] if 0 <= i < len(toks) else SEP
 
     def remember(self, ids: list[int]) -> None:
         """Add an answer (with its lead) to the memory, for requests opened from now on."""
