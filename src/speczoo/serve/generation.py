@@ -80,7 +80,7 @@ def tenant_of(request: Request, keyed: bool) -> str | None:
     memory never holds the key itself; without one, None: every request is the same tenant."""
     if not keyed:
         return None
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    _, _, token = request.headers.get("authorization", "").partition(" ")
     return hashlib.sha256(token.strip().encode()).hexdigest()
 
 
