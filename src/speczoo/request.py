@@ -48,3 +48,4 @@ class GenerationRequest:
     ngram: int = 3                  # max n-gram order for prompt lookup
     logprobs: int | None = None     # None: none computed; N >= 0: each emitted token's log-probability
                                     # and the N most likely alternatives of its row (events.TokenLogprob)
+    tenant: str | None = None       # whose earlier answers the suffix drafter may read (the API key; None: no key)

@@ -32,6 +32,7 @@ from speczoo.decoding.batch import BatchEngine
 from speczoo.decoding.drafters.draft_model import reduced_head
 from speczoo.decoding.drafters.eagle import TreeShape
 from speczoo.decoding.drafters.registry import BUILTIN
+from speczoo.decoding.drafters.suffix_memory import SuffixMemory
 from speczoo.decoding.engine import Engine
 from speczoo.decoding.modes import AUTO, OFF
 from speczoo.decoding.pricing.profile import DraftModelCosts, runtime_costs
@@ -67,6 +68,7 @@ class _Loaded:
     draft_costs: DraftModelCosts | None
     eagle: LoadedHead | None
     max_seq: int
+    suffix_memory: SuffixMemory
 
 
 _NOTED: set[str] = set()      # models whose slower default has been pointed out in this process
@@ -147,11 +149,14 @@ class Runtime:
     target, draft: loaded models (`load`; draft None: no draft model, so no "draft" mode); max_seq: the
     longest prompt + output; remeasure_costs: time the cost profiles now instead of reading the stored
     ones; eagle_tree: the shape of "eagle-tree" proposals; eagle_head: the EAGLE head to draft with (a
-    name or directory; None: the newest installed for the target, if any).
+    name or directory; None: the newest installed for the target, if any); suffix_memory: the earlier answers
+    the suffix drafter reads, kept here across requests (default: a SuffixMemory of the default cap, one
+    per API key).
     """
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096,
-                 remeasure_costs: bool = False, eagle_tree: TreeShape = TreeShape(), eagle_head: str | None = None):
+                 remeasure_costs: bool = False, eagle_tree: TreeShape = TreeShape(), eagle_head: str | None = None,
+                 suffix_memory: SuffixMemory | None = None):
         if max_seq < 2:
             raise ValueError(f"--max-seq must be at least 2, got {max_seq}")
         self.target = target
@@ -166,7 +171,8 @@ class Runtime:
         costs, draft_costs = runtime_costs(target, draft, remeasure=remeasure_costs, draft_head=reduced_head)
         # the EAGLE head is resolved, loaded and priced now (errors before any request), never per request
         eagle = load_eagle(target.name, target.model, target.backend, named=eagle_head, tree=eagle_tree)
-        loaded = _Loaded(target, draft, draft_costs, eagle, max_seq)
+        self.suffix_memory = SuffixMemory() if suffix_memory is None else suffix_memory
+        loaded = _Loaded(target, draft, draft_costs, eagle, max_seq, self.suffix_memory)
         drafters = [b for spec in BUILTIN if (b := spec.bound(loaded)) is not None]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
         self.engine = Engine(target.model, cache, drafters, eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
@@ -223,10 +229,13 @@ class Runtime:
 
 
 def load_runtime(target: str, draft: str | None = None, backend: str | None = None,
-                 max_seq: int = 4096, remeasure_costs: bool = False, eagle_head: str | None = None) -> Runtime:
+                 max_seq: int = 4096, remeasure_costs: bool = False, eagle_head: str | None = None,
+                 suffix_memory: SuffixMemory | None = None) -> Runtime:
     """remeasure_costs: time c_v and the draft cost now (benches do, so that the controller sees this
     machine's present speed) instead of reading the profile cached in the bundle. eagle_head: the EAGLE
-    head that "eagle", "eagle-tree" and "auto" use (default: the newest installed for the target)."""
+    head that "eagle", "eagle-tree" and "auto" use (default: the newest installed for the target).
+    suffix_memory: the suffix drafter's memory of earlier answers (default: the default cap, per API key)."""
     t = load(target, backend)
     d = load(draft, backend) if draft else None
-    return Runtime(t, d, max_seq=max_seq, remeasure_costs=remeasure_costs, eagle_head=eagle_head)
+    return Runtime(t, d, max_seq=max_seq, remeasure_costs=remeasure_costs, eagle_head=eagle_head,
+                   suffix_memory=suffix_memory)

@@ -20,7 +20,7 @@ def test_names_go_to_the_draft_model_or_the_head():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("warp", "unknown speculative mode 'warp': choose one of off, ngram, ngram-tree, draft, eagle"),
+    ("warp", "unknown speculative mode 'warp': choose one of off, ngram, ngram-tree, suffix, draft, eagle"),
     ("ngram:x", "takes no name"), ("off:x", "takes no name"), ("draft:", "names nothing"), ("", "unknown")])
 def test_a_bad_mode_is_an_error_listing_the_choices(text, message):
     with pytest.raises(ValueError, match=message):

@@ -17,9 +17,9 @@ from speczoo.decoding.pricing.cost import Costs
 
 
 def test_the_builtin_descriptors_say_each_fact_once():
-    assert [s.name for s in BUILTIN] == ["ngram", "ngram-tree", "draft", "eagle", "eagle-tree"]
-    assert [s.name for s in BUILTIN if s.auto] == ["ngram", "draft", "eagle"]        # trees only by name
-    assert [s.name for s in BUILTIN if s.by_name_in_batch] == ["ngram", "ngram-tree"]
+    assert [s.name for s in BUILTIN] == ["ngram", "ngram-tree", "suffix", "draft", "eagle", "eagle-tree"]
+    assert [s.name for s in BUILTIN if s.auto] == ["ngram", "suffix", "draft", "eagle"]   # trees only by name
+    assert [s.name for s in BUILTIN if s.by_name_in_batch] == ["ngram", "ngram-tree", "suffix"]
     assert [s.name for s in BUILTIN if s.leased] == ["draft"]                      # lent to one sequence
     assert {s.name: s.takes_name for s in BUILTIN if s.takes_name} == {
         "draft": DRAFT_MODEL, "eagle": EAGLE_HEAD, "eagle-tree": EAGLE_HEAD}

@@ -3,6 +3,7 @@ framing, errors in OpenAI's shape, auth, and the published OpenAPI schema."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -251,6 +252,21 @@ def test_api_key(runtime):
         assert c.get("/").status_code == 200   # the page itself is public; it asks for the key
         schema = c.get("/openapi.json").json()
         assert "HTTPBearer" in schema["components"]["securitySchemes"]
+
+
+def test_a_request_carries_its_api_key_as_its_tenant():
+    """The suffix drafter's memory is keyed by the request's API key (a digest of it), None without --api-key."""
+    for api_key, headers, tenant in [(None, {"Authorization": "Bearer anything"}, None),
+                                     ("s3cret", {"Authorization": "Bearer s3cret"},
+                                      hashlib.sha256(b"s3cret").hexdigest())]:
+        rt = FakeRuntime(max_seq=512)
+        with TestClient(create_app(rt, api_key=api_key)) as c:
+            r = c.post("/v1/chat/completions", json=chat_body(rt, max_tokens=3), headers=headers)
+            assert r.status_code == 200, r.text
+            r = c.post("/api/chat", json={"model": rt.name, "messages": [{"role": "user", "content": "hi"}],
+                                          "stream": False, "options": {"num_predict": 3}}, headers=headers)
+            assert r.status_code == 200, r.text     # Ollama's API: the same tenant
+        assert [e.request.tenant for e in rt.log] == [tenant, tenant]
 
 
 def test_openapi_schema_is_published_and_says_400_not_422(client):

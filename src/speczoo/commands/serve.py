@@ -11,6 +11,8 @@ import ipaddress
 import sys
 
 from speczoo.commands._model_args import add_model_args, draft_for, eagle_for, serves_by_name_in_batch, spec_mode
+from speczoo.decoding.drafters.suffix_memory import SuffixMemory
+from speczoo.decoding.tuning import DRAFTING
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 
@@ -33,6 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parallel", type=int, default=None, help="generations at once, in one batched forward "
                    "per step (default: as many KV slots of --max-seq as half the available memory holds, at "
                    "most 8; 1 when the default --spec needs a draft model or an EAGLE head, which do not batch)")
+    p.add_argument("--suffix-memory-tokens", type=int, default=DRAFTING.suffix_memory_tokens, metavar="N",
+                   help="the suffix drafter's memory of earlier answers holds at most N tokens, oldest evicted "
+                   f"first (default {DRAFTING.suffix_memory_tokens}; 0: remember nothing)")
+    p.add_argument("--pool-suffix-memory", action="store_true", help="let every API key's requests draft from "
+                   "every key's earlier answers (default: each key drafts from its own only, since an answer's "
+                   "speed reveals whether another's text matched)")
     p.set_defaults(func=run)
 
 
@@ -80,8 +88,12 @@ def run(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and not args.api_key:
         print(f"speczoo serve: warning: binding {args.host} exposes the model to the network without "
               f"an API key; add --api-key KEY", file=sys.stderr)
+    if args.suffix_memory_tokens < 0:
+        raise ValueError(f"--suffix-memory-tokens must be >= 0, got {args.suffix_memory_tokens}")
+    memory = SuffixMemory(args.suffix_memory_tokens, pooled=args.pool_suffix_memory)
     runtime = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
-                           backend=args.backend, max_seq=args.max_seq, eagle_head=eagle_for(args.spec))
+                           backend=args.backend, max_seq=args.max_seq, eagle_head=eagle_for(args.spec),
+                           suffix_memory=memory)
     worker = _worker(runtime, args)
     app = create_app(runtime, api_key=args.api_key, default_spec=spec_mode(args.spec),
                      max_queue=args.max_queue, worker=worker)

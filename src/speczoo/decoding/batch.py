@@ -297,6 +297,7 @@ class BatchEngine:
                 self.lease = None
             self.slots.release(seq.slot)
             seq.slot, seq.done = -1, True
+            seq.g.end()
             if not seq.cancelled:
                 seq.close_stats()
                 seq.events.append(seq.g.result())

@@ -241,6 +241,7 @@ class Engine:
         finally:
             g.stats.seconds = time.perf_counter() - t1
             g.stats.new_tokens = len(g.out)
+            g.end()
 
     def _verify(self, g: Generation, plan: RoundPlan) -> tuple[Verdict, int]:
         """The target's verdict on [a0] + the plan's draft: one forward (a chain, S = K + 1; or the tree's

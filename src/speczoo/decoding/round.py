@@ -111,6 +111,7 @@ class Generation:
     verified: list[TokenLogprob] = field(default_factory=list)
     pending_logprob: TokenLogprob | None = None
     out_logprobs: list[TokenLogprob] = field(default_factory=list)
+    ended: bool = False
 
     @property
     def remaining(self) -> int:
@@ -126,6 +127,14 @@ class Generation:
         """The generation as it stands, ended for `finish` (default: its own reason)."""
         return Finished(finish or self.finish or "length", self.out, self.stats,
                         None if self.logprobs is None else self.out_logprobs)
+
+    def end(self) -> None:
+        """Tell the drafters the generation is over, with its committed ids (Drafter.finish); once, however
+        it ended. Whoever runs the rounds calls it (the engine, the batch)."""
+        if not self.ended:
+            self.ended = True
+            for d in self.drafters.values():
+                d.finish(self.context)
 
 
 # (g, plan) -> (verdict, draft tokens the target judged): forward, verify and roll back one plan

@@ -190,6 +190,19 @@ class Drafting:
     EAGLE trees (drafters/eagle.py, `--spec eagle-tree`):
     eagle_tree_depth: the longest path a tree proposes.
     eagle_tree_branch: children tried per expanded node, and nodes expanded per depth.
+    The suffix drafter and its memory of earlier answers (drafters/suffix.py, suffix_memory.py):
+    suffix_memory_tokens: the memory's default cap, in tokens of all tenants together (`speczoo serve
+                      --suffix-memory-tokens`); past it the oldest answers are evicted.
+    suffix_orders:    the n-gram orders the memory indexes (lo, hi): a lookup tries the longest first;
+                      shorter ones match too much unrelated text in a large memory.
+    suffix_lead:      prompt ids remembered before each answer, so that a repeated request's answer is
+                      found from its first token (its prompt's tail matches).
+    suffix_matches:   the most recent occurrences of the matched suffix, per source (own ids, memory),
+                      whose continuations are counted: what bounds a round's cost.
+    suffix_spec_factor: a draft is at most this many tokens per matched token (SuffixDecoding's
+                      max_spec = α · match length): a short match is drafted short.
+    suffix_min_prob:  a draft stops where its continuation's empirical probability (the product of the
+                      chosen tokens' shares among the occurrences still agreeing) falls below this.
     """
 
     match_cap: int = 16
@@ -205,6 +218,12 @@ class Drafting:
     guess_prior: float = 0.5
     eagle_tree_depth: int = 6
     eagle_tree_branch: int = 4
+    suffix_memory_tokens: int = 262144
+    suffix_orders: tuple[int, int] = (2, 6)
+    suffix_lead: int = 16
+    suffix_matches: int = 8
+    suffix_spec_factor: float = 1.0
+    suffix_min_prob: float = 0.1
 
     @property
     def draft_cache_margin(self) -> int:
@@ -217,6 +236,14 @@ class Drafting:
         bad = [f"{n} must be >= 1" for n in ("match_cap", "agree_window", "tree_matches", "head_vocab",
                                               "guess_order", "eagle_tree_depth", "eagle_tree_branch")
                if getattr(self, n) < 1]
+        if self.suffix_memory_tokens < 0 or self.suffix_lead < 0:
+            bad.append("suffix_memory_tokens and suffix_lead must be >= 0")
+        if not 1 <= self.suffix_orders[0] <= self.suffix_orders[1]:
+            bad.append("suffix_orders must be (lo, hi) with 1 <= lo <= hi")
+        if self.suffix_matches < 1 or not self.suffix_spec_factor > 0:
+            bad.append("suffix_matches must be >= 1 and suffix_spec_factor > 0")
+        if not 0.0 <= self.suffix_min_prob < 1.0:
+            bad.append("suffix_min_prob must be in [0, 1)")
         if self.head_extra_strips < 0 or self.guess_max < 0:
             bad.append("head_extra_strips and guess_max must be >= 0")
         if not self.tree_order_weight >= 1.0:

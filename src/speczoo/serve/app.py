@@ -66,7 +66,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
     if default_spec not in worker.spec_modes:
         raise ValueError(f"default spec mode {default_spec!r} is not offered by this runtime; "
                          f"use one of {worker.spec_modes}")
-    gens = Generations(runtime, worker, default_spec, keepalive)
+    gens = Generations(runtime, worker, default_spec, keepalive, keyed=bool(api_key))
     bearer = HTTPBearer(auto_error=False, description="The key given to `speczoo serve --api-key`")
 
     @asynccontextmanager

@@ -11,6 +11,7 @@ runtime's generator. This module never runs a model itself and never holds KV st
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
 from contextlib import aclosing, suppress
@@ -125,11 +126,22 @@ def usage_of(stats: Stats, prompt_tokens: int, completion_tokens: int) -> Usage:
                  accepted_per_round=round(stats.accepted_per_round, 3), drafter=stats.drafter)
 
 
+def tenant_of(request: Request, keyed: bool) -> str | None:
+    """Whose earlier answers a request's suffix drafter may read (decoding/drafters/suffix_memory.py): on a
+    server with --api-key, its bearer token (checked by the middleware), as a SHA-256 digest so that the
+    memory never holds the key itself; without one, None: every request is the same tenant."""
+    if not keyed:
+        return None
+    _, _, token = request.headers.get("authorization", "").partition(" ")
+    return hashlib.sha256(token.strip().encode()).hexdigest()
+
+
 class Generations:
     """The served runtime's generations: requests checked, queued on `worker`, answered."""
 
-    def __init__(self, runtime, worker: Worker, default_spec: str, keepalive: float):
+    def __init__(self, runtime, worker: Worker, default_spec: str, keepalive: float, keyed: bool = False):
         self.runtime, self.worker, self.default_spec, self.keepalive = runtime, worker, default_spec, keepalive
+        self.keyed = keyed        # the server checks an API key: a request's key is its tenant (tenant_of)
         self.started = int(time.time())
 
     def card(self) -> ModelCard:
@@ -192,7 +204,7 @@ class Generations:
         req = self.request(body, prompt_ids, max_tokens)
         head = {"id": f"{endpoint.id_prefix}-{uuid.uuid4().hex[:24]}", "object": endpoint.chunk_object,
                 "created": int(time.time()), "model": self.runtime.name}
-        job = self.submit(req)
+        job = self.submit(req, request)
         track = self.track(req)
         if body.stream:
             include = bool(body.stream_options and body.stream_options.include_usage)
@@ -201,7 +213,9 @@ class Generations:
         tokens = None if track is None else track.whole(done)
         return endpoint.answer(head, done, usage_of(done.stats, len(prompt_ids), len(done.ids)), tools, tokens)
 
-    def submit(self, req: GenerationRequest) -> Job:
+    def submit(self, req: GenerationRequest, request: Request) -> Job:
+        """Queue `req` on the worker as the request's tenant (tenant_of: whose earlier answers it may draft from)."""
+        req.tenant = tenant_of(request, self.keyed)
         try:
             return self.worker.submit(req)
         except QueueFullError as exc:

@@ -158,7 +158,7 @@ def ollama_routes(gens: Generations) -> APIRouter:
     async def respond(body: GenerationFields, request: Request, answer: Answer):
         started = time.perf_counter_ns()
         req = generation_request(body, answer.prompt_ids)
-        job = gens.submit(req)
+        job = gens.submit(req, request)
         track = gens.track(req)
         if body.stream:
             return NDJSONResponse(stream(job, body.model, answer, track, started))

@@ -69,6 +69,11 @@ class Drafter(ABC):
         holds committed tokens only and re-syncs from the next context."""
         self.commit(len(path))
 
+    def finish(self, context: list[int]) -> None:
+        """The generation ended (finished, stopped by a stop string, or cancelled) with `context`: every
+        committed id, prompt and output. Called once. Default: nothing to keep (the suffix drafter hands
+        its answer to the memory of earlier answers)."""
+
     def observe(self, hidden: list[Tensor]) -> None:
         """The target's hidden states [R, D] at `hidden_layers` (in that order) for the R positions just
         committed, oldest first: the prompt after the prefill, then [a0] + the accepted draft after each

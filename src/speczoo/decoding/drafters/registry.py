@@ -51,7 +51,9 @@ class Loaded(Protocol):
                    without a draft model);
     eagle:         the EAGLE head resolved at load (speczoo/eagle_drafters.py LoadedHead: .head, .step,
                    .tree, .names), or None;
-    max_seq:       the longest sequence a request may reach.
+    max_seq:       the longest sequence a request may reach;
+    suffix_memory: the memory of earlier answers the suffix drafter reads and adds to
+                   (drafters/suffix_memory.py SuffixMemory), held by the runtime across requests.
     """
 
     target: object
@@ -59,6 +61,7 @@ class Loaded(Protocol):
     draft_costs: object | None
     eagle: object | None
     max_seq: int
+    suffix_memory: object
 
 
 @dataclass(frozen=True)
@@ -150,13 +153,30 @@ def _eagle(tree: bool) -> Callable[[Loaded], Bound | None]:
     return load
 
 
+def _suffix(loaded: Loaded) -> Bound:
+    """The suffix drafter (drafters/suffix.py) over the runtime's memory: each request reads its tenant's
+    answers as they stand when it starts (a Recall), but a seeded sampled one reads none (its samples
+    must not depend on what others asked before). Free, like prompt lookup: priced from its measured time."""
+    from speczoo.decoding.drafters.suffix import SuffixDrafter
+
+    memory = loaded.suffix_memory
+
+    def factory(req: GenerationRequest) -> Drafter:
+        reproducible = not req.sampling.greedy and req.sampling.seed is not None
+        recall = None if reproducible else memory.open(req.tenant)
+        return SuffixDrafter(recall, len(req.prompt_ids), max_order=req.ngram)
+
+    return Bound(factory, 0.0)
+
+
 NGRAM = DrafterSpec("ngram", factory=lambda req: NgramDrafter(max_order=req.ngram), cost=0.0, batchable=True)
 NGRAM_TREE = DrafterSpec("ngram-tree", factory=lambda req: NgramTreeDrafter(max_order=req.ngram), cost=0.0,
                          auto=False, batchable=True)
 DRAFT = DrafterSpec("draft", batchable=True, shared_cache=True, takes_name=DRAFT_MODEL, load=_draft_model)
+SUFFIX = DrafterSpec("suffix", batchable=True, load=_suffix)
 EAGLE = DrafterSpec("eagle", shared_cache=True, takes_name=EAGLE_HEAD, load=_eagle(tree=False))
 EAGLE_TREE = DrafterSpec("eagle-tree", auto=False, shared_cache=True, takes_name=EAGLE_HEAD, load=_eagle(tree=True))
 
 # The drafters speczoo ships, in the order the API publishes them (and the controller breaks ties by).
-BUILTIN: tuple[DrafterSpec, ...] = (NGRAM, NGRAM_TREE, DRAFT, EAGLE, EAGLE_TREE)
+BUILTIN: tuple[DrafterSpec, ...] = (NGRAM, NGRAM_TREE, SUFFIX, DRAFT, EAGLE, EAGLE_TREE)
 BY_NAME: Mapping[str, DrafterSpec] = MappingProxyType({s.name: s for s in BUILTIN})
