@@ -16,6 +16,7 @@ It must never import torch or a model: tests that use it run in milliseconds.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import threading
@@ -44,8 +45,10 @@ class FakeTokenizer:
     def decode(self, ids: list[int]) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
+        out = f"<|im_start|>tools\n{json.dumps(tools)}<|im_end|>\n" if tools else ""
+        out += "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
         if add_generation_prompt:
             out += "<|im_start|>assistant\n"
         return out
