@@ -60,6 +60,17 @@ def test_each_mode_starts_llama_server_with_its_flags():
     assert body["temperature"] == 0 and body["return_tokens"] is True
 
 
+def test_an_answer_that_stopped_at_eos_loses_its_eos_token():
+    from speczoo.bench.suite import Conversation
+
+    conv = Conversation()
+    timings = {"predicted_n": 4, "predicted_ms": 40.0, "prompt_ms": 5.0, "draft_n": 6, "draft_n_accepted": 2}
+    SL.add_answer(conv, {"content": "abc", "tokens": [1, 2, 3, 99], "stop_type": "eos", "timings": timings}, [99])
+    SL.add_answer(conv, {"content": "abc", "tokens": [1, 2, 3, 99], "stop_type": "limit", "timings": timings}, [99])
+    assert conv.ids == [[1, 2, 3], [1, 2, 3, 99]] and conv.tokens == 7 and conv.finish == ["stop", "length"]
+    assert conv.seconds == pytest.approx(0.08) and conv.drafted == 12 and conv.accepted == 4
+
+
 def fake_answer(ids: list[int], n: int) -> list[int]:
     """What tests/fake_llama_server.py answers to prompt ids."""
     return [100 + (sum(ids) + 7 * i) % 50 for i in range(n)]

@@ -9,9 +9,9 @@ turns in order through `/completion` with the prompt as token ids: for turn t th
 row was fed (its own earlier answers as the assistant turns), so both systems see the same ids.
 
 Rows have the suite's shape (speczoo.bench.suite.make_row) under the method `llama:MODE`, so the suite's
-report pairs them with `off` like any method. Their tokens and seconds are llama-server's own
-`timings` (predicted_n over predicted_ms: the generation after the prompt, as speczoo's decode
-seconds); drafted/accepted are its draft_n/draft_n_accepted (it reports no rounds). `lossless` of a
+report pairs them with `off` like any method. Their seconds are llama-server's own `timings`
+(predicted_ms: the generation after the prompt, as speczoo's decode seconds), their tokens the answer's
+ids (its end-of-generation token cut, as speczoo's answers have none); drafted/accepted are its draft_n/draft_n_accepted (it reports no rounds). `lossless` of a
 mode is judged against `llama:greedy`'s ids (llama.cpp's reference, not speczoo's); `equals_off` says
 whether the answer's ids equal speczoo's greedy ones.
 
@@ -95,12 +95,17 @@ def post_completion(host: str, port: int, body: dict) -> dict:
     return json.loads(raw)
 
 
-def add_answer(conv: Conversation, answer: dict) -> None:
-    """One /completion answer into the conversation's totals (llama-server's own timings)."""
+def add_answer(conv: Conversation, answer: dict, eos_ids: list[int]) -> None:
+    """One /completion answer into the conversation's totals (llama-server's own timings). Its ids end
+    with the end-of-generation token where it stopped at one; speczoo's answers do not, so it is cut, and
+    not counted as a token (its step stays in the seconds, as in speczoo's)."""
     timings = answer["timings"]
+    ids = [int(t) for t in answer["tokens"]]
+    if answer.get("stop_type") == "eos" and ids and ids[-1] in eos_ids:
+        ids.pop()
     conv.texts.append(answer["content"])
-    conv.ids.append([int(t) for t in answer["tokens"]])
-    conv.tokens += int(timings["predicted_n"])
+    conv.ids.append(ids)
+    conv.tokens += len(ids)
     conv.seconds += float(timings["predicted_ms"]) / 1000
     conv.prefill_seconds += float(timings["prompt_ms"]) / 1000
     conv.drafted += int(timings.get("draft_n", 0))
@@ -114,7 +119,7 @@ def converse_llama(host: str, port: int, tokenizer, question: Question, off_text
     conv = Conversation()
     for t in range(len(question.turns)):
         ids = turn_ids(tokenizer, question, off_texts[:t])
-        add_answer(conv, post_completion(host, port, completion_body(ids, max_new_tokens)))
+        add_answer(conv, post_completion(host, port, completion_body(ids, max_new_tokens)), tokenizer.eos_ids)
     return conv
 
 
