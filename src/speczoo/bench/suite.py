@@ -3,8 +3,8 @@
 For each question, `off` (plain greedy) runs first, then the other methods; a multi-turn question is
 generated turn by turn through the chat template, the model's own earlier answers inserted as
 assistant messages (and, where the question has them, its `system` message, its `tools` and its
-`tool_results`: tool messages before a turn's user message; see speczoo.bench.agentic). Each (question, method) becomes one row of DIR/results.jsonl, appended and flushed
-as soon as it is done, so an interruption loses at most the row in flight; a rerun skips the rows
+`tool_results`: tool messages before a turn's user message; see speczoo.bench.agentic). Each (question,
+method) becomes one row of DIR/results.jsonl, appended and flushed as soon as it is done, so an interruption loses at most the row in flight; a rerun skips the rows
 already there (reading `off`'s ids back to judge losslessness). Then DIR/summary.md (see
 speczoo.bench.report for every definition) and DIR/speedup.png are written from the rows.
 
