@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from speczoo.errors import CacheFullError
-from speczoo.events import DoneEvent, Stats, TokenEvent
+from speczoo.events import DoneEvent, Stats, TokenEvent, TokenLogprob
+from speczoo.facts import ModelFacts
 from speczoo.request import GenerationRequest
 
 EOS = 256
@@ -35,9 +36,11 @@ WORDS = ["the", "cache", "draft", "target", "token", "round", "verify", "accept"
 
 
 class FakeTokenizer:
-    """Byte-level: ids 0..255 are UTF-8 bytes, 256 is EOS; a ChatML-like chat template."""
+    """Byte-level: ids 0..255 are UTF-8 bytes, 256 is EOS; a ChatML-like chat template (tools, when given, in
+    a system turn)."""
 
     eos_ids = [EOS]
+    chat_template = None        # the template's text (set it to one with <tool_call> to offer tools)
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
@@ -45,9 +48,12 @@ class FakeTokenizer:
     def decode(self, ids: list[int]) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
+    def piece_bytes(self, i: int) -> bytes:
+        return bytes([i]) if i < 256 else b""
+
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
                             tools: list[dict] | None = None) -> str:
-        out = f"<|im_start|>tools\n{json.dumps(tools)}<|im_end|>\n" if tools else ""
+        out = f"<|im_start|>system\n<tools>{json.dumps(tools)}</tools><|im_end|>\n" if tools else ""
         out += "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
         if add_generation_prompt:
             out += "<|im_start|>assistant\n"
@@ -125,6 +131,11 @@ class FakeRuntime:
     def slot_bytes(self) -> int:
         return 1 << 20
 
+    def facts(self) -> ModelFacts:
+        return ModelFacts(arch="fake", quantization="Q8_0", size=1 << 20, digest="sha256:" + "0" * 64,
+                          modified="2026-01-01T00:00:00+00:00", context=self.max_seq,
+                          chat_template="{% for m in messages %}<|im_start|>{{ m.role }}...{% endfor %}")
+
     def cannot_batch(self) -> str | None:
         return None
 
@@ -186,7 +197,8 @@ class FakeRuntime:
             delta = text[len(emitted):len(text) - hold]
             emitted += delta
             entry.events += 1
-            yield TokenEvent(ids=new, text=delta, drafted=drafted, accepted=min(accepted, len(new)))
+            yield TokenEvent(ids=new, text=delta, drafted=drafted, accepted=min(accepted, len(new)),
+                             logprobs=fake_logprobs(new, request.logprobs))
             if hit_eos or stopped:
                 finish = "stop"
                 break
@@ -198,7 +210,16 @@ class FakeRuntime:
             yield TokenEvent(ids=[], text=final[len(emitted):])
         entry.events += 1
         entry.finished = True
-        yield DoneEvent(finish_reason=finish, text=final, ids=ids, stats=stats)
+        yield DoneEvent(finish_reason=finish, text=final, ids=ids, stats=stats,
+                        logprobs=fake_logprobs(ids, request.logprobs))
+
+
+def fake_logprobs(ids: list[int], top: int | None) -> list[TokenLogprob] | None:
+    """A made-up log-probability per id, a function of the id alone (so the same whatever the rounds),
+    with `top` alternatives headed by the id itself."""
+    if top is None:
+        return None
+    return [TokenLogprob(i, -(i % 7) / 8, tuple((i + j, -(i % 7) / 8 - j) for j in range(top))) for i in ids]
 
 
 class FakeBatch:

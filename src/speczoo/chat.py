@@ -32,9 +32,13 @@ HELP = """commands:
   /quit                            leave (also Ctrl-D)"""
 
 
-def render_chat_prompt(tokenizer, messages: list[dict], no_think: bool = False) -> str:
-    """The prompt text for `messages` (dicts with role and content), ready for the assistant's turn."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+def render_chat_prompt(tokenizer, messages: list[dict], no_think: bool = False,
+                       tools: list[dict] | None = None) -> str:
+    """The prompt text for `messages` (dicts with role and content, and OpenAI's tool_calls /
+    tool_call_id where they have them), ready for the assistant's turn; `tools` (OpenAI's function
+    tool dicts) are given to the template as transformers gives them."""
+    extra = {"tools": tools} if tools else {}
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, **extra)
     return text + THINK_PRESEED if no_think else text
 
 

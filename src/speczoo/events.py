@@ -8,7 +8,18 @@ disconnects) ends the generation and frees its state. Plain data: never imports 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """An emitted token's log-probability under the target's raw distribution (log_softmax of the
+    verified logits row that chose it, before temperature, top-k or top-p), and the `top` most likely
+    ids of that row with theirs, most likely first (empty when no alternatives were asked for)."""
+
+    id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
@@ -20,6 +31,7 @@ class TokenEvent:
     drafted: int = 0                # draft tokens proposed this round
     accepted: int = 0               # of which accepted
     drafter: str = ""               # the drafter the controller chose this round ("" or "none": plain)
+    logprobs: list[TokenLogprob] | None = None     # one per id, when the request asked (GenerationRequest.logprobs)
 
 
 @dataclass
@@ -48,3 +60,4 @@ class DoneEvent:
     text: str                       # the whole generated text
     ids: list[int]
     stats: Stats
+    logprobs: list[TokenLogprob] | None = None     # one per id, when the request asked

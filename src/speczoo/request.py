@@ -46,3 +46,5 @@ class GenerationRequest:
     spec: str = "off"               # a speculative mode: "off", "auto", a drafter's name, or MODE:NAME
     k: int = 8                      # max draft tokens per round
     ngram: int = 3                  # max n-gram order for prompt lookup
+    logprobs: int | None = None     # None: none computed; N >= 0: each emitted token's log-probability
+                                    # and the N most likely alternatives of its row (events.TokenLogprob)

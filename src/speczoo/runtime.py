@@ -22,9 +22,11 @@ from torch import nn
 from speczoo.cache import KVCache
 from speczoo.errors import NotPulledError
 from speczoo.events import DoneEvent, TokenEvent
+from speczoo.facts import ModelFacts
 from speczoo.request import GenerationRequest
 from speczoo.kernels import native
-from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, NO_SIMD_BACKENDS
+from speczoo.kernels.backends import DEFAULT_FAST_BACKEND, LOAD_TIME_BACKEND, NO_SIMD_BACKENDS, get_backend
+from speczoo.kernels.quantized import MixedBackend
 from speczoo.models.args import ModelArgs
 from speczoo.decoding.batch import BatchEngine
 from speczoo.decoding.drafters.draft_model import reduced_head
@@ -41,7 +43,8 @@ from speczoo.slots import SlotCache
 from speczoo.textgen import TextBatch, generate_text
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
-from speczoo.zoo.registry import resolve
+from speczoo.zoo.policy import PackRow, stale_rows
+from speczoo.zoo.registry import MODELS, resolve
 from speczoo.zoo.weights import load_model    # a lean bundle's fp32/bf16 weights come from its source
 
 
@@ -71,11 +74,13 @@ _NOTED: set[str] = set()      # models whose slower default has been pointed out
 
 def default_backend(bundle: Path) -> str:
     """The fast backend the bundle was packed for at pull time (the kernels' default when it stores that one
-    among others, and when it stores none); on a CPU without a SIMD kernel path, the fastest of
-    NO_SIMD_BACKENDS whose packing the bundle stores."""
+    among others); on a CPU without a SIMD kernel path, the fastest of NO_SIMD_BACKENDS whose packing the
+    bundle stores. A bundle that stores no packing (pulled with a backend that packs at load, `--backend
+    fp32` or `bf16`) loads with LOAD_TIME_BACKEND, which needs none: any stored backend would find its
+    packing missing."""
     packed = read_manifest(bundle).packed_backends
     if not packed:
-        return DEFAULT_FAST_BACKEND
+        return LOAD_TIME_BACKEND
     if native.chosen_path().simd:
         return DEFAULT_FAST_BACKEND if DEFAULT_FAST_BACKEND in packed else packed[0]
     return next((b for b in NO_SIMD_BACKENDS if b in packed), packed[0])
@@ -91,6 +96,20 @@ def _note_slow_default(name: str, backend: str) -> None:
     print(f"speczoo: {name} loads with the {backend} backend, and on this CPU's scalar kernels {best} runs "
           f"several times faster; `speczoo pull {name} --backend {best}` stores its packing, which later "
           f"loads then use", file=sys.stderr, flush=True)
+
+
+def _note_stale_packing(name: str, path: Path, backend: str) -> None:
+    """Say (once per model) when the bundle's `mixed` packing was made by an earlier policy table (a Q4_1
+    tensor in q8b, re-rounded, where q8bm now holds it exactly): it loads and runs as it did, and a plain
+    `speczoo pull NAME` re-packs it by the current table."""
+    if f"stale:{name}" in _NOTED or not isinstance(get_backend(backend), MixedBackend):
+        return
+    stale = stale_rows([PackRow.from_json(r) for r in read_manifest(path).packing.get(backend, [])])
+    if stale:
+        _NOTED.add(f"stale:{name}")
+        print(f"speczoo: {name}'s {backend} packing was made by an earlier speczoo (" + ", ".join(
+              f"{r.source_type} in {r.format}, held in {r.wanted} now" for r in stale) + f"); `speczoo pull "
+              f"{name}` re-packs it by the current table", file=sys.stderr, flush=True)
 
 
 def bundle_of(name: str, backend: str | None = None) -> Path:
@@ -116,6 +135,7 @@ def load(name: str, backend: str | None = None) -> LoadedModel:
     if backend is None:
         backend = default_backend(path)
         _note_slow_default(name, backend)
+    _note_stale_packing(name, path, backend)
     args = ModelArgs.from_json(path / "config.json")
     return LoadedModel(name=name, path=path, args=args, model=load_model(path, backend),
                        tokenizer=Tokenizer.from_bundle(path), backend=backend)
@@ -186,6 +206,16 @@ class Runtime:
         """The KV bytes of one batch slot (fp32 keys and values of every layer for max_seq + a verify)."""
         a = self.target.args
         return 2 * a.n_layers * a.n_kv_heads * a.head_dim * 4 * (self.max_seq + MAX_K + 1)
+
+    def facts(self) -> ModelFacts:
+        """The served model as a catalogue shows it (from its bundle's manifest)."""
+        m = read_manifest(self.target.path)
+        zoo = MODELS.get(m.name)
+        main = max((t for t in m.quantization if t not in ("F32", "F16", "BF16")), default="F32",
+                   key=lambda t: m.quantization[t])
+        return ModelFacts(arch=m.architecture, quantization=zoo.quantization if zoo else main,
+                          size=m.source.size, digest=f"sha256:{m.source.sha256}", modified=m.created,
+                          context=self.max_seq, chat_template=self.tokenizer.chat_template or "")
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """Render messages through the chat template (generation prompt appended) and encode."""

@@ -34,14 +34,16 @@ class Text:
     def round(self, r: Round) -> list[TokenEvent]:
         text = self.stream.push(r.ids)
         if r.ids or text:
-            return [TokenEvent(ids=r.ids, text=text, drafted=r.drafted, accepted=r.accepted, drafter=r.drafter)]
+            return [TokenEvent(ids=r.ids, text=text, drafted=r.drafted, accepted=r.accepted, drafter=r.drafter,
+                               logprobs=r.logprobs)]
         return []
 
     def done(self, g: Generation) -> list[TokenEvent | DoneEvent]:
         """The text held back, then the DoneEvent ("stop" when a stop string ended it)."""
         tail = self.stream.flush()
         done = g.result("stop" if self.stream.stopped else None)
-        end = DoneEvent(finish_reason=done.finish_reason, text=self.stream.text, ids=done.ids, stats=done.stats)
+        end = DoneEvent(finish_reason=done.finish_reason, text=self.stream.text, ids=done.ids, stats=done.stats,
+                        logprobs=done.logprobs)
         return ([TokenEvent(ids=[], text=tail)] if tail else []) + [end]
 
 

@@ -19,17 +19,18 @@ from speczoo.kernels.quantized import build_compiled
 from speczoo.models.base import Rotation, plan_attention
 from speczoo.models.forward import Readout, Tree
 
-FAST = ("q4", "q8", "q8b", "q6", "f32", "f16", "bf16w", "mixed-runs", "float-runs")
+FAST = ("q4", "q8", "q8b", "q8bm", "q6", "f32", "f16", "bf16w", "mixed-runs", "float-runs")
 
 
 class MixedRuns(LinearBackend):
-    """q4, q8b and q6 in turn over a Qwen2 block's linears as they are packed (q, k, v, wo, gate, up, down):
-    q alone then k|v, gate then up are two compiled calls each, as a Q4_K_M file's Q4_K and Q6_K tensors."""
+    """q4, q8b, q6 and q8bm in turn over a Qwen2 block's linears as they are packed (q, k, v, wo, gate, up,
+    down): q alone then k|v, gate then up are two compiled calls each, as a Q4_K_M file's Q4_K and Q6_K
+    tensors; down in q8bm, as a Q4_1 file's."""
 
     name = "mixed-runs"
     stored = True
     batch_invariant = True
-    ORDER = ("q4", "q8b", "q8b", "q4", "q4", "q6", "q8b")
+    ORDER = ("q4", "q8b", "q8b", "q4", "q4", "q6", "q8bm")
 
     def __init__(self):
         self.calls = 0

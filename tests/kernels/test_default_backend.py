@@ -1,12 +1,13 @@
 """The backend a model loads with by default (runtime.default_backend): the bundle's packing on a CPU the
 kernels have a SIMD path for; on one without, the fastest batch-invariant packing the bundle stores, and a
-note on stderr when a faster one could be stored."""
+note on stderr when a faster one could be stored; a bundle that stores none (pulled with `--backend fp32`)
+loads with the backend that packs at load."""
 
 import pytest
 
 from speczoo import runtime
 from speczoo.kernels import native
-from speczoo.kernels.backends import get_backend
+from speczoo.kernels.backends import LOAD_TIME_BACKEND, get_backend
 from speczoo.zoo.bundle import Manifest, SourceInfo
 
 SIMD = native.KernelPath("avx2", "x86_64", ("-march=x86-64-v3",), frozenset({"avx2"}), True)
@@ -52,3 +53,11 @@ def test_a_slower_default_on_a_scalar_cpu_says_what_to_pull_once(path, capsys):
     path["path"] = SIMD
     runtime._note_slow_default("k", "q4")           # a SIMD path: q4 is the fast one
     assert capsys.readouterr().err == ""
+
+
+def test_a_bundle_storing_no_packing_loads_with_the_load_time_backend(tmp_path, path):
+    assert runtime.default_backend(bundle(tmp_path, [])) == LOAD_TIME_BACKEND == "fp32"
+    path["path"] = SCALAR
+    assert runtime.default_backend(tmp_path / "none") == "fp32"
+    assert not get_backend(LOAD_TIME_BACKEND).stored
+

@@ -1,4 +1,5 @@
-"""q8b holds a GGUF's Q8_0 / Q6_K / Q5_0 / Q4_0 tensors exactly and q6 its Q6_K ones in their own bytes; a q6
+"""q8b holds a GGUF's Q8_0 / Q6_K / Q5_0 / Q4_0 tensors exactly, q8bm its Q4_1 / Q5_1 ones (offsets included)
+and q6 its Q6_K ones in their own bytes; a q6
 weight computes exactly what its q8b twin computes; f32, f16 and bf16 hold a GGUF's F32, F16 and BF16 tensors
 bit for bit (their very bytes) and compute each output within fp32 rounding of the float64 product; all of
 them fuse and split by strips like the other formats. (Batch invariance, the torch twins and parity with
@@ -15,8 +16,8 @@ from speczoo.kernels.backends import get_backend
 from speczoo.kernels.fused import FusedLinears
 from speczoo.kernels.pack_float import FLOAT_KALIGN, float_part, float_values, pack_float, unpack_float
 from speczoo.kernels.pack_q6 import pack_q6, pack_q6_gguf, q6_from_gguf, quantize_q6, unpack_q6
-from speczoo.kernels.pack_q8b import (Q8B_GGUF_TYPES, pack_q8b, pack_q8b_gguf, q8b_from_gguf, quantize_q8b,
-                                      unpack_q8b)
+from speczoo.kernels.pack_q8b import (Q8B_GGUF_TYPES, Q8BM_GGUF_TYPES, pack_q8b, pack_q8b_gguf, q8b_from_gguf,
+                                      quantize_q8b, quantize_q8bm, unpack_q8b)
 from speczoo.kernels.quantized import MixedBackend, select_strips
 from speczoo.models.loader import dequantize
 from speczoo.zoo.policy import POLICY, pack_tensor
@@ -27,7 +28,7 @@ def _gguf_blocks(encoding: str, n: int, k: int, seed: int = 0) -> torch.Tensor:
     random blocks with a finite fp16 scale (every byte pattern of the codes and sub-scales is valid)."""
     rng = np.random.default_rng(seed)
     if encoding != "Q6_K":
-        w = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
+        w = (rng.standard_normal((n, k)) * 0.05 + 0.01).astype(np.float32)   # off centre: Q4_1's m is not -8 d
         w[0, :32] = 0.0                                      # an all-zero block
         return torch.from_numpy(gguf.quants.quantize(w, gguf.GGMLQuantizationType[encoding]))
     raw = torch.from_numpy(rng.integers(0, 256, (n, k // 256 * 210), dtype=np.uint8))
@@ -37,25 +38,41 @@ def _gguf_blocks(encoding: str, n: int, k: int, seed: int = 0) -> torch.Tensor:
     return raw
 
 
-@pytest.mark.parametrize("encoding", Q8B_GGUF_TYPES)
+@pytest.mark.parametrize("encoding", Q8B_GGUF_TYPES + Q8BM_GGUF_TYPES)
 def test_gguf_types_convert_exactly(encoding):
     n, k = 24, 768
     raw = _gguf_blocks(encoding, n, k)
     codes = q8b_from_gguf(raw, encoding, k)
     assert torch.equal(codes.dequantize(), dequantize(raw.numpy(), encoding))        # gguf's own values, bit for bit
-    back = unpack_q8b(pack_q8b_gguf(raw, encoding, k))
+    assert (codes.m is not None) == (encoding in Q8BM_GGUF_TYPES)
+    packed = pack_q8b_gguf(raw, encoding, k)
+    assert ("mb" in packed) == (encoding in Q8BM_GGUF_TYPES) and POLICY[encoding].exact
+    back = unpack_q8b(packed)
     assert torch.equal(back.q, codes.q) and torch.equal(back.a, codes.a)
+    assert codes.m is None or torch.equal(back.m, codes.m)
 
 
-@pytest.mark.parametrize("encoding", Q8B_GGUF_TYPES)
+@pytest.mark.parametrize("encoding", Q8B_GGUF_TYPES + Q8BM_GGUF_TYPES)
 def test_kernel_on_converted_weights_matches_fp32(encoding):
     n, k = 40, 512
     raw = _gguf_blocks(encoding, n, k)
     w = dequantize(raw.numpy(), encoding)
     x = torch.randn(5, k, generator=torch.Generator().manual_seed(2))
-    y = get_backend("q8b").build(pack_q8b_gguf(raw, encoding, k), None)(x)
+    y = get_backend("q8b" if encoding in Q8B_GGUF_TYPES else "q8bm").build(pack_q8b_gguf(raw, encoding, k), None)(x)
     ref = x @ w.t()
     assert ((y - ref).norm() / ref.norm()).item() < 0.01     # the activations' int8 rounding only
+
+
+def test_q8bm_quantizer_centres_each_group():
+    """An fp32 weight in q8bm (a weight packed in memory): the offset of each 32 is the middle of its range,
+    the codes q8b's of what is left; its padding past K computes nothing (zero activations there)."""
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(6, 100, generator=g) * 0.05 + torch.linspace(-0.2, 0.2, 6)[:, None]
+    c = quantize_q8bm(w)
+    assert c.q.shape == (6, 128) and c.a.shape == (6, 8) and c.m.shape == (6, 4)
+    grp = w[:, :96].reshape(6, 3, 32)
+    assert torch.equal(c.m[:, :3], (grp.amax(-1) + grp.amin(-1)) * 0.5)
+    assert ((c.dequantize()[:, :100] - w).norm() / w.norm()).item() < 0.004       # q8b's grid on half the range
 
 
 def test_other_types_are_refused_with_the_way_out():
@@ -102,7 +119,7 @@ def test_q6_fp32_quantizer_grid():
     assert ((c.dequantize()[:, :300] - w).norm() / w.norm()).item() < 0.03
 
 
-@pytest.mark.parametrize("fmt", ["q8b", "q6", "f32", "f16", "bf16w"])
+@pytest.mark.parametrize("fmt", ["q8b", "q8bm", "q6", "f32", "f16", "bf16w"])
 def test_fused_and_strip_selected_modules_compute_the_same_columns(fmt):
     g = torch.Generator().manual_seed(6)
     w1, w2 = torch.randn(32, 96, generator=g), torch.randn(48, 96, generator=g)
@@ -122,12 +139,13 @@ def test_fused_and_strip_selected_modules_compute_the_same_columns(fmt):
 
 def test_a_packing_builds_the_module_of_its_own_format():
     from speczoo.kernels import native
-    from speczoo.kernels.quantized import (Bf16Native, F16Native, F32Native, Q4Native, Q6Native, Q8bNative,
-                                           Q8Native, build_compiled)
+    from speczoo.kernels.quantized import (Bf16Native, F16Native, F32Native, Q4Native, Q6Native, Q8bmNative,
+                                           Q8bNative, Q8Native, build_compiled)
 
     w = torch.randn(16, 64, generator=torch.Generator().manual_seed(8))
     lib = native.kernels()
-    for fmt, cls in (("q4", Q4Native), ("q6", Q6Native), ("q8b", Q8bNative), ("q8", Q8Native), ("f32", F32Native),
+    for fmt, cls in (("q4", Q4Native), ("q6", Q6Native), ("q8b", Q8bNative), ("q8bm", Q8bmNative), ("q8", Q8Native),
+                     ("f32", F32Native),
                      ("f16", F16Native), ("bf16w", Bf16Native)):
         assert type(build_compiled(get_backend(fmt).pack(w), None, lib)) is cls
     with pytest.raises(ValueError, match="re-pull"):

@@ -1,6 +1,6 @@
 """models/gguf_blocks.py: the torch decoders give gguf.quants' values bit for bit, on blocks of random bytes
-(every code pattern, every scale an fp16 can hold, NaN and inf included), and Q4_K transcoded to q4 codes
-holds exactly the values gguf decodes. kernels/pack.py: packing q8 from rows decoded a chunk at a time,
+(every code pattern, every scale an fp16 can hold, NaN and inf included), and Q4_K transcoded to q4 codes,
+Q5_K to q8bm's and Q3_K to q8b's hold exactly the values gguf decodes. kernels/pack.py: packing q8 from rows decoded a chunk at a time,
 with its error measured, gives the bytes of packing the whole weight."""
 
 from __future__ import annotations
@@ -50,6 +50,21 @@ def test_q4_k_transcode_holds_ggufs_values_exactly():
     want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_K)
     assert _same_bits(codes.dequantize(), want)
     assert int(codes.q.max()) <= 15 and int(codes.sc.max()) <= 63 and int(codes.m.max()) <= 63
+
+
+@pytest.mark.parametrize("kind,at", [("Q5_K", 0), ("Q3_K", 108)])
+def test_k_quant_transcode_holds_ggufs_values_exactly(kind, at):
+    raw = _random_rows(kind, 40, 1024, seed=9)
+    size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]][1]
+    d = np.array([0.004, 0.002] if kind == "Q5_K" else [0.004], dtype=np.float16).view(np.uint8)
+    raw.reshape(40, -1, size)[:, :, at:at + d.size] = d                      # finite d (and dmin)
+    codes = G.k_quant_codes(torch.from_numpy(raw), kind)
+    assert _same_bits(codes.dequantize(), gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[kind]))
+    assert (codes.m is not None) == (kind == "Q5_K")
+    lo, hi = (0, 31) if kind == "Q5_K" else (-4, 3)
+    assert int(codes.q.min()) == lo and int(codes.q.max()) == hi
+    with pytest.raises(ValueError, match="Q5_K and Q3_K"):
+        G.k_quant_codes(torch.from_numpy(raw), "Q4_K")
 
 
 def test_rows_decoded_a_chunk_at_a_time_pack_the_same_bytes(monkeypatch):

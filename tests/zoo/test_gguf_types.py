@@ -11,10 +11,11 @@ in the manifest; the fp32 reference is gguf's own values, bit for bit; and the l
 ("mixed") backend equal those of a reference that quantizes activations as the kernels do but keeps the
 source's exact fp32 weights ("fp32-act8-B", B the format's activation block; plain "fp32" for the float
 formats, which quantize no activation), within the bound of the weight's format: fp32 rounding where the
-format holds the type exactly (Q4_K -> q4, Q6_K -> q6, Q8_0 / Q5_0 / Q4_0 -> q8b, F32 / F16 / BF16 -> f32 /
-f16 / bf16); where it does not (q6 or q8b from fp32), the logits are bit for bit those of that format
-packed from the exact fp32 values (no other loss on the way), within Q8_LOGIT_BOUND of the reference, and
-the measured weight error is under q8's ceiling. So a format that silently lost precision, or a
+format holds the type exactly (Q4_K -> q4, Q6_K -> q6, Q8_0 / Q5_0 / Q4_0 / Q3_K -> q8b, Q4_1 / Q5_1 /
+Q5_K -> q8bm, F32 / F16 / BF16 -> f32 / f16 / bf16); where it does not (q8b from fp32: the IQ, ternary and
+FP4 types, Q2_K), the logits are bit for bit those of that format packed from the exact fp32 values (no
+other loss on the way), within Q8_LOGIT_BOUND of the reference, and the measured weight error is under q8's
+ceiling. So a format that silently lost precision, or a
 transcode one code off, fails here.
 """
 

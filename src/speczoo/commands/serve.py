@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(runtime, api_key=args.api_key, default_spec=spec_mode(args.spec),
                      max_queue=args.max_queue, worker=worker)
     print(f"speczoo: serving {runtime.name} (spec modes {', '.join(runtime.spec_modes)}) on "
-          f"http://{args.host}:{args.port}/  (chat page at /, API at /v1, schema at /openapi.json)",
+          f"http://{args.host}:{args.port}/  (chat page at /, API at /v1, Ollama's API at /api, schema at /openapi.json)",
           file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0

@@ -33,6 +33,7 @@ from speczoo.decoding.pricing.cost import Costs
 from speczoo.decoding.tuning import PRICING
 from speczoo.decoding.drafters.base import FeatureTaps
 from speczoo.decoding.drafters.registry import DrafterSpec
+from speczoo.decoding.logprobs import MAX_TOP, row_logprobs
 from speczoo.decoding.modes import AUTO, OFF, SpecMode
 from speczoo.decoding.policy import make_policy
 from speczoo.decoding.prompt_checks import check_fits
@@ -54,7 +55,10 @@ class Rollback(Protocol):
 
 def first_token(g: Generation, logits: Tensor) -> None:
     """The prefill's last logits row [1, V] chose a0 (argmax, or a draw from the request's generator)."""
-    g.start(sampling.pick(logits, g.sampling, g.rng).tolist()[0])
+    a0 = sampling.pick(logits, g.sampling, g.rng).tolist()[0]
+    if g.logprobs is not None:
+        g.pending_logprob = row_logprobs(logits, slice(0, 1), [a0], g.logprobs)[0]
+    g.start(a0)
 
 
 def conclude(g: Generation, plan: RoundPlan, logits: Tensor, hidden: list[Tensor], cache: Rollback, base: int,
@@ -69,6 +73,9 @@ def conclude(g: Generation, plan: RoundPlan, logits: Tensor, hidden: list[Tensor
     cache:  the sequence's cache; base: its length before the forward (a0 went to position base).
     """
     verdict, judged = judge(plan.draft, logits, g.sampling, g.rng, layout)
+    if g.logprobs is not None:          # the kept rows chose the accepted tokens, then the next a0
+        chosen = [plan.draft.tokens[i] for i in verdict.path] + [verdict.next_token]
+        g.verified = row_logprobs(logits, kept_rows(verdict, layout), chosen, g.logprobs)
     if layout is not None:
         cache.compact([base + 1 + i for i in verdict.path], base + 1)
     cache.truncate(base + 1 + verdict.accepted)
@@ -148,6 +155,8 @@ class Engine:
             raise ValueError(f"n-gram order must be >= 1, got {req.ngram}")
         if req.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {req.max_new_tokens}")
+        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP:
+            raise ValueError(f"top logprobs must be in 0..{MAX_TOP}, got {req.logprobs}")
         self._drafter_names(req.spec)
         mode = SpecMode.parse(req.spec, offered=self.drafters)
         if mode.name is not None and mode.name not in self.drafters[mode.mode].names:
@@ -211,7 +220,7 @@ class Engine:
         return Generation(drafters, policy, list(req.prompt_ids), req.max_new_tokens, self.eos, meter,
                           taps=FeatureTaps(drafters.values()),    # target hidden states the drafters read (EAGLE)
                           sampling=req.sampling, rng=None if greedy else sampling.make_generator(req.sampling.seed),
-                          stats=Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec))
+                          stats=Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec), logprobs=req.logprobs)
 
     def rounds(self, g: Generation) -> Iterator[Round]:
         """Prefill, then one round per target forward until the generation finishes. Closing the

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from speczoo.events import Stats
+from speczoo.events import Stats, TokenLogprob
 from speczoo.request import SamplingParams
 from speczoo.decoding.pricing.calibrate import CostMeter
 from speczoo.decoding.controller import NONE, Controller
@@ -46,6 +46,7 @@ class Round:
     drafter:  the drafter chosen ("none": plain decoding)
     pending:  the next round's a0 (the target's correction or bonus token)
     finish:   "stop" (EOS), "length" (max_new_tokens reached) or None (the generation goes on)
+    logprobs: one per id, when the request asked (Generation.logprobs)
     """
 
     ids: list[int]
@@ -54,6 +55,7 @@ class Round:
     drafter: str
     pending: int
     finish: str | None
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,7 @@ class Finished:
     finish_reason: str              # "stop" (EOS or stop string) | "length"
     ids: list[int]
     stats: Stats
+    logprobs: list[TokenLogprob] | None = None      # one per id, when the request asked
 
 
 @dataclass(slots=True)
@@ -86,6 +89,9 @@ class Generation:
     meter:    the online calibration the rounds time themselves into (None: no timing).
     taps, sampling, rng: the engine's side (features to hand the drafters, the request's sampling and
     its random generator); a replay leaves them at their defaults.
+    logprobs: the alternatives per emitted token the request asked for (None: no log-probabilities);
+    the engine's verify leaves in `verified` the TokenLogprobs of the rows the verdict kept (the accepted
+    draft tokens, then the next a0), and `pending_logprob` carries a0's from the row that chose it.
     """
 
     drafters: dict[str, Drafter]
@@ -101,6 +107,10 @@ class Generation:
     out: list[int] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
     finish: str | None = None
+    logprobs: int | None = None
+    verified: list[TokenLogprob] = field(default_factory=list)
+    pending_logprob: TokenLogprob | None = None
+    out_logprobs: list[TokenLogprob] = field(default_factory=list)
 
     @property
     def remaining(self) -> int:
@@ -114,7 +124,8 @@ class Generation:
 
     def result(self, finish: str | None = None) -> Finished:
         """The generation as it stands, ended for `finish` (default: its own reason)."""
-        return Finished(finish or self.finish or "length", self.out, self.stats)
+        return Finished(finish or self.finish or "length", self.out, self.stats,
+                        None if self.logprobs is None else self.out_logprobs)
 
 
 # (g, plan) -> (verdict, draft tokens the target judged): forward, verify and roll back one plan
@@ -187,10 +198,14 @@ def settle(g: Generation, p: RoundPlan, verdict: Verdict | None, judged: int) ->
         stats.drafted += draft.k
         stats.accepted += accepted
         pending = verdict.next_token
+    logprobs = None if g.logprobs is None else _emitted_logprobs(g, accepted, verdict is not None)
     finish = None
     if g.eos and not g.eos.isdisjoint(new):          # EOS inside the accepted run ends generation there
         new = new[:next(i for i, t in enumerate(new) if t in g.eos)]
         finish = "stop"
+    if logprobs is not None:
+        logprobs = logprobs[:len(new)]
+        g.out_logprobs.extend(logprobs)
     g.out.extend(new)
     g.context.extend(new)
     if finish is None:
@@ -199,7 +214,17 @@ def settle(g: Generation, p: RoundPlan, verdict: Verdict | None, judged: int) ->
         elif pending in g.eos:
             finish = "stop"
     g.pending, g.finish = pending, finish
-    return Round(new, draft.k, accepted, p.drafter, pending, finish)
+    return Round(new, draft.k, accepted, p.drafter, pending, finish, logprobs)
+
+
+def _emitted_logprobs(g: Generation, accepted: int, verified: bool) -> list[TokenLogprob]:
+    """The log-probabilities of a0 and the accepted draft tokens (their verified rows); the next a0's
+    row is kept for the next round."""
+    out = [g.pending_logprob] + g.verified[:accepted]
+    if verified:
+        g.pending_logprob = g.verified[accepted]
+    g.verified = []
+    return out
 
 
 def verify_recorded(p: RoundPlan, out: list[int], at: int) -> tuple[Verdict, int]:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from speczoo.kernels.linear import Bf16Backend, Fp32Backend, LinearBackend
 from speczoo.kernels.quantized import (FloatBackend, MixedBackend, Q4Backend, Q4MixBackend, Q4TorchBackend, Q6Backend,
-                                      Q6TorchBackend, Q8Backend, Q8bBackend, Q8bTorchBackend, Q8TorchBackend)
+                                      Q6TorchBackend, Q8Backend, Q8bBackend, Q8bmBackend, Q8bTorchBackend,
+                                      Q8TorchBackend)
 
 # Each weight in the compiled kernel format its source type maps to (zoo/policy.py: q4 for Q4_K, q8 for the
 # rest), batch-invariant, one path per ISA (kernels/quantized.py).
 DEFAULT_FAST_BACKEND = "mixed"
+# What a bundle that stores no packing loads with by default (one pulled with `--backend fp32` or `bf16`):
+# a backend that packs at load, the exact reference one.
+LOAD_TIME_BACKEND = "fp32"
 # The batch-invariant backends, fastest first, where the compiled kernels have no SIMD path for the CPU
 # (native.chosen_path().simd is False): there the 4-bit unpacking costs more than the bytes it saves, and
 # torch's int8 matmul beats the scalar q4 kernel. Measured: docs/results.md, "Kernel paths".
@@ -21,8 +25,8 @@ NO_SIMD_BACKENDS = ("q8", "q8_torch", "mixed", "q4mix", "q4", "q4_torch")
 
 BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (
     Fp32Backend(), Bf16Backend(), Q8Backend(), Q4Backend(), Q8TorchBackend(), Q4TorchBackend(), MixedBackend(),
-    Q4MixBackend(), Q8bBackend(), Q8bTorchBackend(), Q6Backend(), Q6TorchBackend(), FloatBackend("f32"),
-    FloatBackend("f16"), FloatBackend("bf16", name="bf16w"))}
+    Q4MixBackend(), Q8bBackend(), Q8bTorchBackend(), Q8bmBackend(), Q8bmBackend(twin=True), Q6Backend(),
+    Q6TorchBackend(), FloatBackend("f32"), FloatBackend("f16"), FloatBackend("bf16", name="bf16w"))}
 
 
 def register(backend: LinearBackend) -> None:

@@ -36,6 +36,9 @@
 //   q8b, q6: see q8b_strip and q6_strip (activation blocks of 32 inputs):
 //       F = sum_g ((float)t_2g * a_2g + (float)t_2g+1 * a_2g+1) * sa[g, s]   (g in order, from 0.0f)
 //       with t_j the exact sum of q * xq over inputs 16j .. 16j + 15 and a_j their weight scale; y = F (+ bias)
+//   q8bm: q8b plus an offset m_g per group of 32 and column (w = a * q + m; llama.cpp's Q4_1 and Q5_1):
+//       F = sum_g (((float)t_2g * a_2g + (float)t_2g+1 * a_2g+1) + (float)xs_g * m_g) * sa[g, s]
+//       with xs_g the exact sum of xq[s] over the group (see q8bm_float_update)
 //   f32, f16, bf16: float weights and fp32 activations, not quantized: see cpu_float.h.
 
 #include <math.h>
@@ -53,7 +56,7 @@
 #define SZ_KBLOCK (SZ_ABLOCK / 4)
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 11; }
+SZ_API int sz_abi_version(void) { return 12; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;
@@ -260,10 +263,11 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
 }
 
 // q8b: w as q8 (codes + 128), a f32 [KP/16, 16] one scale per 16 inputs of a column; activation blocks
-// of 32 (xh: their halves' sums, sa: [KP/32, S]).
-static void q8b_strip(const uint8_t* w, const float* a, int64_t KP, const int32_t* xw, const int32_t* xh,
-                      const float* sa, int64_t S, const float* bias, int32_t* ws, float* out, int64_t N,
-                      int64_t ncols, bool accum) {
+// of 32 (xh: their halves' sums, sa: [KP/32, S]). q8bm: m f32 [KP/32, 16], the offset of each group of 32
+// of a column; null for q8b.
+static void q8b_strip(const uint8_t* w, const float* a, const float* m, int64_t KP, const int32_t* xw,
+                      const int32_t* xh, const float* sa, int64_t S, const float* bias, int32_t* ws, float* out,
+                      int64_t N, int64_t ncols, bool accum) {
     float* facc = (float*)ws;  // [S][16]
     for (int64_t i = 0; i < S * 16; ++i) facc[i] = 0.0f;
     const int64_t tile = row_tile(S), KQ = KP / 4;
@@ -271,8 +275,12 @@ static void q8b_strip(const uint8_t* w, const float* a, int64_t KP, const int32_
         const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK;
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
-            TL::q8b[R - 1](w + q0 * 64, a + (q0 / 4) * 16, nq, xw + q0 * S + r0, xh + (q0 / 4) * S + r0,
-                           sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
+            if (m)
+                TL::q8bm[R - 1](w + q0 * 64, a + (q0 / 4) * 16, m + (q0 / 8) * 16, nq, xw + q0 * S + r0,
+                                xh + (q0 / 4) * S + r0, sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
+            else
+                TL::q8b[R - 1](w + q0 * 64, a + (q0 / 4) * 16, nq, xw + q0 * S + r0, xh + (q0 / 4) * S + r0,
+                               sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
         }
     }
     alignas(64) float f[16];
@@ -337,7 +345,9 @@ static void float_linear_omp(const SzLinear& w, const float* x, int64_t S, int64
 
 // Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b / q6 group of 32 (llama.cpp's
 // Q8_0 activations, for the Q8_0 / Q5_0 / Q4_0 weights q8b holds; finer than the Q8_K it uses for Q6_K).
-static inline int64_t sz_ablock(int64_t fmt) { return fmt == SZ_FMT_Q8B || fmt == SZ_FMT_Q6 ? 32 : SZ_ABLOCK; }
+static inline int64_t sz_ablock(int64_t fmt) {
+    return fmt == SZ_FMT_Q8B || fmt == SZ_FMT_Q8BM || fmt == SZ_FMT_Q6 ? 32 : SZ_ABLOCK;
+}
 
 // Inside a parallel region (every thread calls it): quantize x's rows (barrier), then the strips (barrier).
 // ws: this thread's workspace of SZ_WS_WORDS * S words. y: row stride ldy; accum adds to what y holds.
@@ -378,8 +388,9 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
 #pragma omp for schedule(static)
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
-            q8b_strip(w.a + nb * 16 * KP, w.d + nb * KP, KP, s.xw, s.xh, s.sa, S, w.bias ? w.bias + nb * 16 : nullptr,
-                      ws, y + nb * 16, ldy, ncols, accum);
+            const float* m = w.fmt == SZ_FMT_Q8BM ? (const float*)w.c + nb * (KP / 2) : nullptr;
+            q8b_strip(w.a + nb * 16 * KP, w.d + nb * KP, m, KP, s.xw, s.xh, s.sa, S,
+                      w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
         }
     }
 }
@@ -412,6 +423,13 @@ SZ_API int sz_q8_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const
 SZ_API int sz_q8b_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sb,
                          int64_t N, const float* bias, float* y, int nthreads) {
     const SzLinear w{SZ_FMT_Q8B, N, K, w8, nullptr, nullptr, sb, bias};
+    return linear_call(w, x, S, ldx, y, nthreads);
+}
+
+// q8bm: w8 and sb as q8b's, mb f32 [NB, KP/32, 16] the offset of each group of 32 inputs of a column
+SZ_API int sz_q8bm_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sb,
+                          const float* mb, int64_t N, const float* bias, float* y, int nthreads) {
+    const SzLinear w{SZ_FMT_Q8BM, N, K, w8, nullptr, (const uint8_t*)mb, sb, bias};
     return linear_call(w, x, S, ldx, y, nthreads);
 }
 

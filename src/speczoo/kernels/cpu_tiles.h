@@ -11,7 +11,7 @@
 //     the rows' activation scales of this super-block).
 //   group_sums<R>(quads, xk, xh, S, t): one group of 32 inputs of a q8b or q6 strip (the Quads type reads
 //     its codes: Q8bQuads, Q6Quads): t[r][h][16] = the exact integer sums of q * x over each half h of 16
-//     inputs; q8b_tile / q6_tile (below, shared) then apply the one float step of both formats.
+//     inputs; q8b_tile / q8bm_tile / q6_tile (below, shared) then apply the float step of their format.
 // Integer sums are exact in every path (each path states why its narrow intermediates cannot overflow
 // or saturate), so the tiles may sum in any order; the float steps are the same lane-wise operations
 // everywhere. That makes every path bit-identical to the scalar one. SZ_TILE is the most rows a tile
@@ -681,6 +681,21 @@ static inline void q8b_float_update(const int32_t* t, const float* a, const floa
     }
 }
 
+// q8bm's float step, shared by every path: q8b's with the group's offset term added before the activation
+// scale, facc [R][16] += (((float)t0 * a0 + (float)t1 * a1) + (float)xs * m) * sag[r], where xs = xh0 + xh1 is
+// the exact sum of the row's codes over the group (at most 32 * 127: exact in fp32) and m [16] the columns'
+// offsets of the group (w = a * q + m).
+template <int R>
+static inline void q8bm_float_update(const int32_t* t, const float* a, const float* m, const int32_t* xh, int64_t S,
+                                     const float* sag, float* facc) {
+    const V16 a0 = v_load(a), a1 = v_load(a + 16), mv = v_load(m);
+    for (int r = 0; r < R; ++r) {
+        const V16 u = v_add(v_mul(v_cvt_i32(t + r * 32), a0), v_mul(v_cvt_i32(t + r * 32 + 16), a1));
+        const V16 o = v_mul(v_set1((float)(xh[r] + xh[S + r])), mv);
+        v_store(facc + r * 16, v_add(v_load(facc + r * 16), v_mul(v_add(u, o), v_set1(sag[r]))));
+    }
+}
+
 // q8b: R rows x nq quads (whole groups of 32) of one strip. w: the codes at the first quad; a: the scales of
 // its halves [nq / 4][16]; xk, xh, sag: activation words, half sums and group scales at (first quad, row).
 template <int R>
@@ -690,6 +705,18 @@ static void q8b_tile(const uint8_t* w, const float* a, int64_t nq, const int32_t
     for (int64_t g = 0; g < nq / 8; ++g) {
         group_sums<R>(Q8bQuads{w + g * 512}, xk + g * 8 * S, xh + g * 2 * S, S, t);
         q8b_float_update<R>(t, a + g * 32, sag + g * S, facc);
+    }
+}
+
+// q8bm: q8b's codes and scales plus m, the offset of each group of 32 [nq / 8][16]; the integer sums are
+// q8b's (the same group_sums), the float step q8bm_float_update.
+template <int R>
+static void q8bm_tile(const uint8_t* w, const float* a, const float* m, int64_t nq, const int32_t* xk,
+                      const int32_t* xh, const float* sag, int64_t S, float* facc) {
+    alignas(64) int32_t t[R * 32];
+    for (int64_t g = 0; g < nq / 8; ++g) {
+        group_sums<R>(Q8bQuads{w + g * 512}, xk + g * 8 * S, xh + g * 2 * S, S, t);
+        q8bm_float_update<R>(t, a + g * 32, m + g * 16, xh + g * 2 * S, S, sag + g * S, facc);
     }
 }
 
@@ -712,6 +739,8 @@ typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const
                            const int32_t*, const float*, int64_t, int, float*);
 typedef void (*q8b_tile_fn)(const uint8_t*, const float*, int64_t, const int32_t*, const int32_t*, const float*,
                             int64_t, float*);
+typedef void (*q8bm_tile_fn)(const uint8_t*, const float*, const float*, int64_t, const int32_t*, const int32_t*,
+                             const float*, int64_t, float*);
 typedef void (*q6_tile_fn)(const uint8_t*, const uint8_t*, const float*, int64_t, const int32_t*, const int32_t*,
                            const float*, int64_t, float*);
 template <int... Rs>
@@ -719,6 +748,7 @@ struct Tiles {
     static constexpr q8_tile_fn q8[sizeof...(Rs)] = {&q8_tile<Rs>...};
     static constexpr q4_tile_fn q4[sizeof...(Rs)] = {&q4_tile<Rs>...};
     static constexpr q8b_tile_fn q8b[sizeof...(Rs)] = {&q8b_tile<Rs>...};
+    static constexpr q8bm_tile_fn q8bm[sizeof...(Rs)] = {&q8bm_tile<Rs>...};
     static constexpr q6_tile_fn q6[sizeof...(Rs)] = {&q6_tile<Rs>...};
 };
 #if SZ_TILE == 12

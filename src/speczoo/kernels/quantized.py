@@ -1,12 +1,13 @@
-"""Batch-invariant linear backends: the integer ones "q8", "q8b", "q6", "q4", "mixed", "q4mix" (compiled kernels),
-"q8_torch", "q8b_torch", "q6_torch", "q4_torch", and the float ones "f32", "f16", "bf16w" (compiled kernels).
+"""Batch-invariant linear backends: the integer ones "q8", "q8b", "q8bm", "q6", "q4", "mixed", "q4mix" (compiled
+kernels), "q8_torch", "q8b_torch", "q8bm_torch", "q6_torch", "q4_torch", and the float ones "f32", "f16",
+"bf16w" (compiled kernels).
 
 All of them quantize activations per block of a row (sa = amax / 127 over the block, round half to even;
-ABLOCK = 256 inputs for q4 and q8, 32 for q8b and q6), accumulate integer products exactly and apply fp32 scales in
-one fixed order, so row i of an S-row forward is bit-identical to the 1-row forward of row i. The torch
+ABLOCK = 256 inputs for q4 and q8, 32 for q8b, q8bm and q6), accumulate integer products exactly and apply
+fp32 scales in one fixed order, so row i of an S-row forward is bit-identical to the 1-row forward of row i. The torch
 backends read the same packed tensors as their compiled twins and reproduce them bit for bit (the tests
 hold them to it): "q8_torch" (torch._int_mm) is the fallback where no compiler exists; "q4_torch",
-"q8b_torch" and "q6_torch" are slow, memory-hungry oracles (4 bytes per weight at build).
+"q8b_torch", "q8bm_torch" and "q6_torch" are slow, memory-hungry oracles (4 bytes per weight at build).
 The float formats (f32, f16, bf16: pack_float.py, cpu_float.h) keep the weight's own float values and fp32
 activations; each output is one dot product in one fixed order (16 lanes of fused multiply-adds, a fixed
 tree), so they are batch-invariant too, with the scalar build as their reference (no torch twin: torch
@@ -25,11 +26,12 @@ from speczoo.kernels.pack import (ABLOCK, GROUP, STRIP, SUPER, check_packed, com
                                   unpack_q4, unpack_q8)
 from speczoo.kernels.pack_float import FLOAT_DTYPES, FLOAT_KALIGN, GROUPS, float_part, pack_float
 from speczoo.kernels.pack_q6 import pack_q6, unpack_q6
-from speczoo.kernels.pack_q8b import Q8B_GROUP, Q8bCodes, pack_q8b, unpack_q8b
+from speczoo.kernels.pack_q8b import Q8B_GROUP, Q8bCodes, pack_q8b, pack_q8bm, unpack_q8b
 
 Q8_PARTS = ("w8", "sw", "meta")
 Q4_PARTS = ("qs", "sc", "mn", "dd", "meta")
 Q8B_PARTS = ("w8", "sb", "meta")
+Q8BM_PARTS = ("w8", "sb", "mb", "meta")
 Q6_PARTS = ("ql", "qh", "sc", "dd", "meta")
 
 
@@ -105,6 +107,31 @@ class Q8bNative(Q8Native):
     a row, compiled kernel (per-ISA paths, bit-identical)."""
 
     fmt, parts, scale = "q8b", Q8B_PARTS, "sb"
+
+
+class Q8bmNative(nn.Module):
+    """q8b's weights plus an fp32 offset per 32 inputs (pack_q8b.py: Q4_1, Q5_1, Q5_K) x int8 activations with
+    a scale per 32 inputs of a row, compiled kernel (per-ISA paths, bit-identical)."""
+
+    def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
+        super().__init__()
+        self.n, self.k = check_packed(packed, Q8BM_PARTS, "q8bm")
+        self.w8 = packed["w8"].contiguous()        # [NB, KP/4, 16, 4] u8
+        self.sb = packed["sb"].float().contiguous()  # [NB, KP/16, 16] f32
+        self.mb = packed["mb"].float().contiguous()  # [NB, KP/32, 16] f32
+        self.bias = _check_bias(bias, self.n)
+        self.lib = lib
+        self._fn = lib.q8bm_fn
+        self._args = (self.w8.data_ptr(), self.sb.data_ptr(), self.mb.data_ptr(), self.n,
+                      None if self.bias is None else self.bias.data_ptr())
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
+        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, "q8bm linear")
+        s = x2.shape[0]
+        y = torch.empty(s, self.n)                 # [S, N] fp32
+        if s and self._fn(x2.data_ptr(), s, self.k, x2.stride(0), *self._args, y.data_ptr(), torch.get_num_threads()):
+            raise MemoryError(f"q8bm kernel could not allocate its scratch for S={s}, K={self.k}")
+        return y if x2 is x else y.view(*x.shape[:-1], self.n)
 
 
 class Q4Native(nn.Module):
@@ -209,15 +236,17 @@ class Bf16Native(FloatNative):
 
 # The packed parts of each compiled format, every one laid out by 16-column strips along its first dim.
 _STRIP_PARTS: dict[type, tuple[str, ...]] = {Q4Native: ("qs", "sc", "mn", "dd"), Q8Native: ("w8", "sw"),
-                                             Q8bNative: ("w8", "sb"), Q6Native: ("ql", "qh", "sc", "dd"),
+                                             Q8bNative: ("w8", "sb"), Q8bmNative: ("w8", "sb", "mb"),
+                                             Q6Native: ("ql", "qh", "sc", "dd"),
                                              **{c: (float_part(c.fmt),) for c in (F32Native, F16Native, Bf16Native)}}
 # The compiled kernel formats a weight may be stored in, by name. A bundle of the "mixed" backend holds each
 # weight in one of these, recognised at build by its parts.
-KERNEL_FORMATS: dict[str, type[nn.Module]] = {"q4": Q4Native, "q8": Q8Native, "q8b": Q8bNative, "q6": Q6Native,
-                                              "f32": F32Native, "f16": F16Native, "bf16": Bf16Native}
+KERNEL_FORMATS: dict[str, type[nn.Module]] = {"q4": Q4Native, "q8": Q8Native, "q8b": Q8bNative, "q8bm": Q8bmNative,
+                                              "q6": Q6Native, "f32": F32Native, "f16": F16Native, "bf16": Bf16Native}
 # The activation block each integer format's kernel quantizes x by (one int8 scale per this many inputs of a
 # row). The float formats quantize no activation and have no entry.
-ACT_BLOCK: dict[str, int] = {"q4": ABLOCK, "q8": ABLOCK, "q8b": 2 * Q8B_GROUP, "q6": 2 * Q8B_GROUP}
+ACT_BLOCK: dict[str, int] = {"q4": ABLOCK, "q8": ABLOCK, "q8b": 2 * Q8B_GROUP, "q8bm": 2 * Q8B_GROUP,
+                             "q6": 2 * Q8B_GROUP}
 
 
 def kernel_format(packed: dict[str, Tensor]) -> str:
@@ -232,7 +261,7 @@ def kernel_format(packed: dict[str, Tensor]) -> str:
 
 def build_compiled(packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels) -> nn.Module:
     """The compiled module of whichever format `packed` holds, told by its parts (a bundle may pack each
-    tensor in the format that holds its GGUF type: q4, q6, q8b, q8, f32, f16, bf16)."""
+    tensor in the format that holds its GGUF type: q4, q6, q8b, q8bm, q8, f32, f16, bf16)."""
     return KERNEL_FORMATS[kernel_format(packed)](packed, bias, lib)
 
 
@@ -326,6 +355,7 @@ class Q8bTorch(nn.Module):
         self.kp = c.q.shape[1]
         self.q = c.q.view(self.n, -1, Q8B_GROUP).permute(1, 2, 0).float().contiguous()   # [KP/16, 16, N]
         self.a = c.a.t().contiguous()                                                     # [KP/16, N]
+        self.m = None if c.m is None else c.m.t().contiguous()                            # [KP/32, N] (q8bm)
         self.bias = _check_bias(bias, self.n)
 
     def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
@@ -340,13 +370,26 @@ class Q8bTorch(nn.Module):
         xp[:, : self.k] = xq.float()
         t = torch.bmm(xp.view(s, self.kp // Q8B_GROUP, Q8B_GROUP).transpose(0, 1), self.q)   # [KP/16, S, N], exact
         m = t * self.a[:, None, :]
-        v = (m[0::2] + m[1::2]) * sa.t()[:, :, None]                  # [KP/32, S, N]
+        u = m[0::2] + m[1::2]                                         # [KP/32, S, N]
+        if self.m is not None:                                        # q8bm: + (float)xs_g * m_g
+            xs = xp.view(s, self.kp // (2 * Q8B_GROUP), 2 * Q8B_GROUP).sum(-1).t()   # [KP/32, S], exact
+            u = u + xs[:, :, None] * self.m[:, None, :]
+        v = u * sa.t()[:, :, None]
         y = torch.zeros(s, self.n, dtype=torch.float32)
         for g in range(v.shape[0]):
             y = y + v[g]
         if self.bias is not None:
             y = y + self.bias
         return y.view(*x.shape[:-1], self.n)
+
+
+class Q8bmTorch(Q8bTorch):
+    """Reference twin of Q8bmNative: q8b's per group, with (float)xs_g * m_g added before the activation scale,
+    F += (((float)t_2g * a_2g + (float)t_2g+1 * a_2g+1) + (float)xs_g * m_g) * sa_g."""
+
+    def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
+        self.n, self.k = check_packed(packed, Q8BM_PARTS, "q8bm")
+        return unpack_q8b(packed)
 
 
 class Q6Torch(Q8bTorch):
@@ -504,6 +547,26 @@ class Q8bTorchBackend(LinearBackend):
 
     def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
         return Q8bTorch(packed, bias)
+
+
+class Q8bmBackend(LinearBackend):
+    """q8bm (pack_q8b.py): a GGUF's Q4_1 / Q5_1 / Q5_K tensors exactly, when the pull packs them from their
+    blocks; `pack` here quantizes an fp32 weight with an offset per 32 (the middle of its range) and q8b's
+    codes of the rest (quantize_q8bm). twin: the torch twin "q8bm_torch" instead of the compiled kernel."""
+
+    name = "q8bm"
+    stored = True
+    batch_invariant = True
+
+    def __init__(self, path: native.KernelPath | None = None, twin: bool = False):
+        self.path, self.twin = path, twin
+        self.name = "q8bm_torch" if twin else "q8bm"
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return pack_q8bm(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return Q8bmTorch(packed, bias) if self.twin else Q8bmNative(packed, bias, native.kernels(self.path))
 
 
 class Q6Backend(LinearBackend):

@@ -1,7 +1,9 @@
-"""GGUF block types decoded in torch, bit for bit the values of `gguf.quants`, and Q4_K transcoded to q4 codes.
+"""GGUF block types decoded in torch, bit for bit the values of `gguf.quants`, and Q4_K, Q5_K, Q3_K transcoded
+to the codes of the kernel format that holds each exactly.
 
     decode(rows, "Q6_K")      # uint8 [N, bytes per row] -> fp32 [N, K], or None when no torch decoder exists
     q4_k_codes(rows)          # uint8 [N, bytes per row] of Q4_K -> Q4Codes holding exactly its values
+    k_quant_codes(rows, "Q5_K")   # Q5_K -> q8bm's Q8bCodes, Q3_K -> q8b's, exactly its values
 
 gguf's decoders are vectorized numpy over groups of 16 rows; these do the same arithmetic (every product
 and sum in fp32, in gguf's order, nothing fused) with torch ops over whole chunks of rows, several times
@@ -22,6 +24,7 @@ import torch
 from torch import Tensor
 
 from speczoo.kernels.pack import Q4Codes
+from speczoo.kernels.pack_q8b import Q8bCodes
 
 QK_K = 256
 BLOCK_BYTES = {"F16": 2, "BF16": 2, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34,
@@ -115,18 +118,22 @@ def _q2_k(rows: Tensor) -> Tensor:
     return (dl * q - ml).reshape(n, nb, QK_K)
 
 
-def _q3_k(rows: Tensor) -> Tensor:
+def _q3_k_parts(rows: Tensor) -> tuple[Tensor, Tensor]:
+    """Q3_K rows -> codes int8 [N, B, 16, 16] in [-4, 3] and the scale of each 16, d * sc, fp32 [N, B, 16]."""
     b = _blocks(rows, "Q3_K")
     n, nb = b.shape[:2]
     hmask, qs, scales = b[..., :32], b[..., 32:96], b[..., 96:108]
     low = _nibbles(scales[..., :8]).reshape(n, nb, 16)                          # l & 15 of each nibble
     high = _bits(scales[..., 8:12], (0, 2, 4, 6), 3).reshape(n, nb, 16)
     sc = ((low | (high << 4)).to(torch.int8) - 32).float()
-    dl = (_f16(b, 108) * sc)[..., None]                                          # [N, B, 16, 1]
     ql = _bits(qs.reshape(n, nb, 2, 1, 32), (0, 2, 4, 6), 3).reshape(n, nb, 16, 16)
     qh = _bits(hmask.reshape(n, nb, 1, 32), range(8), 1).reshape(n, nb, 16, 16) ^ 1
-    q = (ql.to(torch.int8) - (qh << 2).to(torch.int8)).float()
-    return (dl * q).reshape(n, nb, QK_K)
+    return ql.to(torch.int8) - (qh << 2).to(torch.int8), _f16(b, 108) * sc
+
+
+def _q3_k(rows: Tensor) -> Tensor:
+    q, dl = _q3_k_parts(rows)
+    return (dl[..., None] * q.float()).reshape(q.shape[0], -1, QK_K)
 
 
 def _q4_k(rows: Tensor) -> Tensor:
@@ -139,16 +146,20 @@ def _q4_k(rows: Tensor) -> Tensor:
     return (d * q - dm).reshape(n, nb, QK_K)
 
 
-def _q5_k(rows: Tensor) -> Tensor:
+def _q5_k_parts(rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Q5_K rows -> codes uint8 [N, B, 8, 32] in [0, 31], the scale d * sc and the min dmin * m of each 32,
+    fp32 [N, B, 8] (w = (d * sc) * q - dmin * m)."""
     b = _blocks(rows, "Q5_K")
     n, nb = b.shape[:2]
     sc, mn = _k_scales(b[..., 4:16])
-    d = (_f16(b, 0) * sc.float())[..., None]
-    dm = (_f16(b, 2) * mn.float())[..., None]
     ql = _nibbles(b[..., 48:].reshape(n, nb, 4, 32)).reshape(n, nb, 8, 32)
     qh = _bits(b[..., 16:48], range(8), 1)                                       # [N, B, 8, 32]
-    q = (ql | (qh << 4)).float()
-    return (d * q - dm).reshape(n, nb, QK_K)
+    return ql | (qh << 4), _f16(b, 0) * sc.float(), _f16(b, 2) * mn.float()
+
+
+def _q5_k(rows: Tensor) -> Tensor:
+    q, d, dm = _q5_k_parts(rows)
+    return (d[..., None] * q.float() - dm[..., None]).reshape(q.shape[0], -1, QK_K)
 
 
 def _q6_k(rows: Tensor) -> Tensor:
@@ -186,3 +197,20 @@ def q4_k_codes(rows: Tensor) -> Q4Codes:
     q = _nibbles(b[..., 16:].reshape(n, nb, 4, 32)).reshape(n, nb * QK_K)        # [N, KP] in [0, 15]
     return Q4Codes(q=q.contiguous(), sc=sc.reshape(n, -1).contiguous(), m=mn.reshape(n, -1).contiguous(),
                    d=_f16(b, 0)[..., 0].contiguous(), dm=_f16(b, 2)[..., 0].contiguous())
+
+
+def k_quant_codes(rows: Tensor, kind: str) -> Q8bCodes:
+    """Q5_K or Q3_K rows [N, R] -> the codes of the format that holds exactly their values: Q5_K's w =
+    (d * sc) * q - dmin * m per 32 is q8bm's a * q + m with a = d * sc (both halves) and m = -(dmin * m);
+    Q3_K's w = (d * sc) * q per 16, q in [-4, 3], is q8b's a * q. Each scale is an fp16 times a 6-bit
+    integer (exact in fp32) and each sum is gguf's, so `Q8bCodes.dequantize` gives gguf's values bit for bit."""
+    n = rows.shape[0]
+    if kind == "Q3_K":
+        q, a = _q3_k_parts(rows)                                                  # [N, B, 16, 16], [N, B, 16]
+        return Q8bCodes(q=q.reshape(n, -1).contiguous(), a=a.reshape(n, -1).contiguous())
+    if kind != "Q5_K":
+        raise ValueError(f"k_quant_codes transcodes Q5_K and Q3_K, not {kind}")
+    q, d, dm = _q5_k_parts(rows)                                                  # [N, B, 8, 32], [N, B, 8] x 2
+    return Q8bCodes(q=q.reshape(n, -1).to(torch.int8).contiguous(),
+                    a=d[..., None].expand(-1, -1, -1, 2).reshape(n, -1).contiguous(),       # both halves of a 32
+                    m=(-dm).reshape(n, -1).contiguous())

@@ -1,4 +1,5 @@
-"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}, for every way a request fails.
+"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}, for every way a request fails;
+under /api/ (Ollama's API, serve/ollama.py) in Ollama's: {"error": "message"}, with the same status.
 
 `APIError` is what the routes raise; `install_error_handlers` makes FastAPI answer its own failures
 (a body that is not JSON, a field out of range: 400 here, as OpenAI answers, not FastAPI's 422; an
@@ -29,9 +30,16 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.code}}
 
-    def response(self) -> JSONResponse:
+    def response(self, path: str = "") -> JSONResponse:
+        """The reply; `path`: the request's, whose API picks the shape (Ollama's under /api/)."""
         headers = {"WWW-Authenticate": "Bearer", **self.headers} if self.status == 401 else self.headers
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+        body = {"error": self.message} if is_ollama(path) else self.body()
+        return JSONResponse(body, status_code=self.status, headers=headers)
+
+
+def is_ollama(path: str) -> bool:
+    """Whether a request's path is Ollama's API."""
+    return path.startswith("/api/")
 
 
 def runtime_error(exc: BaseException) -> APIError:
@@ -62,13 +70,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):
-        return exc.response()
+        return exc.response(request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
-        return validation_error(exc.errors()).response()
+        return validation_error(exc.errors()).response(request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return APIError(exc.status_code, str(exc.detail), type_, headers=exc.headers).response()
+        return APIError(exc.status_code, str(exc.detail), type_, headers=exc.headers).response(request.url.path)

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible HTTP app: /v1/models, /v1/chat/completions, /v1/completions, and the chat page.
+"""The OpenAI-compatible HTTP app: /v1/models, /v1/chat/completions, /v1/completions, and the chat page;
+Ollama's API beside it under /api/ (ollama.py).
 
 `create_app(runtime, ...)` wraps one loaded runtime and assembles the parts: errors in OpenAI's shape
 (api_errors.py), the API key check, the routes (here, one small function per concern), the path a
@@ -21,14 +22,16 @@ from fastapi.staticfiles import StaticFiles
 from speczoo.chat import render_chat_prompt
 from speczoo.decoding.prompt_checks import check_ids
 from speczoo.errors import SpeczooError
-from speczoo.serve.api_errors import APIError, install_error_handlers
+from speczoo.serve.api_errors import APIError, install_error_handlers, is_ollama
 from speczoo.serve.generation import CHAT, TEXT, Generations
 from speczoo.serve.metrics import Metrics
+from speczoo.serve.ollama import ollama_routes
 from speczoo.serve.openapi import ERROR_RESPONSES, publish_accurate_schema, stream_doc
 from speczoo.serve.schemas import (
     ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionChunk,
     CompletionRequest, Health, ModelCard, ModelList,
 )
+from speczoo.serve.tool_prompt import plan_tools, template_messages
 from speczoo.serve.worker import Worker
 
 STATIC = Path(__file__).parent / "static"
@@ -40,14 +43,14 @@ class ApiKeyMiddleware:
         self.app, self.key = app, api_key.encode()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+        if scope["type"] == "http" and (scope["path"].startswith("/v1/") or is_ollama(scope["path"])):
             auth = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, token = auth.partition(b" ")
             if scheme.lower() != b"bearer" or not secrets.compare_digest(token.strip(), self.key):
                 err = APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' "
                                "with the key given to `speczoo serve --api-key`",
                                "authentication_error", code="invalid_api_key")
-                await err.response()(scope, receive, send)
+                await err.response(scope["path"])(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -87,6 +90,7 @@ def create_app(runtime, *, api_key: str | None = None, default_spec: str = "auto
     _page_routes(app, gens)
     _model_routes(app, gens, auth)
     _generation_routes(app, gens, auth)
+    app.include_router(ollama_routes(gens))
     publish_accurate_schema(app, list(worker.spec_modes), runtime.vocab_size)
     return app
 
@@ -131,12 +135,15 @@ def _generation_routes(app: FastAPI, gens: Generations, auth: list) -> None:
               summary="Chat completion (stream or not)")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         gens.check_model(body.model)
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        tools = plan_tools(body, runtime.tokenizer.chat_template)
+        messages = template_messages(body.messages)
         try:
-            prompt_ids = runtime.tokenizer.encode(render_chat_prompt(runtime.tokenizer, messages))
+            prompt = render_chat_prompt(runtime.tokenizer, messages, tools=tools.tools if tools else None)
         except (ValueError, SpeczooError) as exc:   # e.g. a template that rejects the role order
             raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from exc
-        return await gens.respond(CHAT, body, request, prompt_ids, body.max_completion_tokens or body.max_tokens)
+        prompt_ids = runtime.tokenizer.encode(prompt + (tools.call_start if tools else ""))
+        return await gens.respond(CHAT, body, request, prompt_ids, body.max_completion_tokens or body.max_tokens,
+                                  tools)
 
     @app.post("/v1/completions", response_model=Completion, dependencies=auth,
               responses={**ERROR_RESPONSES, **stream_doc(CompletionChunk)},

@@ -24,8 +24,11 @@ from speczoo.errors import CacheFullError
 from speczoo.events import DoneEvent, Stats, TokenEvent
 from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.serve.api_errors import APIError, runtime_error
+from speczoo.serve.logprobs import LogprobTrack, WireToken, chat_content, completion_logprobs
 from speczoo.serve.schemas import MAX_STOP, ChatCompletion, Completion, ModelCard, Usage
 from speczoo.serve.sse import KEEPALIVE, EventStreamResponse, sse_data
+from speczoo.serve.tool_calls import Delta, ToolCallParser, finish_reason
+from speczoo.serve.tool_prompt import ToolPlan
 from speczoo.serve.worker import Idle, Job, QueueFullError, Worker
 
 
@@ -44,26 +47,75 @@ class Endpoint:
                      "finish_reason": None}]
         return []
 
-    def choice(self, text: str | None, finish_reason: str | None = None) -> dict:
-        """A streamed choice: a piece of text, or (text None) the closing one with its finish_reason."""
+    def choice(self, text: str | None, finish_reason: str | None = None, tool_call_error: str | None = None,
+               tokens: list[WireToken] | None = None) -> dict:
+        """A streamed choice: a piece of text, or (text None) the closing one with its finish_reason;
+        tokens: the log-probabilities that came with it (None: not asked for)."""
+        logprobs = self.logprobs(tokens)
         if self.chat:
             delta = {} if text is None else {"content": text}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+            extra = {"tool_call_error": tool_call_error} if tool_call_error else {}
+            return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason, **extra}
+        return {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish_reason}
 
-    def answer(self, head: dict, done: DoneEvent, usage: Usage) -> ChatCompletion | Completion:
-        """The whole (non-streamed) answer."""
+    def logprobs(self, tokens: list[WireToken] | None) -> dict | None:
+        if tokens is None:
+            return None
+        return {"content": chat_content(tokens)} if self.chat else completion_logprobs(tokens)
+
+    def tool_choices(self, delta: Delta, tokens: list[WireToken] | None = None) -> list[dict]:
+        """The streamed choices of a piece of a tool-using answer: its content, then its finished calls
+        (one choice with an empty delta when the piece shows nothing yet: a call is being written).
+        The piece's log-probabilities ride on its first choice."""
+        out = [self.choice(delta.content, tokens=tokens)] if delta.content else []
+        if delta.calls:
+            out.append({"index": 0, "delta": {"tool_calls": delta.calls}, "logprobs": None if out else
+                        self.logprobs(tokens), "finish_reason": None})
+        return out or [self.choice(None, tokens=tokens)]
+
+    def tool_closing(self, parser: ToolCallParser, base_finish: str,
+                     tokens: list[WireToken] | None = None) -> list[dict]:
+        """The last streamed choices of a tool-using answer: what the parser held back, then the closing
+        choice with the finish_reason (and why a call was not returned, if one was not)."""
+        last = parser.finish()
+        held = self.tool_choices(last) if last.content or last.calls else []
+        return held + [self.choice(None, finish_reason(base_finish, bool(parser.calls)), parser.answer_error(),
+                                   tokens=tokens)]
+
+    def answer(self, head: dict, done: DoneEvent, usage: Usage, tools: ToolPlan | None = None,
+               tokens: list[WireToken] | None = None) -> ChatCompletion | Completion:
+        """The whole (non-streamed) answer; with tools, the calls read from its text."""
         common = {"id": head["id"], "created": head["created"], "model": head["model"], "usage": usage}
+        logprobs = self.logprobs(tokens)
+        if self.chat and tools is not None:
+            read = tools.read(done.text)
+            calls = [{k: v for k, v in c.items() if k != "index"} for c in read.calls]
+            message = {"role": "assistant", "content": read.content, "tool_calls": calls or None}
+            return ChatCompletion(**common, choices=[{
+                "index": 0, "message": message, "tool_call_error": read.error, "logprobs": logprobs,
+                "finish_reason": finish_reason(done.finish_reason, bool(calls))}])
         if self.chat:
             message = {"role": "assistant", "content": done.text}
-            return ChatCompletion(**common, choices=[{"index": 0, "message": message,
+            return ChatCompletion(**common, choices=[{"index": 0, "message": message, "logprobs": logprobs,
                                                       "finish_reason": done.finish_reason}])
-        return Completion(**common, choices=[{"index": 0, "text": done.text,
+        return Completion(**common, choices=[{"index": 0, "text": done.text, "logprobs": logprobs,
                                               "finish_reason": done.finish_reason}])
 
 
 CHAT = Endpoint("chatcmpl", "chat.completion.chunk", chat=True)
 TEXT = Endpoint("cmpl", "text_completion", chat=False)
+
+
+@dataclass(frozen=True)
+class Params:
+    """The request fields an error names, in the API that was called (OpenAI's by default)."""
+
+    max_tokens: str = "max_tokens"
+    stop: str = "stop"
+    speculative: str = "speculative"
+
+
+OPENAI = Params()
 
 
 def usage_of(stats: Stats, prompt_tokens: int, completion_tokens: int) -> Usage:
@@ -91,54 +143,71 @@ class Generations:
                            "model_not_found")
 
     def request(self, body, prompt_ids: list[int], max_tokens: int | None) -> GenerationRequest:
-        """The body's generation request, or the 400 that says what is wrong with it."""
+        """The OpenAI body's generation request, or the 400 that says what is wrong with it."""
+        try:
+            logprobs = body.logprob_count()
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="top_logprobs") from None
+        sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
+                                  seed=body.seed)
+        return self.generation(prompt_ids, max_tokens, stop=body.stop_list(), spec=body.speculative,
+                               sampling=sampling, logprobs=logprobs)
+
+    def generation(self, prompt_ids: list[int], max_tokens: int | None, *, stop: list[str], spec: str | None,
+                   sampling: SamplingParams, logprobs: int | None = None, params: Params = OPENAI) -> GenerationRequest:
+        """A generation request checked against this server (any API's), or the 400 that says what is wrong.
+        max_tokens None: the room left in the context; spec None: the server's --spec."""
         rt = self.runtime
         if not prompt_ids:
             raise APIError(400, "the prompt is empty: give at least one token", param="prompt")
         if max_tokens is None:
             max_tokens = rt.max_seq - len(prompt_ids)
         try:
-            check_fits(len(prompt_ids), max_tokens, rt.max_seq, new_name="max_tokens",
+            check_fits(len(prompt_ids), max_tokens, rt.max_seq, new_name=params.max_tokens,
                        remedy="restart the server with a larger --max-seq")
         except CacheFullError as exc:
-            raise APIError(400, str(exc), param="max_tokens", code="context_length_exceeded") from None
-        stop = body.stop_list()
+            raise APIError(400, str(exc), param=params.max_tokens, code="context_length_exceeded") from None
         if len(stop) > MAX_STOP or any(not s for s in stop):
-            raise APIError(400, f"stop takes at most {MAX_STOP} non-empty strings", param="stop")
-        spec = body.speculative or self.default_spec
+            raise APIError(400, f"{params.stop} takes at most {MAX_STOP} non-empty strings", param=params.stop)
+        spec = spec or self.default_spec
         if spec not in self.worker.spec_modes:
-            raise APIError(400, f"speculative={spec!r} is not available on this server; it offers "
+            raise APIError(400, f"{params.speculative}={spec!r} is not available on this server; it offers "
                            f"{self.worker.spec_modes} (start it with --draft NAME for 'draft')",
-                           param="speculative")
-        sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
-                                  seed=body.seed)
+                           param=params.speculative)
         try:
             sampling.validate()
         except ValueError as exc:
             raise APIError(400, str(exc)) from exc
         return GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=max_tokens, sampling=sampling,
-                                 stop=stop, spec=spec)
+                                 stop=stop, spec=spec, logprobs=logprobs)
+
+    def track(self, req: GenerationRequest) -> LogprobTrack | None:
+        """The log-probabilities' track of an answer that asked for them."""
+        return None if req.logprobs is None else LogprobTrack(self.runtime.tokenizer.piece_bytes)
 
     async def respond(self, endpoint: Endpoint, body, request: Request, prompt_ids: list[int],
-                      max_tokens: int | None):
-        """Queue the generation; answer it as a stream of events or, when it is done, as one JSON."""
+                      max_tokens: int | None, tools: ToolPlan | None = None):
+        """Queue the generation; answer it as a stream of events or, when it is done, as one JSON
+        (tools: how a chat answer's tool calls are read; None: its text is all content)."""
         req = self.request(body, prompt_ids, max_tokens)
         head = {"id": f"{endpoint.id_prefix}-{uuid.uuid4().hex[:24]}", "object": endpoint.chunk_object,
                 "created": int(time.time()), "model": self.runtime.name}
-        job = self._submit(req)
+        job = self.submit(req)
+        track = self.track(req)
         if body.stream:
             include = bool(body.stream_options and body.stream_options.include_usage)
-            return EventStreamResponse(self._stream(job, head, endpoint, include, len(prompt_ids)))
-        done = await self._collect(request, job)
-        return endpoint.answer(head, done, usage_of(done.stats, len(prompt_ids), len(done.ids)))
+            return EventStreamResponse(self._stream(job, head, endpoint, include, len(prompt_ids), tools, track))
+        done = await self.collect(request, job)
+        tokens = None if track is None else track.whole(done)
+        return endpoint.answer(head, done, usage_of(done.stats, len(prompt_ids), len(done.ids)), tools, tokens)
 
-    def _submit(self, req: GenerationRequest) -> Job:
+    def submit(self, req: GenerationRequest) -> Job:
         try:
             return self.worker.submit(req)
         except QueueFullError as exc:
             raise APIError(503, str(exc), "server_error", code="queue_full", headers={"Retry-After": "1"}) from exc
 
-    async def _collect(self, request: Request, job: Job) -> DoneEvent:
+    async def collect(self, request: Request, job: Job) -> DoneEvent:
         """Wait for a non-streamed job to finish; cancel it if the client leaves meanwhile."""
         async def run() -> DoneEvent:
             async with aclosing(self.worker.events(job)) as events:
@@ -171,10 +240,15 @@ class Generations:
         return task.result()
 
     async def _stream(self, job: Job, head: dict, endpoint: Endpoint, include_usage: bool,
-                      prompt_tokens: int) -> AsyncIterator[str]:
+                      prompt_tokens: int, tools: ToolPlan | None, track: LogprobTrack | None) -> AsyncIterator[str]:
         def chunk(choice: dict, **extra) -> str:
             return sse_data({**head, "choices": [choice], **extra})
 
+        def tokens(event: TokenEvent | DoneEvent) -> list[WireToken] | None:
+            """The chunk's log-probabilities (None: not asked for, or no token's text is in it)."""
+            return None if track is None else track.streamed(event) or None
+
+        parser = tools.parser() if tools is not None else None
         events = self.worker.events(job, idle_after=self.keepalive)
         try:
             for choice in endpoint.opening():
@@ -183,10 +257,19 @@ class Generations:
                 if isinstance(event, Idle):
                     yield KEEPALIVE
                 elif isinstance(event, TokenEvent):
-                    yield chunk(endpoint.choice(event.text), speczoo={
-                        "tokens": len(event.ids), "drafted": event.drafted, "accepted": event.accepted})
+                    stats = {"tokens": len(event.ids), "drafted": event.drafted, "accepted": event.accepted}
+                    if parser is None:
+                        yield chunk(endpoint.choice(event.text, tokens=tokens(event)), speczoo=stats)
+                        continue
+                    first, *rest = endpoint.tool_choices(parser.feed(event.text), tokens(event))
+                    yield chunk(first, speczoo=stats)
+                    for choice in rest:
+                        yield chunk(choice)
                 elif isinstance(event, DoneEvent):
-                    yield chunk(endpoint.choice(None, event.finish_reason))
+                    closing = ([endpoint.choice(None, event.finish_reason, tokens=tokens(event))] if parser is None
+                               else endpoint.tool_closing(parser, event.finish_reason, tokens(event)))
+                    for choice in closing:
+                        yield chunk(choice)
                     if include_usage:
                         usage = usage_of(event.stats, prompt_tokens, len(event.ids))
                         yield sse_data({**head, "choices": [], "usage": usage.model_dump()})

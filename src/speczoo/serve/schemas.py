@@ -3,7 +3,8 @@
 These models are the published OpenAPI schema, so they must describe exactly what the server accepts
 and returns. Shapes follow OpenAI's chat/completions and completions APIs; speczoo's additions are the
 request field `speculative` (and `top_k`), the usage fields `accepted_draft_tokens`, `draft_tokens`,
-`rounds`, `tokens_per_second`, `drafter`, and the per-chunk `speczoo` round stats of a stream.
+`rounds`, `tokens_per_second`, `drafter`, the per-chunk `speczoo` round stats of a stream, and a
+choice's `tool_call_error` (why tool-call text was not returned as a call).
 Unknown request fields are ignored (clients send many optional ones); fields the server cannot honour
 are rejected with a 400 instead of silently ignored. This module never touches a model.
 """
@@ -54,9 +55,28 @@ class TextPart(BaseModel):
     text: str
 
 
+FunctionName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+
+
+class FunctionCallIn(_Request):
+    name: str
+    arguments: str = Field(description="The call's arguments: a JSON object, as a string.")
+
+
+class ToolCallIn(_Request):
+    """A call an earlier assistant turn made (sent back in the conversation)."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
 class ChatMessage(_Request):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallIn] | None = Field(None, description="assistant turns: the calls it made")
+    tool_call_id: str | None = Field(None, description="tool turns: the call this is the result of")
+    name: str | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -96,10 +116,53 @@ class _SamplingFields(_Request):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
 
+class FunctionDef(_Request):
+    name: FunctionName
+    description: str | None = None
+    parameters: dict | None = Field(None, description="JSON Schema of the arguments (an object).")
+    strict: Bool | None = None
+
+
+class Tool(_Request):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Request):
+    name: str
+
+
+class NamedToolChoice(_Request):
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatCompletionRequest(_SamplingFields):
+    # top_logprobs (when not null) needs logprobs: true: said in the schema, so that it is exactly what is accepted
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"dependentSchemas": {"top_logprobs": {"anyOf": [
+        {"properties": {"top_logprobs": {"type": "null"}}},
+        {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]}]}}})
+
     messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[Tool] | None = Field(
+        None, description="Functions the model may call, rendered through the model's own chat template; "
+        "a model whose template defines no tools answers 400.")
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None, description="auto (the default with tools), none (tools are not shown to the model), "
+        "required, or a named function.")
+    parallel_tool_calls: Bool = Field(True, description="false: only the answer's first call is returned.")
     max_completion_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(
         None, description="Alias of max_tokens.")
+    logprobs: Bool = Field(False, description="Return each output token's log-probability (the model's raw "
+                           "distribution, before temperature, top-k and top-p).")
+    top_logprobs: Annotated[int, Field(ge=0, le=20), NUM] | None = Field(
+        None, description="With logprobs: the most likely tokens to list at each position, 0..20.")
+
+    def logprob_count(self) -> int | None:
+        """The alternatives per token to compute (None: no log-probabilities)."""
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(_SamplingFields):
@@ -107,6 +170,12 @@ class CompletionRequest(_SamplingFields):
         description="A non-empty string, or a non-empty list of token ids.")
     echo: Annotated[Literal[False], BeforeValidator(_json_bool)] = Field(
         False, description="Not supported: must be false.")
+    logprobs: Annotated[int, Field(ge=0, le=5), NUM] | None = Field(
+        None, description="Return each output token's log-probability (the model's raw distribution) and "
+        "the N most likely tokens at each position, 0..5.")
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
 
 # -- responses -------------------------------------------------------------------------------------
@@ -130,16 +199,58 @@ class RoundStats(BaseModel):
     accepted: int
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class TopLogprob(BaseModel):
+    token: str = Field(description="The token's text; a piece of a UTF-8 character as `bytes:\\xNN...`.")
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob] | None
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int] = Field(description="Characters from the start of the completion.")
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
+
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+def _tool_call_error():
+    return Field(None, description="speczoo extension: why tool-call text the model wrote was not returned "
+                 "as a call (its raw text is in content).")
 
 
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
-    finish_reason: Literal["stop", "length"]
-    logprobs: None = None
+    finish_reason: FinishReason
+    logprobs: ChoiceLogprobs | None = None
+    tool_call_error: str | None = _tool_call_error()
 
 
 class ChatCompletion(BaseModel):
@@ -151,16 +262,27 @@ class ChatCompletion(BaseModel):
     usage: Usage
 
 
+class ToolCallDelta(BaseModel):
+    """A streamed call: speczoo sends each call whole, in one delta, once the model has finished it."""
+
+    index: int
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: ChunkDelta
-    finish_reason: Literal["stop", "length"] | None = None
-    logprobs: None = None
+    finish_reason: FinishReason | None = None
+    logprobs: ChoiceLogprobs | None = None
+    tool_call_error: str | None = _tool_call_error()
 
 
 class ChatCompletionChunk(BaseModel):
@@ -177,7 +299,7 @@ class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: Literal["stop", "length"] | None = None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(BaseModel):

@@ -8,18 +8,19 @@ one above its precision; none drops below its source's precision. The formats ar
 compiled ones of kernels/quantized.py KERNEL_FORMATS:
   q4   4-bit codes, 6- or 8-bit sub-scales and mins per 32, fp32 scales per 256: holds Q4_K exactly;
   q6   6-bit codes, int8 sub-scales per 16, fp32 scale per 256: holds Q6_K exactly (6.6 bits a weight);
-  q8b  int8 codes, one fp32 scale per 16: holds Q8_0, Q5_0 and Q4_0 exactly (codes d * q, no offset);
+  q8b  int8 codes, one fp32 scale per 16: holds Q8_0, Q5_0, Q4_0 and Q3_K exactly (codes d * q, no offset);
+  q8bm q8b plus one fp32 offset per 32: holds Q4_1, Q5_1 and Q5_K exactly (d * q + m);
   q8   int8 codes, one fp32 scale per output row: holds no GGUF type exactly; kept so that bundles of
        earlier pulls load, never chosen here (q8b is finer on every weight);
   f32, f16, bf16   the weight's own float values (4, 2, 2 bytes a weight) with fp32 activations, nothing
        quantized (kernels/pack_float.py, cpu_float.h): hold F32, F16 and BF16 exactly.
 Exact rows are transcoded from the file's blocks (models/gguf_blocks.py, kernels/pack_q8b.py, pack_q6.py:
-no search, no fp32 round trip). A type no format holds (offsets per block, non-linear codebooks, 16-value
-sub-blocks with their own scales) goes to q8b packed from its fp32 values: int8 codes with a scale per 16
+no search, no fp32 round trip). A type no format holds (non-linear codebooks; Q2_K's 16-value sub-blocks
+with a min each) goes to q8b packed from its fp32 values: int8 codes with a scale per 16
 inputs, the nearest grid above every one of them. q6 from fp32 is not above them: on Gaussian weights
-quantized by llama-quantize it re-rounds Q4_1, IQ4_NL and IQ4_XS values at 1.9-2.0% of their norm, a
-quarter of those types' own rounding (7.6-7.8%), where q8b re-rounds them at 0.27-0.47% (and Q2_K, Q3_K,
-IQ3_S, Q5_1, Q5_K at 0.44-0.53%; q8's per-row scale at 0.73-0.84%). Those rows carry their measured error:
+quantized by llama-quantize it re-rounds IQ4_NL and IQ4_XS values at 1.9-2.0% of their norm, a
+quarter of those types' own rounding (7.6-7.7%), where q8b re-rounds them at 0.27% (and Q2_K, IQ3_S at
+0.44-0.53%; q8's per-row scale at 0.73-0.84%). Those rows carry their measured error:
 `speczoo pull` prints it per type, the manifest keeps it, and docs/results.md ("Every GGUF type") has each
 row's figure with the command that measured it.
 
@@ -49,9 +50,10 @@ from speczoo.kernels.pack import (STRIP, Rows, WeightError, concat_rows, pack_q4
                                   unpack_q4, unpack_q8)
 from speczoo.kernels.pack_float import FLOAT_DTYPES, pack_float, unpack_float
 from speczoo.kernels.pack_q6 import pack_q6, pack_q6_codes, q6_from_gguf, unpack_q6
-from speczoo.kernels.pack_q8b import Q8B_GGUF_TYPES, pack_q8b, pack_q8b_codes, q8b_from_gguf, unpack_q8b
+from speczoo.kernels.pack_q8b import (Q8B_GGUF_TYPES, Q8BM_GGUF_TYPES, pack_q8b, pack_q8b_codes, pack_q8bm,
+                                      q8b_from_gguf, unpack_q8b)
 from speczoo.kernels.quantized import MixedBackend, kernel_format
-from speczoo.models.gguf_blocks import q4_k_codes
+from speczoo.models.gguf_blocks import k_quant_codes, q4_k_codes
 from speczoo.models.loader import dequantize, gguf_dequantize
 
 _ROW_CHUNK = 1 << 17          # weights decoded and packed at a time (in whole rows: they stay in cache)
@@ -71,9 +73,13 @@ POLICY: dict[str, Rule] = {
     "Q6_K": Rule("q6", exact=True),      # transcoded block for block (pack_q6.q6_from_gguf)
     # int8, or 5/4-bit codes minus their zero point, times one fp16 d per 32: q8b's codes and scales
     **{t: Rule("q8b", exact=True) for t in Q8B_GGUF_TYPES if t != "Q6_K"},
-    # No format holds them (offsets d * q + m, non-linear codebooks, 16-value sub-blocks with their own
-    # scales): q8b's int8 grid per 16 inputs is the nearest above each
-    **{t: _Q8B for t in ("Q5_1", "Q5_K", "Q4_1", "IQ4_NL", "IQ4_XS", "MXFP4", "NVFP4", "Q3_K", "Q2_K", "IQ1_S",
+    # 5/4-bit codes times one fp16 d plus one fp16 m per 32: q8bm's codes, scales and offsets
+    **{t: Rule("q8bm", exact=True) for t in Q8BM_GGUF_TYPES},
+    "Q5_K": Rule("q8bm", exact=True),    # (d * sc) * q - dmin * m per 32 (gguf_blocks.k_quant_codes)
+    "Q3_K": Rule("q8b", exact=True),     # (d * sc) * q per 16, q in [-4, 3] (gguf_blocks.k_quant_codes)
+    # No format holds them (non-linear codebooks; Q2_K's min per 16 inputs): q8b's int8 grid per 16 inputs
+    # is the nearest above each
+    **{t: _Q8B for t in ("IQ4_NL", "IQ4_XS", "MXFP4", "NVFP4", "Q2_K", "IQ1_S",
                          "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0")},
     # Their own float values, fp32 activations (kernels/pack_float.py)
     "F32": Rule("f32", exact=True),
@@ -103,6 +109,7 @@ def _by_rows(pack: Callable[[Tensor], dict[str, Tensor]]) -> Callable[[Rows, Wei
 PACKERS: dict[str, Callable[[Rows, WeightError], dict[str, Tensor]]] = {
     "q8": pack_q8,
     "q8b": _by_rows(pack_q8b),
+    "q8bm": _by_rows(pack_q8bm),
     "q6": _by_rows(pack_q6),
     "q4": lambda rows, error: pack_q4(rows.read(0, rows.shape[0]), error),
     **{fmt: _by_rows(functools.partial(pack_float, fmt=fmt)) for fmt in FLOAT_DTYPES},
@@ -141,7 +148,9 @@ def _all_finite(*ts: Tensor) -> bool:
 
 
 _Q4_FROM_BLOCKS = _Transcode(lambda raw, kind, k: q4_k_codes(raw), lambda c: _all_finite(c.d, c.dm), pack_q4_codes)
-_Q8B_FROM_BLOCKS = _Transcode(q8b_from_gguf, lambda c: _all_finite(c.a), pack_q8b_codes)
+_Q8B_FROM_BLOCKS = _Transcode(q8b_from_gguf, lambda c: _all_finite(c.a, *([] if c.m is None else [c.m])),
+                              pack_q8b_codes)
+_K_FROM_BLOCKS = _Transcode(lambda raw, kind, k: k_quant_codes(raw, kind), _Q8B_FROM_BLOCKS.finite, pack_q8b_codes)
 _Q6_FROM_BLOCKS = _Transcode(q6_from_gguf, lambda c: _all_finite(c.d), pack_q6_codes)
 
 # (source type, format) -> the packing made straight from the source's blocks (no fp32 detour, no search).
@@ -149,6 +158,8 @@ TRANSCODERS: dict[tuple[str, str], _Transcode] = {
     ("Q4_K", "q4"): _Q4_FROM_BLOCKS,
     ("Q6_K", "q6"): _Q6_FROM_BLOCKS,
     **{(t, "q8b"): _Q8B_FROM_BLOCKS for t in Q8B_GGUF_TYPES},
+    **{(t, "q8bm"): _Q8B_FROM_BLOCKS for t in Q8BM_GGUF_TYPES},
+    **{(t, fmt): _K_FROM_BLOCKS for t, fmt in (("Q5_K", "q8bm"), ("Q3_K", "q8b"))},
 }
 
 
@@ -229,7 +240,7 @@ def _format_name(parts: dict[str, Tensor], backend: LinearBackend) -> str:
 
 
 def packed_values(parts: dict[str, Tensor], k: int) -> Tensor:
-    """The fp32 weight a packing holds [N, K] (for its error): q4, q6 and q8b codes dequantized, q8 codes
+    """The fp32 weight a packing holds [N, K] (for its error): q4, q6, q8b and q8bm codes dequantized, q8 codes
     times scales, a float format's values, a float backend's weight as it is."""
     if "weight" in parts:
         return parts["weight"].float()
@@ -242,7 +253,8 @@ def packed_values(parts: dict[str, Tensor], k: int) -> Tensor:
     return _UNPACK[fmt](parts).dequantize()[:, :k]
 
 
-_UNPACK: dict[str, Callable[[dict[str, Tensor]], object]] = {"q4": unpack_q4, "q6": unpack_q6, "q8b": unpack_q8b}
+_UNPACK: dict[str, Callable[[dict[str, Tensor]], object]] = {"q4": unpack_q4, "q6": unpack_q6, "q8b": unpack_q8b,
+                                                             "q8bm": unpack_q8b}
 
 
 # ---------------------------------------------------------------- the report
