@@ -4,7 +4,8 @@
 It takes llama-server's command line (only --host, --port and --parallel matter to it), answers /health
 503 for its first moments and 200 after, and streams /v1/chat/completions as llama-server does: a role
 chunk, one content chunk per "token", a finish chunk, a usage chunk with empty choices, `[DONE]`.
-The answer is a pure function of the request's messages and max_tokens. Knobs, from the environment:
+The answer is a pure function of the request's messages and max_tokens. `/completion` (the suite's
+llama-server modes, token ids in and out) answers ids that are a pure function of the prompt's. Knobs, from the environment:
 FAKE_LLAMA_ARGV (a file: its argv as JSON lines, one per start), FAKE_LLAMA_DIVERGE=1 (an answer
 served while another is running ends with a different word, as a non-batch-invariant server might),
 FAKE_LLAMA_FAIL=1 (print a line and exit 3 at start). Standard library only; binds what it is told.
@@ -53,6 +54,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/completion":
+            self._complete(req)
+            return
         if "speculative" in req:
             self.send_response(400)
             self.send_header("Content-Length", "0")
@@ -65,6 +69,24 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             with LOCK:
                 ACTIVE[0] -= 1
+
+    def _complete(self, req: dict) -> None:
+        """/completion on token ids: ids a pure function of the prompt's; a speculative start (--spec-type
+        on its command line) drafts every token, accepts half, and is twice as fast."""
+        spec = "--spec-type" in sys.argv
+        n = req["n_predict"]
+        ids = [100 + (sum(req["prompt"]) + 7 * i) % 50 for i in range(n)]
+        timings = {"prompt_n": len(req["prompt"]), "prompt_ms": 1.0 * len(req["prompt"]), "predicted_n": n,
+                   "predicted_ms": (5.0 if spec else 10.0) * n}
+        if spec:
+            timings.update(draft_n=n, draft_n_accepted=n // 2)
+        body = json.dumps({"content": "".join(chr(i) for i in ids), "tokens": ids, "stop_type": "limit",
+                           "timings": timings}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _stream(self, req: dict) -> None:
         self.send_response(200)

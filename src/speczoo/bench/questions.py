@@ -2,7 +2,10 @@
 
 One line per question: ``{"question_id": int, "category": str, "turns": [str, ...]}``. Extra keys on a
 line are kept as they are (in `Question.extra`); category names are free text (an unknown
-category is kept, never renamed or dropped). The built-in set lives in ``bench/data/questions.jsonl``.
+category is kept, never renamed or dropped). Three extra keys are checked because the suite renders them
+into the prompts: ``system``, ``tools`` and ``tool_results`` (see speczoo.bench.suite.turn_messages).
+The built-in set lives in ``bench/data/questions.jsonl``; the agentic traces are built at run time
+(speczoo.bench.agentic).
 
 This module only reads and selects questions (tests write them: tests/question_files.py). It must
 never run a model, and never silently skip a line it cannot read: a malformed line is an error that
@@ -54,7 +57,23 @@ def parse_row(row: object, where: str) -> Question:
             or not all(isinstance(t, str) and t for t in turns)):
         raise QuestionFileError(f"{where}: turns must be a non-empty list of non-empty strings")
     extra = {k: v for k, v in row.items() if k not in ("question_id", "category", "turns")}
+    check_conversation_keys(extra, len(turns), where)
     return Question(question_id=qid, category=category, turns=list(turns), extra=extra)
+
+
+def check_conversation_keys(extra: dict, n_turns: int, where: str) -> None:
+    """The optional keys the suite renders into the prompts: `system` (a string), `tools` (a list of
+    OpenAI tool definitions) and `tool_results` (one string or null per turn)."""
+    if "system" in extra and not isinstance(extra["system"], str):
+        raise QuestionFileError(f"{where}: system must be a string (the system message)")
+    if "tools" in extra and not (isinstance(extra["tools"], list)
+                                 and all(isinstance(t, dict) for t in extra["tools"])):
+        raise QuestionFileError(f"{where}: tools must be a list of OpenAI tool objects")
+    results = extra.get("tool_results")
+    if "tool_results" in extra and not (isinstance(results, list) and len(results) == n_turns
+                                        and all(r is None or isinstance(r, str) for r in results)):
+        raise QuestionFileError(f"{where}: tool_results must be a list with one string or null per turn "
+                                f"({n_turns} turns)")
 
 
 def parse_lines(lines: list[str], source: str) -> list[Question]:

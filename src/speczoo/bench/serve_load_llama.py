@@ -74,8 +74,9 @@ class LlamaServer:
     """`with LlamaServer(...) as s:` llama-server listening on s.host:s.port until the block ends."""
 
     def __init__(self, binary: str, gguf: Path, parallel: int, slot_ctx: int, threads: int,
-                 alias: str, start_timeout: float = 600.0):
+                 alias: str, start_timeout: float = 600.0, extra_args: tuple[str, ...] = ()):
         self.binary, self.gguf, self.alias = binary, Path(gguf), alias
+        self.extra_args = tuple(extra_args)     # e.g. a speculative mode's flags
         self.parallel, self.slot_ctx, self.threads = parallel, slot_ctx, threads
         self.start_timeout = start_timeout
         self.host, self.port = HOST, 0
@@ -87,7 +88,7 @@ class LlamaServer:
         return [self.binary, "-m", str(self.gguf), "--host", self.host, "--port", str(self.port),
                 "--alias", self.alias, "--parallel", str(self.parallel), "--no-kv-unified",
                 "-c", str(self.parallel * self.slot_ctx), "--threads", t, "--threads-batch", t,
-                "--jinja", "--temp", "0", "--seed", "0", "--no-webui"]
+                "--jinja", "--temp", "0", "--seed", "0", "--no-webui", *self.extra_args]
 
     def __enter__(self) -> "LlamaServer":
         with socket.socket() as sock:       # a free port; llama-server binds it right after

@@ -2,8 +2,9 @@
 
 For each question, `off` (plain greedy) runs first, then the other methods; a multi-turn question is
 generated turn by turn through the chat template, the model's own earlier answers inserted as
-assistant messages. Each (question, method) becomes one row of DIR/results.jsonl, appended and flushed
-as soon as it is done, so an interruption loses at most the row in flight; a rerun skips the rows
+assistant messages (and, where the question has them, its `system` message, its `tools` and its
+`tool_results`: tool messages before a turn's user message; see speczoo.bench.agentic). Each (question,
+method) becomes one row of DIR/results.jsonl, appended and flushed as soon as it is done, so an interruption loses at most the row in flight; a rerun skips the rows
 already there (reading `off`'s ids back to judge losslessness). Then DIR/summary.md (see
 speczoo.bench.report for every definition) and DIR/speedup.png are written from the rows.
 
@@ -18,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 from speczoo.bench import report
 from speczoo.bench.questions import Question, categories_of
@@ -30,6 +31,7 @@ RESULTS = "results.jsonl"
 SUMMARY = "summary.md"
 PLOT = "speedup.png"
 OFF = report.OFF
+CONVERSATION_KEYS = ("system", "tools", "tool_results")   # Spec-Bench extras that go into the prompts
 SETTINGS = ("target", "backend", "max_new_tokens", "k", "ngram")   # must match between runs into one DIR
 
 
@@ -102,15 +104,47 @@ class Conversation:
             self.pos_accepted[j] += int(event.accepted > j)
 
 
+def prompt_sha256(question: Question) -> str:
+    """What a row's answers depend on: the turns, and the system message, tools and tool results where
+    the question has them."""
+    extras = {k: question.extra[k] for k in CONVERSATION_KEYS if question.extra.get(k)}
+    return sha256_json({"turns": question.turns, **extras} if extras else question.turns)
+
+
+def turn_messages(question: Question, answers: list[str]) -> list[dict]:
+    """The chat messages of turn len(answers): the question's `system` message if it has one, then per
+    turn its tool message (`tool_results`, where one is set) and its user message, the earlier turns'
+    answers between them as assistant messages."""
+    tool_results = question.extra.get("tool_results") or [None] * len(question.turns)
+    system = question.extra.get("system")
+    messages = [{"role": "system", "content": system}] if system else []
+    for t in range(len(answers) + 1):
+        if tool_results[t]:
+            messages.append({"role": "tool", "content": tool_results[t]})
+        messages.append({"role": "user", "content": question.turns[t]})
+        if t < len(answers):
+            messages.append({"role": "assistant", "content": answers[t]})
+    return messages
+
+
+def render_turn(tokenizer, question: Question, answers: list[str]) -> str:
+    """The prompt text of turn len(answers), through the chat template (with the question's `tools`)."""
+    tools = question.extra.get("tools")
+    extra = {"tools": tools} if tools else {}
+    return tokenizer.apply_chat_template(turn_messages(question, answers), add_generation_prompt=True, **extra)
+
+
+def turn_ids(tokenizer, question: Question, answers: list[str]) -> list[int]:
+    """The prompt ids of turn len(answers): what every system of the suite is fed for that turn."""
+    return tokenizer.encode(render_turn(tokenizer, question, answers))
+
+
 def converse(runtime: SuiteRuntime, question: Question, method: str, settings: SuiteSettings
              ) -> Conversation:
     """Generate every turn of `question` with `method`, answers fed back as assistant messages."""
     conv = Conversation(pos_drafted=[0] * settings.k, pos_accepted=[0] * settings.k)
-    messages: list[dict] = []
-    for turn in question.turns:
-        messages.append({"role": "user", "content": turn})
-        prompt = runtime.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        request = GenerationRequest(prompt_ids=runtime.tokenizer.encode(prompt),
+    for _ in question.turns:
+        request = GenerationRequest(prompt_ids=turn_ids(runtime.tokenizer, question, conv.texts),
                                     max_new_tokens=settings.max_new_tokens, spec=method,
                                     k=settings.k, ngram=settings.ngram)
         done = None
@@ -132,7 +166,6 @@ def converse(runtime: SuiteRuntime, question: Question, method: str, settings: S
         conv.drafted += s.drafted
         conv.accepted += s.accepted
         conv.finish.append(done.finish_reason)
-        messages.append({"role": "assistant", "content": done.text})
     return conv
 
 
@@ -161,7 +194,7 @@ def make_row(question: Question, method: str, conv: Conversation, settings: Suit
                                    for a, d in zip(conv.pos_accepted, conv.pos_drafted)],
         "lossless": mismatch is None, "first_mismatch": mismatch, "finish": conv.finish,
         "ids_sha256": sha256_json(conv.ids), "text_sha256": sha256_json(conv.texts),
-        "prompt_sha256": sha256_json(question.turns),
+        "prompt_sha256": prompt_sha256(question),
         "target": target, "backend": settings.backend, "max_new_tokens": settings.max_new_tokens, "k": settings.k,
         "ngram": settings.ngram, "ids": conv.ids, "texts": conv.texts,
     }
@@ -228,7 +261,7 @@ def run_suite(runtime: SuiteRuntime, questions: list[Question], settings: SuiteS
     for q in questions:
         for m in methods:
             row = done.get((q.question_id, m))
-            if row is not None and row.get("prompt_sha256") != sha256_json(q.turns):
+            if row is not None and row.get("prompt_sha256") != prompt_sha256(q):
                 raise SpeczooError(f"{results} has a row for question {q.question_id} with different "
                                    "turns than this question set; use a fresh --out for a changed set")
 
@@ -249,16 +282,27 @@ def run_suite(runtime: SuiteRuntime, questions: list[Question], settings: SuiteS
         bar.close()
 
     rows = [done[(q.question_id, m)] for q, m in wanted]
-    summary = report.summarize(rows, categories_of(questions))
-    notes = [f"target: {runtime.name}" + (f" (backend {settings.backend})" if settings.backend else ""),
-             f"methods: {', '.join(methods)}",
-             f"questions: {len(questions)}, max new tokens per turn: {settings.max_new_tokens}, "
-             f"K: {settings.k}, n-gram order: {settings.ngram}", f"rows: {len(rows)}"]
-    (out_dir / SUMMARY).write_text(report.render_markdown(summary, "speczoo suite", notes),
-                                   encoding="utf-8")
-    plot_path = plot_speedup(summary, out_dir / PLOT) if plot else None
+    summary, plot_path = write_reports(out_dir, rows, questions, suite_notes(runtime.name, settings, questions),
+                                       plot)
     return SuiteOutcome(out_dir=out_dir, rows=rows, ran=len(todo), skipped=skipped, plot=plot_path,
                         summary=summary)
+
+
+def suite_notes(target: str, settings: SuiteSettings, questions: list[Question]) -> list[str]:
+    return [f"target: {target}" + (f" (backend {settings.backend})" if settings.backend else ""),
+            f"methods: {', '.join(parse_methods(settings.methods))}",
+            f"questions: {len(questions)}, max new tokens per turn: {settings.max_new_tokens}, "
+            f"K: {settings.k}, n-gram order: {settings.ngram}"]
+
+
+def write_reports(out_dir: Path, rows: list[dict], questions: list[Question], notes: list[str],
+                  plot: bool = True, appendix: Callable[[report.Summary], str] | None = None
+                  ) -> tuple[report.Summary, Path | None]:
+    """DIR/summary.md (the notes, the rows' tables, then appendix(summary)) and DIR/speedup.png."""
+    summary = report.summarize(rows, categories_of(questions))
+    text = report.render_markdown(summary, "speczoo suite", [*notes, f"rows: {len(rows)}"])
+    (out_dir / SUMMARY).write_text(text + (appendix(summary) if appendix else ""), encoding="utf-8")
+    return summary, plot_speedup(summary, out_dir / PLOT) if plot else None
 
 
 def _progress(total: int, initial: int, enabled: bool):

@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "the same command to resume), OUT/summary.md and OUT/speedup.png.")
     p.add_argument("target", help="zoo name of the target model")
     p.add_argument("--questions", default="builtin",
-                   help="Spec-Bench JSON-lines file, or 'builtin' for the built-in set (default)")
+                   help="Spec-Bench JSON-lines file, 'builtin' for the built-in set (default), or 'agentic' for "
+                        "agentic traces built now from the standard library's files (edit chains, tool "
+                        "results quoted back, JSON tool calls)")
     p.add_argument("--methods", default="off,ngram,auto",
                    help="comma-separated: off, ngram, draft, draft:NAME, auto, eagle:NAME "
                         "(off is required and runs first; default off,ngram,auto)")
@@ -29,6 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "of the target for the draft and auto methods)")
     p.add_argument("--backend", help="linear backend of the runtime (default: the runtime's choice)")
     p.add_argument("--max-seq", type=int, default=4096, help="KV cache length (default 4096)")
+    p.add_argument("--llama-server", nargs="?", const="", metavar="PATH",
+                   help="also run llama.cpp's llama-server on the bundle's GGUF, fed the same prompt ids, one "
+                        "server per --llama-modes mode (PATH, else $SPECZOO_LLAMA_SERVER, llama-server on "
+                        "PATH, /opt/llama-server-*/bin)")
+    p.add_argument("--llama-modes",
+                   help="llama-server modes: greedy, ngram-mod, draft (default: all three, draft only when "
+                        "the target has a draft model)")
     p.add_argument("--out", type=Path, required=True, help="output directory (resumed if it has rows)")
     p.add_argument("--no-plot", action="store_true", help="skip speedup.png (no matplotlib needed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -55,17 +64,47 @@ def head_to_load(methods: list[str]) -> str | None:
     return names.pop() if names else None
 
 
+def questions_of(source: str):
+    from speczoo.bench import agentic
+    from speczoo.bench.questions import load_questions
+
+    return agentic.agentic_questions() if source == agentic.NAME else load_questions(source)
+
+
+def llama_settings(args: argparse.Namespace):
+    """What llama-server runs with (binary, GGUFs, threads, modes); None without --llama-server."""
+    from speczoo.bench.serve_load_llama import find_llama_server
+    from speczoo.bench.suite_llama import LlamaSuiteSettings, parse_modes
+    from speczoo.threads import resolve_threads
+    from speczoo.zoo.bundle import find_bundle, source_gguf
+    from speczoo.zoo.registry import default_draft
+
+    if args.llama_server is None:
+        return None
+    binary = find_llama_server(args.llama_server or None)
+    if binary is None:
+        raise FileNotFoundError("--llama-server: no llama-server found (give its PATH, or set "
+                                "$SPECZOO_LLAMA_SERVER; build llama.cpp's llama-server target to compare)")
+    draft = args.draft or default_draft(args.target)
+    modes = parse_modes(args.llama_modes or ("greedy,ngram-mod,draft" if draft else "greedy,ngram-mod"),
+                        has_draft=draft is not None)
+    return LlamaSuiteSettings(
+        binary=binary, gguf=source_gguf(find_bundle(args.target)), threads=resolve_threads(args.threads),
+        modes=modes, draft_gguf=source_gguf(find_bundle(draft)) if "draft" in modes else None)
+
+
 def run(args: argparse.Namespace) -> int:
-    from speczoo.bench.questions import load_questions, select
-    from speczoo.bench.suite import SUMMARY, SuiteSettings, parse_methods, run_suite
+    from speczoo.bench.questions import select
+    from speczoo.bench.suite import SUMMARY, SuiteSettings, parse_methods, run_suite, suite_notes, write_reports
 
     if args.gen < 1 or args.k < 1 or args.ngram < 1:
         raise ValueError("--gen, --k and --ngram must be >= 1")
     methods = parse_methods(args.methods)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
-    questions = select(load_questions(args.questions), categories, args.limit)
+    questions = select(questions_of(args.questions), categories, args.limit)
     draft = draft_to_load(args.target, methods, args.draft)
     head = head_to_load(methods)
+    llama = llama_settings(args)
 
     from speczoo.runtime import load_runtime
 
@@ -74,6 +113,16 @@ def run(args: argparse.Namespace) -> int:
                              backend=runtime.target.backend)
     outcome = run_suite(runtime, questions, settings, args.out, progress=not args.no_progress,
                         plot=not args.no_plot)
+    if llama is not None:
+        from speczoo.bench.suite_llama import render_versus, run_llama_modes
+
+        llama_rows = run_llama_modes(runtime.tokenizer, questions, settings, runtime.name, llama, outcome.out_dir)
+        rows = outcome.rows + llama_rows
+        notes = suite_notes(runtime.name, settings, questions) + [
+            f"llama-server: {llama.binary}, modes {', '.join(llama.modes)}, {llama.threads} threads, "
+            f"GGUF {llama.gguf}" + (f", draft {llama.draft_gguf}" if llama.draft_gguf else "")]
+        write_reports(outcome.out_dir, rows, questions, notes, plot=not args.no_plot,
+                      appendix=lambda summary: render_versus(summary, rows))
     print((outcome.out_dir / SUMMARY).read_text(encoding="utf-8"))
     print(f"{outcome.ran} rows generated, {outcome.skipped} resumed; results in {outcome.out_dir}")
     return 0
