@@ -34,10 +34,24 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+@dataclass(frozen=True)
+class Constraint:
+    """A grammar every generated token must keep the output inside (grammar-constrained decoding: the
+    target's logits are masked to the tokens the grammar allows, decoding/constraint.py).
+
+    kind:   "json_schema" (source: a JSON Schema as JSON text; '{"type": "object"}' for any JSON object)
+            or "lark" (source: a Lark grammar in llguidance's dialect).
+    """
+
+    kind: str
+    source: str
+
+
 @dataclass
 class GenerationRequest:
     """One generation: continue `prompt_ids` by up to `max_new_tokens` ids, stopping at an end id or a stop
-    string, with the speculative mode `spec` (decoding/modes.py) drafting up to `k` tokens a round."""
+    string, with the speculative mode `spec` (decoding/modes.py) drafting up to `k` tokens a round, inside
+    the grammar `constraint` when one is given."""
 
     prompt_ids: list[int]
     max_new_tokens: int = 128
@@ -46,3 +60,4 @@ class GenerationRequest:
     spec: str = "off"               # a speculative mode: "off", "auto", a drafter's name, or MODE:NAME
     k: int = 8                      # max draft tokens per round
     ngram: int = 3                  # max n-gram order for prompt lookup
+    constraint: Constraint | None = None   # a grammar the output must match (None: free text)

@@ -23,10 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 
 from speczoo.events import Stats
 from speczoo.request import SamplingParams
 from speczoo.decoding.pricing.calibrate import CostMeter
+from speczoo.decoding.constraint import Grammar, constrain
 from speczoo.decoding.controller import NONE, Controller
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
 from speczoo.decoding.types import Draft, Verdict
@@ -68,12 +70,16 @@ class Finished:
 @dataclass(slots=True)
 class RoundPlan:
     """What a round verifies: `draft` after a0, proposed by `drafter` (NONE: plain decoding); verify
-    False for the last token of the budget, emitted without a forward."""
+    False for the last token of the budget, emitted without a forward. A constrained generation's plan
+    carries the grammar's `masks` [K + 1, V] of its rows and the draft tokens the grammar `consumed`
+    (decoding/constraint.py)."""
 
     drafter: str
     draft: Draft
     chain: bool = True
     verify: bool = True
+    masks: Tensor | None = None
+    consumed: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -86,6 +92,8 @@ class Generation:
     meter:    the online calibration the rounds time themselves into (None: no timing).
     taps, sampling, rng: the engine's side (features to hand the drafters, the request's sampling and
     its random generator); a replay leaves them at their defaults.
+    grammar:  the request's grammar state (decoding/constraint.py), advanced through context[prompt:] and
+              pending between rounds; None: unconstrained.
     """
 
     drafters: dict[str, Drafter]
@@ -97,6 +105,7 @@ class Generation:
     taps: FeatureTaps = NO_TAPS
     sampling: SamplingParams = field(default_factory=SamplingParams)
     rng: torch.Generator | None = None
+    grammar: Grammar | None = None
     pending: int = -1
     out: list[int] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
@@ -109,6 +118,8 @@ class Generation:
     def start(self, pending: int) -> None:
         """The prefill chose a0: the rounds can begin (none when it is an EOS)."""
         self.pending = pending
+        if self.grammar is not None:
+            self.grammar.consume(pending)
         if pending in self.eos:
             self.finish = "stop"
 
@@ -143,7 +154,16 @@ def run_round(g: Generation, verify: Verifier) -> Round:
 
 def plan(g: Generation) -> RoundPlan:
     """The policy's choice and the chosen drafter's draft (empty when it has no candidate: a plain
-    round). The last token of the budget is emitted as it is (no draft, no forward)."""
+    round). The last token of the budget is emitted as it is (no draft, no forward). A constrained
+    generation's draft is a chain cut where its grammar forbids a token, with the rows' masks."""
+    p = _proposal(g)
+    if g.grammar is None or not p.verify:
+        return p
+    c = constrain(g.grammar, p.draft)
+    return RoundPlan(p.drafter, c.draft, masks=c.masks, consumed=c.consumed)
+
+
+def _proposal(g: Generation) -> RoundPlan:
     remaining = g.remaining
     if remaining == 1:
         return RoundPlan(NONE, Draft(tokens=[]), verify=False)
@@ -187,6 +207,9 @@ def settle(g: Generation, p: RoundPlan, verdict: Verdict | None, judged: int) ->
         stats.drafted += draft.k
         stats.accepted += accepted
         pending = verdict.next_token
+        if g.grammar is not None:                    # back to the accepted length, then the target's token
+            g.grammar.rollback(p.consumed - accepted)
+            g.grammar.consume(pending)
     finish = None
     if g.eos and not g.eos.isdisjoint(new):          # EOS inside the accepted run ends generation there
         new = new[:next(i for i, t in enumerate(new) if t in g.eos)]

@@ -2,7 +2,7 @@
 the rule (greedy or rejection sampling, chain or tree), so the single engine (decoding/engine.py), the
 continuous batch (decoding/batch.py) and the replays decide a sequence's tokens with the same lines.
 
-Pure: it reads logits and the request's sampling parameters, draws only from the generator it is
+Pure: it reads logits (and a grammar's masks of them) and the request's sampling parameters, draws only from the generator it is
 handed, and never sees a model or a cache (the engine rolls the cache back to what it returns).
 """
 
@@ -20,7 +20,7 @@ from speczoo.decoding.verify.tree import TreeLayout
 
 
 def judge(draft: Draft, logits: Tensor, params: SamplingParams, rng: torch.Generator | None,
-          layout: TreeLayout | None = None) -> tuple[Verdict, int]:
+          layout: TreeLayout | None = None, allowed: Tensor | None = None) -> tuple[Verdict, int]:
     """The verdict on [a0] + draft, and how many draft tokens the target judged (a chain: all K; a
     tree: along its accepted path, TreeLayout.judged), which is what the controller's estimate counts.
 
@@ -30,7 +30,11 @@ def judge(draft: Draft, logits: Tensor, params: SamplingParams, rng: torch.Gener
             sampling.probs(logits, params).
     rng:    the request's generator (None for greedy).
     layout: the tree's layout (None: a chain).
+    allowed: [S, V] bool, a grammar's mask per row (decoding/constraint.py): the rule then judges on
+            the logits with every forbidden token at -inf (None: unconstrained).
     """
+    if allowed is not None:
+        logits = sampling.masked(logits, allowed)
     if layout is None:
         if params.greedy:
             return verify_greedy(draft, logits.argmax(-1).tolist()), draft.k
