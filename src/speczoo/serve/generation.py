@@ -25,6 +25,7 @@ from speczoo.events import DoneEvent, Stats, TokenEvent
 from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.serve.api_errors import APIError, runtime_error
 from speczoo.serve.schemas import MAX_STOP, ChatCompletion, Completion, ModelCard, Usage
+from speczoo.serve.structured import constraint_of
 from speczoo.serve.sse import KEEPALIVE, EventStreamResponse, sse_data
 from speczoo.serve.worker import Idle, Job, QueueFullError, Worker
 
@@ -117,7 +118,7 @@ class Generations:
         except ValueError as exc:
             raise APIError(400, str(exc)) from exc
         return GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=max_tokens, sampling=sampling,
-                                 stop=stop, spec=spec)
+                                 stop=stop, spec=spec, constraint=constraint_of(body.response_format))
 
     async def respond(self, endpoint: Endpoint, body, request: Request, prompt_ids: list[int],
                       max_tokens: int | None):
