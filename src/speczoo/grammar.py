@@ -11,8 +11,7 @@ server answers a bad schema with a 400 before anything is queued.
 
 JSON Schema goes to llguidance's own compiler; its text is laid out on one line, as json.dumps writes it
 (JSON_LAYOUT), unless the schema's "x-guidance" options say otherwise. A schema it cannot honour is an
-error with llguidance's message. This module never parses JSON
-output itself and never touches a model.
+error with llguidance's message. This module never parses JSON output itself and never touches a model.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 the rule (greedy or rejection sampling, chain or tree), so the single engine (decoding/engine.py), the
 continuous batch (decoding/batch.py) and the replays decide a sequence's tokens with the same lines.
 
-Pure: it reads logits (and a grammar's masks of them) and the request's sampling parameters, draws only from the generator it is
-handed, and never sees a model or a cache (the engine rolls the cache back to what it returns).
+Pure: it reads logits (and a grammar's masks of them) and the request's sampling parameters, draws
+only from the generator it is handed, and never sees a model or a cache (the engine rolls the cache
+back to what it returns).
 """
 
 from __future__ import annotations
