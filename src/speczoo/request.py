@@ -20,6 +20,8 @@ class SamplingParams:
     top_k: int = 0                 # 0: off
     top_p: float = 1.0             # 1.0: off
     seed: int | None = None
+    presence_penalty: float = 0.0  # OpenAI's, over the generated tokens (decoding/penalties.py); 0: off
+    frequency_penalty: float = 0.0
 
     def validate(self) -> None:
         if not (self.temperature >= 0.0) or self.temperature > 100:
@@ -28,10 +30,18 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not -2.0 <= value <= 2.0:
+                raise ValueError(f"{name} must be in [-2, 2], got {value}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalized(self) -> bool:
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
 
 @dataclass(frozen=True)

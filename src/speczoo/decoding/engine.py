@@ -32,6 +32,7 @@ from speczoo.decoding.pricing.calibrate import CostMeter
 from speczoo.decoding.pricing.cost import Costs
 from speczoo.decoding.tuning import PRICING
 from speczoo.decoding.constraint import GrammarFactory
+from speczoo.decoding.penalties import row_penalties
 from speczoo.decoding.drafters.base import FeatureTaps
 from speczoo.decoding.drafters.registry import DrafterSpec
 from speczoo.decoding.modes import AUTO, OFF, SpecMode
@@ -72,7 +73,9 @@ def conclude(g: Generation, plan: RoundPlan, logits: Tensor, hidden: list[Tensor
     hidden: the forward's hidden states [S, D] at g.taps.layers ([] when no drafter reads any).
     cache:  the sequence's cache; base: its length before the forward (a0 went to position base).
     """
-    verdict, judged = judge(plan.draft, logits, g.sampling, g.rng, layout, plan.masks)
+    penalty = (row_penalties(g.out + [g.pending], plan.draft.tokens, g.sampling, logits.shape[-1])
+               if g.sampling.penalized else None)                    # [S, V]; penalized plans are chains
+    verdict, judged = judge(plan.draft, logits, g.sampling, g.rng, layout, plan.masks, penalty)
     if layout is not None:
         cache.compact([base + 1 + i for i in verdict.path], base + 1)
     cache.truncate(base + 1 + verdict.accepted)

@@ -28,7 +28,7 @@ from torch import Tensor
 from speczoo.events import Stats
 from speczoo.request import SamplingParams
 from speczoo.decoding.pricing.calibrate import CostMeter
-from speczoo.decoding.constraint import Grammar, constrain
+from speczoo.decoding.constraint import Grammar, constrain, first_path
 from speczoo.decoding.controller import NONE, Controller
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
 from speczoo.decoding.types import Draft, Verdict
@@ -155,10 +155,13 @@ def run_round(g: Generation, verify: Verifier) -> Round:
 def plan(g: Generation) -> RoundPlan:
     """The policy's choice and the chosen drafter's draft (empty when it has no candidate: a plain
     round). The last token of the budget is emitted as it is (no draft, no forward). A constrained
-    generation's draft is a chain cut where its grammar forbids a token, with the rows' masks."""
+    generation's draft is a chain cut where its grammar forbids a token, with the rows' masks; a
+    penalized one's (decoding/penalties.py) is a chain too."""
     p = _proposal(g)
-    if g.grammar is None or not p.verify:
+    if not p.verify or (g.grammar is None and not g.sampling.penalized):
         return p
+    if g.grammar is None:
+        return p if p.chain else RoundPlan(p.drafter, first_path(p.draft))
     c = constrain(g.grammar, p.draft)
     return RoundPlan(p.drafter, c.draft, masks=c.masks, consumed=c.consumed)
 

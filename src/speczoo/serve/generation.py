@@ -112,7 +112,8 @@ class Generations:
                            f"{self.worker.spec_modes} (start it with --draft NAME for 'draft')",
                            param="speculative")
         sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
-                                  seed=body.seed)
+                                  seed=body.seed, presence_penalty=body.presence_penalty,
+                                  frequency_penalty=body.frequency_penalty)
         try:
             sampling.validate()
         except ValueError as exc:

@@ -109,8 +109,10 @@ class _SamplingFields(_Request):
     stream: Bool = False
     stream_options: StreamOptions | None = None
     n: Int = Field(1, ge=1, le=1, description="Only 1 choice is supported.")
-    presence_penalty: Float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
-    frequency_penalty: Float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
+    presence_penalty: Float = Field(0.0, ge=-2.0, le=2.0, description="Subtracted from the logit of every "
+                                    "token the answer has used so far.")
+    frequency_penalty: Float = Field(0.0, ge=-2.0, le=2.0, description="Times the count of each token in the "
+                                     "answer so far, subtracted from its logit.")
     response_format: ResponseFormat | None = Field(
         None, description="text (the default), json_object (any JSON object) or json_schema: the answer is "
         "decoded inside the grammar of the schema (llguidance), with speculation as requested.")

@@ -21,7 +21,8 @@ from speczoo.decoding.verify.tree import TreeLayout
 
 
 def judge(draft: Draft, logits: Tensor, params: SamplingParams, rng: torch.Generator | None,
-          layout: TreeLayout | None = None, allowed: Tensor | None = None) -> tuple[Verdict, int]:
+          layout: TreeLayout | None = None, allowed: Tensor | None = None,
+          penalty: Tensor | None = None) -> tuple[Verdict, int]:
     """The verdict on [a0] + draft, and how many draft tokens the target judged (a chain: all K; a
     tree: along its accepted path, TreeLayout.judged), which is what the controller's estimate counts.
 
@@ -33,7 +34,11 @@ def judge(draft: Draft, logits: Tensor, params: SamplingParams, rng: torch.Gener
     layout: the tree's layout (None: a chain).
     allowed: [S, V] bool, a grammar's mask per row (decoding/constraint.py): the rule then judges on
             the logits with every forbidden token at -inf (None: unconstrained).
+    penalty: [S, V] subtracted from the logits first (presence and frequency penalties per row,
+            decoding/penalties.py; None: none).
     """
+    if penalty is not None:
+        logits = logits - penalty
     if allowed is not None:
         logits = sampling.masked(logits, allowed)
     if layout is None:
