@@ -20,6 +20,8 @@ class SamplingParams:
     top_k: int = 0                 # 0: off
     top_p: float = 1.0             # 1.0: off
     seed: int | None = None
+    presence_penalty: float = 0.0  # OpenAI's, over the generated tokens (decoding/penalties.py); 0: off
+    frequency_penalty: float = 0.0
 
     def validate(self) -> None:
         if not (self.temperature >= 0.0) or self.temperature > 100:
@@ -28,16 +30,38 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not -2.0 <= value <= 2.0:
+                raise ValueError(f"{name} must be in [-2, 2], got {value}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def penalized(self) -> bool:
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A grammar every generated token must keep the output inside (grammar-constrained decoding: the
+    target's logits are masked to the tokens the grammar allows, decoding/constraint.py).
+
+    kind:   "json_schema" (source: a JSON Schema as JSON text; '{"type": "object"}' for any JSON object)
+            or "lark" (source: a Lark grammar in llguidance's dialect).
+    """
+
+    kind: str
+    source: str
+
 
 @dataclass
 class GenerationRequest:
     """One generation: continue `prompt_ids` by up to `max_new_tokens` ids, stopping at an end id or a stop
-    string, with the speculative mode `spec` (decoding/modes.py) drafting up to `k` tokens a round."""
+    string, with the speculative mode `spec` (decoding/modes.py) drafting up to `k` tokens a round, inside
+    the grammar `constraint` when one is given."""
 
     prompt_ids: list[int]
     max_new_tokens: int = 128
@@ -49,3 +73,4 @@ class GenerationRequest:
     logprobs: int | None = None     # None: none computed; N >= 0: each emitted token's log-probability
                                     # and the N most likely alternatives of its row (events.TokenLogprob)
     tenant: str | None = None       # whose earlier answers the suffix drafter may read (the API key; None: no key)
+    constraint: Constraint | None = None   # a grammar the output must match (None: free text)

@@ -40,6 +40,7 @@ from speczoo.decoding.prompt_checks import check_ids
 from speczoo.decoding.tuning import BATCHING
 from speczoo.decoding.types import MAX_K
 from speczoo.eagle_drafters import LoadedHead, load_eagle
+from speczoo.grammar import Grammars
 from speczoo.slots import SlotCache
 from speczoo.textgen import TextBatch, generate_text
 from speczoo.tokenizer import Tokenizer
@@ -176,7 +177,7 @@ class Runtime:
         drafters = [b for spec in BUILTIN if (b := spec.bound(loaded)) is not None]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
         self.engine = Engine(target.model, cache, drafters, eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
-                             costs=costs)
+                             costs=costs, grammars=Grammars(self.tokenizer, self.vocab_size))
         self.eagle = eagle
 
     @property

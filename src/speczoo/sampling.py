@@ -96,6 +96,12 @@ def pick(logits: Tensor, params: SamplingParams, generator: torch.Generator | No
     return sample(probs(logits, params), generator)
 
 
+def masked(logits: Tensor, allowed: Tensor) -> Tensor:
+    """logits [S, V] with every token that `allowed` [S, V] (bool: a grammar's masks) forbids at -inf,
+    as a new tensor: greedy then picks, and `probs` draws, among the allowed tokens only."""
+    return logits.masked_fill(~allowed, float("-inf"))
+
+
 def _top_p(p: Tensor, top_p: float) -> Tensor:
     """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one); renormalize.
 

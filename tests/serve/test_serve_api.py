@@ -193,7 +193,7 @@ def test_malformed_json_is_400(client, raw):
 @pytest.mark.parametrize("patch", [
     {"temperature": -1}, {"temperature": "hot"}, {"top_p": 0}, {"top_p": 1.5}, {"max_tokens": 0},
     {"messages": []}, {"messages": [{"role": "wizard", "content": "x"}]}, {"n": 2},
-    {"speculative": "warp"}, {"stop": ["a", "b", "c", "d", "e"]}, {"stop": ""}, {"presence_penalty": 1},
+    {"speculative": "warp"}, {"stop": ["a", "b", "c", "d", "e"]}, {"stop": ""}, {"presence_penalty": 2.5},
     {"seed": -3}, {"stream": "yes please"},
 ])
 def test_invalid_params_are_400(client, runtime, patch):

@@ -6,6 +6,8 @@ batch worker; the `real` ones on the pulled qwen2.5-coder-0.5b, speculation on a
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import ollama
 import pytest
@@ -141,7 +143,7 @@ def test_catalogue(client, server, runtime):
     (dict(options={"speculative": "nope"}), 400, "speculative"),
     (dict(options={"temperature": -1}), 400, "temperature"),
     (dict(options={"num_predict": 100_000}), 400, "num_predict"),
-    (dict(format="json"), 400, "format"),
+    (dict(format={"type": "object", "properties": {"a": {"type": "nonsense"}}}), 400, "format"),
     (dict(tools=[{"type": "function", "function": {"name": "f"}}]), 400, "tools"),
     (dict(top_logprobs=2), 400, "logprobs"),
 ])
@@ -198,3 +200,12 @@ def test_the_real_05b_through_the_ollama_client_speculation_on_and_off():
         show = client.show(rt.name)
         assert show.details.family == "qwen2" and show.details.quantization_level == "Q4_K_M"
         assert "im_start" in show.template
+        # format: a JSON schema the answer is decoded inside, the same answer with speculation as without
+        schema = {"type": "object", "properties": {"name": {"type": "string"}, "year": {"type": "integer"}},
+                  "required": ["name", "year"], "additionalProperties": False}
+        about = [{"role": "user", "content": "Python's first release as JSON: its name and year."}]
+        shaped = [client.chat(model=rt.name, messages=about, format=schema,
+                              options={"num_predict": 40, "speculative": mode}).message.content
+                  for mode in ("off", "auto")]
+        assert shaped[0] == shaped[1]
+        assert set(json.loads(shaped[0])) == {"name", "year"}

@@ -31,6 +31,8 @@ from speczoo import sampling
 from speczoo.decoding.pricing.calibrate import CostMeter
 from speczoo.decoding.pricing.cost import Costs
 from speczoo.decoding.tuning import PRICING
+from speczoo.decoding.constraint import GrammarFactory
+from speczoo.decoding.penalties import row_penalties
 from speczoo.decoding.drafters.base import FeatureTaps
 from speczoo.decoding.drafters.registry import DrafterSpec
 from speczoo.decoding.logprobs import MAX_TOP, row_logprobs
@@ -54,10 +56,14 @@ class Rollback(Protocol):
 
 
 def first_token(g: Generation, logits: Tensor) -> None:
-    """The prefill's last logits row [1, V] chose a0 (argmax, or a draw from the request's generator)."""
+    """The prefill's last logits row [1, V] chose a0 (argmax, or a draw from the request's generator;
+    among the tokens its grammar allows, when it has one). Its log-probability is the raw row's."""
+    raw = logits
+    if g.grammar is not None:
+        logits = sampling.masked(logits, g.grammar.allowed()[None])
     a0 = sampling.pick(logits, g.sampling, g.rng).tolist()[0]
     if g.logprobs is not None:
-        g.pending_logprob = row_logprobs(logits, slice(0, 1), [a0], g.logprobs)[0]
+        g.pending_logprob = row_logprobs(raw, slice(0, 1), [a0], g.logprobs)[0]
     g.start(a0)
 
 
@@ -72,9 +78,11 @@ def conclude(g: Generation, plan: RoundPlan, logits: Tensor, hidden: list[Tensor
     hidden: the forward's hidden states [S, D] at g.taps.layers ([] when no drafter reads any).
     cache:  the sequence's cache; base: its length before the forward (a0 went to position base).
     """
-    verdict, judged = judge(plan.draft, logits, g.sampling, g.rng, layout)
-    if g.logprobs is not None:          # the kept rows chose the accepted tokens, then the next a0
-        chosen = [plan.draft.tokens[i] for i in verdict.path] + [verdict.next_token]
+    penalty = (row_penalties(g.out + [g.pending], plan.draft.tokens, g.sampling, logits.shape[-1])
+               if g.sampling.penalized else None)                    # [S, V]; penalized plans are chains
+    verdict, judged = judge(plan.draft, logits, g.sampling, g.rng, layout, plan.masks, penalty)
+    if g.logprobs is not None:          # the kept rows chose the accepted tokens, then the next a0 (raw rows:
+        chosen = [plan.draft.tokens[i] for i in verdict.path] + [verdict.next_token]   # before mask and penalty)
         g.verified = row_logprobs(logits, kept_rows(verdict, layout), chosen, g.logprobs)
     if layout is not None:
         cache.compact([base + 1 + i for i in verdict.path], base + 1)
@@ -97,10 +105,12 @@ class Engine:
               they run (decoding/pricing/calibrate.py, with `pricing`), across requests; seeded sampled
               requests keep them as loaded. None (oracle models in tests): the controller decides without
               prices, and a drafter that costs something is refused.
+    grammars: builds a request's grammar state from its constraint (decoding/constraint.py; the runtime's
+              speczoo/grammar.py); None: a request with a constraint is refused.
     """
 
     def __init__(self, target, cache, drafters: Iterable[DrafterSpec], eos_ids: list[int], max_seq: int,
-                 costs: Costs | None = None):
+                 costs: Costs | None = None, grammars: GrammarFactory | None = None):
         specs = tuple(drafters)
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
@@ -120,6 +130,7 @@ class Engine:
         self.max_seq = max_seq
         self.costs = None if costs is None else costs.priced(priced)   # for the controller
         self.pricing = PRICING        # how `meter` calibrates them (a bench may set another Pricing)
+        self.grammars = grammars
         self._meter: CostMeter | None = None
 
     @property
@@ -140,7 +151,7 @@ class Engine:
     def offering(self, drafters: Iterable[DrafterSpec]) -> Engine:
         """A new engine that offers `drafters` instead, on the same target, cache, costs and Pricing; this
         one is unchanged. The new one calibrates afresh."""
-        engine = Engine(self.target, self.cache, drafters, list(self.eos), self.max_seq, self.costs)
+        engine = Engine(self.target, self.cache, drafters, list(self.eos), self.max_seq, self.costs, self.grammars)
         engine.pricing = self.pricing
         return engine
 
@@ -164,6 +175,9 @@ class Engine:
                              f"{mode.mode!r} drafts with {' / '.join(self.drafters[mode.mode].names) or 'another'}: "
                              f"load {mode.name!r} with the runtime (--spec {req.spec} on the command line)")
         check_fits(len(req.prompt_ids), req.max_new_tokens, self.max_seq)
+        if req.constraint is not None and self.grammars is None:
+            raise ValueError("this engine has no grammar compiler, so it cannot constrain the output: "
+                             "generate through a runtime (speczoo.runtime), which builds one from its tokenizer")
 
     # -- target calls -----------------------------------------------------------------------
     def _forward(self, ids: list[int]) -> torch.Tensor:
@@ -217,9 +231,11 @@ class Engine:
         # that sampled with a seed decides on the loaded profile alone and reproduces its text run after run.
         meter = self.meter if greedy or req.sampling.seed is None else None
         policy = make_policy(req, drafters, meter.costs() if meter is not None else self.costs)
+        grammar = None if req.constraint is None else self.grammars(req.constraint)
         return Generation(drafters, policy, list(req.prompt_ids), req.max_new_tokens, self.eos, meter,
                           taps=FeatureTaps(drafters.values()),    # target hidden states the drafters read (EAGLE)
                           sampling=req.sampling, rng=None if greedy else sampling.make_generator(req.sampling.seed),
+                          grammar=grammar,
                           stats=Stats(prompt_tokens=len(req.prompt_ids), drafter=req.spec), logprobs=req.logprobs)
 
     def rounds(self, g: Generation) -> Iterator[Round]:

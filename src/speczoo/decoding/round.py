@@ -23,10 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 
 from speczoo.events import Stats, TokenLogprob
 from speczoo.request import SamplingParams
 from speczoo.decoding.pricing.calibrate import CostMeter
+from speczoo.decoding.constraint import Grammar, constrain, first_path
 from speczoo.decoding.controller import NONE, Controller
 from speczoo.decoding.drafters.base import Drafter, FeatureTaps
 from speczoo.decoding.types import Draft, Verdict
@@ -71,12 +73,16 @@ class Finished:
 @dataclass(slots=True)
 class RoundPlan:
     """What a round verifies: `draft` after a0, proposed by `drafter` (NONE: plain decoding); verify
-    False for the last token of the budget, emitted without a forward."""
+    False for the last token of the budget, emitted without a forward. A constrained generation's plan
+    carries the grammar's `masks` [K + 1, V] of its rows and the draft tokens the grammar `consumed`
+    (decoding/constraint.py)."""
 
     drafter: str
     draft: Draft
     chain: bool = True
     verify: bool = True
+    masks: Tensor | None = None
+    consumed: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -92,6 +98,8 @@ class Generation:
     logprobs: the alternatives per emitted token the request asked for (None: no log-probabilities);
     the engine's verify leaves in `verified` the TokenLogprobs of the rows the verdict kept (the accepted
     draft tokens, then the next a0), and `pending_logprob` carries a0's from the row that chose it.
+    grammar:  the request's grammar state (decoding/constraint.py), advanced through context[prompt:] and
+              pending between rounds; None: unconstrained.
     """
 
     drafters: dict[str, Drafter]
@@ -103,6 +111,7 @@ class Generation:
     taps: FeatureTaps = NO_TAPS
     sampling: SamplingParams = field(default_factory=SamplingParams)
     rng: torch.Generator | None = None
+    grammar: Grammar | None = None
     pending: int = -1
     out: list[int] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
@@ -120,6 +129,8 @@ class Generation:
     def start(self, pending: int) -> None:
         """The prefill chose a0: the rounds can begin (none when it is an EOS)."""
         self.pending = pending
+        if self.grammar is not None:
+            self.grammar.consume(pending)
         if pending in self.eos:
             self.finish = "stop"
 
@@ -163,7 +174,19 @@ def run_round(g: Generation, verify: Verifier) -> Round:
 
 def plan(g: Generation) -> RoundPlan:
     """The policy's choice and the chosen drafter's draft (empty when it has no candidate: a plain
-    round). The last token of the budget is emitted as it is (no draft, no forward)."""
+    round). The last token of the budget is emitted as it is (no draft, no forward). A constrained
+    generation's draft is a chain cut where its grammar forbids a token, with the rows' masks; a
+    penalized one's (decoding/penalties.py) is a chain too."""
+    p = _proposal(g)
+    if not p.verify or (g.grammar is None and not g.sampling.penalized):
+        return p
+    if g.grammar is None:
+        return p if p.chain else RoundPlan(p.drafter, first_path(p.draft))
+    c = constrain(g.grammar, p.draft)
+    return RoundPlan(p.drafter, c.draft, masks=c.masks, consumed=c.consumed)
+
+
+def _proposal(g: Generation) -> RoundPlan:
     remaining = g.remaining
     if remaining == 1:
         return RoundPlan(NONE, Draft(tokens=[]), verify=False)
@@ -207,6 +230,9 @@ def settle(g: Generation, p: RoundPlan, verdict: Verdict | None, judged: int) ->
         stats.drafted += draft.k
         stats.accepted += accepted
         pending = verdict.next_token
+        if g.grammar is not None:                    # back to the accepted length, then the target's token
+            g.grammar.rollback(p.consumed - accepted)
+            g.grammar.consume(pending)
     logprobs = None if g.logprobs is None else _emitted_logprobs(g, accepted, verdict is not None)
     finish = None
     if g.eos and not g.eos.isdisjoint(new):          # EOS inside the accepted run ends generation there

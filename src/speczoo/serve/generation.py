@@ -23,10 +23,11 @@ from fastapi import Request
 from speczoo.decoding.prompt_checks import check_fits
 from speczoo.errors import CacheFullError
 from speczoo.events import DoneEvent, Stats, TokenEvent
-from speczoo.request import GenerationRequest, SamplingParams
+from speczoo.request import Constraint, GenerationRequest, SamplingParams
 from speczoo.serve.api_errors import APIError, runtime_error
 from speczoo.serve.logprobs import LogprobTrack, WireToken, chat_content, completion_logprobs
 from speczoo.serve.schemas import MAX_STOP, ChatCompletion, Completion, ModelCard, Usage
+from speczoo.serve.structured import constraint_of
 from speczoo.serve.sse import KEEPALIVE, EventStreamResponse, sse_data
 from speczoo.serve.tool_calls import Delta, ToolCallParser, finish_reason
 from speczoo.serve.tool_prompt import ToolPlan
@@ -161,14 +162,17 @@ class Generations:
         except ValueError as exc:
             raise APIError(400, str(exc), param="top_logprobs") from None
         sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
-                                  seed=body.seed)
+                                  seed=body.seed, presence_penalty=body.presence_penalty,
+                                  frequency_penalty=body.frequency_penalty)
         return self.generation(prompt_ids, max_tokens, stop=body.stop_list(), spec=body.speculative,
-                               sampling=sampling, logprobs=logprobs)
+                               sampling=sampling, logprobs=logprobs, constraint=constraint_of(body.response_format))
 
     def generation(self, prompt_ids: list[int], max_tokens: int | None, *, stop: list[str], spec: str | None,
-                   sampling: SamplingParams, logprobs: int | None = None, params: Params = OPENAI) -> GenerationRequest:
+                   sampling: SamplingParams, logprobs: int | None = None, constraint: Constraint | None = None,
+                   params: Params = OPENAI) -> GenerationRequest:
         """A generation request checked against this server (any API's), or the 400 that says what is wrong.
-        max_tokens None: the room left in the context; spec None: the server's --spec."""
+        max_tokens None: the room left in the context; spec None: the server's --spec; constraint: a
+        grammar the answer must match (structured output)."""
         rt = self.runtime
         if not prompt_ids:
             raise APIError(400, "the prompt is empty: give at least one token", param="prompt")
@@ -191,7 +195,7 @@ class Generations:
         except ValueError as exc:
             raise APIError(400, str(exc)) from exc
         return GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=max_tokens, sampling=sampling,
-                                 stop=stop, spec=spec, logprobs=logprobs)
+                                 stop=stop, spec=spec, logprobs=logprobs, constraint=constraint)
 
     def track(self, req: GenerationRequest) -> LogprobTrack | None:
         """The log-probabilities' track of an answer that asked for them."""

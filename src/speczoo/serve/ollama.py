@@ -28,6 +28,7 @@ from speczoo.serve.generation import Generations, Params
 from speczoo.serve.logprobs import LogprobTrack, chat_content
 from speczoo.serve.ollama_schemas import ChatRequest, GenerateRequest, ShowRequest, GenerationFields
 from speczoo.serve.sse import EventStreamResponse
+from speczoo.serve.structured import ollama_format
 from speczoo.serve.worker import Job
 
 VERSION = "0.12.6"          # the Ollama release whose API this follows (what GET /api/version reports)
@@ -138,9 +139,6 @@ def ollama_routes(gens: Generations) -> APIRouter:
         return await respond(body, request, Answer(chat=False, prompt_ids=list(body.context or []) + ids))
 
     def refuse_unsupported(body: GenerationFields) -> None:
-        if body.format:
-            raise APIError(400, "format (JSON output or a JSON schema) is not supported by this server yet; "
-                           "leave it out", param="format")
         if body.images:
             raise APIError(400, "images are not supported: the served model reads text only", param="images")
 
@@ -176,7 +174,8 @@ def ollama_routes(gens: Generations) -> APIRouter:
             raise APIError(400, str(exc), param="top_logprobs") from None
         return gens.generation(ids, o.max_tokens(), stop=o.stop_list(), spec=o.speculative, logprobs=logprobs,
                                sampling=SamplingParams(temperature=o.temperature, top_k=o.top_k, top_p=o.top_p,
-                                                       seed=o.seed), params=OPTIONS)
+                                                       seed=o.seed), params=OPTIONS,
+                               constraint=ollama_format(body.format))
 
     async def stream(job: Job, model: str, answer: Answer, track: LogprobTrack | None,
                      started: int) -> AsyncIterator[str]:

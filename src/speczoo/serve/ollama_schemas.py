@@ -63,7 +63,7 @@ class GenerationFields(_Request):
     model: str = Field(min_length=1, description="The model, as GET /api/tags lists it (a `:latest` tag is accepted).")
     stream: Bool = True
     options: Options = Field(default_factory=Options)
-    format: Format = Field(None, description="Not supported yet: constrained output is refused with a 400.")
+    format: Format = Field(None, description='"json" (any JSON object) or a JSON schema: the answer is decoded inside its grammar.')
     think: Bool | Literal["low", "medium", "high"] | None = Field(
         None, description="Accepted; a reasoning model's thinking stays in the answer's text.")
     keep_alive: float | str | None = Field(None, description="Accepted; the served model stays loaded.")

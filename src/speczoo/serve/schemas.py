@@ -2,16 +2,17 @@
 
 These models are the published OpenAPI schema, so they must describe exactly what the server accepts
 and returns. Shapes follow OpenAI's chat/completions and completions APIs; speczoo's additions are the
-request field `speculative` (and `top_k`), the usage fields `accepted_draft_tokens`, `draft_tokens`,
-`rounds`, `tokens_per_second`, `drafter`, the per-chunk `speczoo` round stats of a stream, and a
-choice's `tool_call_error` (why tool-call text was not returned as a call).
+request field `speculative` (and `top_k`; `response_format` is OpenAI's, on completions too), the usage
+fields `accepted_draft_tokens`, `draft_tokens`, `rounds`, `tokens_per_second`, `drafter`, the per-chunk
+`speczoo` round stats of a stream, and a choice's `tool_call_error` (why tool-call text was not returned
+as a call).
 Unknown request fields are ignored (clients send many optional ones); fields the server cannot honour
 are rejected with a 400 instead of silently ignored. This module never touches a model.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
@@ -90,6 +91,31 @@ class StreamOptions(_Request):
     include_usage: Bool = False
 
 
+class JsonSchemaSpec(_Request):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(
+        None, alias="schema", description="A JSON Schema the answer must match (absent: any JSON value).")
+    strict: Bool | None = Field(None, description="The answer always matches the schema (constrained decoding), "
+                                "whatever this says.")
+
+
+class TextFormat(_Request):
+    type: Literal["text"]
+
+
+class JsonObjectFormat(_Request):
+    type: Literal["json_object"]
+
+
+class JsonSchemaFormat(_Request):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat, Field(discriminator="type")]
+
+
 class _SamplingFields(_Request):
     model: str = Field(description="Model id, as listed by GET /v1/models.")
     max_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(
@@ -104,8 +130,13 @@ class _SamplingFields(_Request):
     stream: Bool = False
     stream_options: StreamOptions | None = None
     n: Int = Field(1, ge=1, le=1, description="Only 1 choice is supported.")
-    presence_penalty: Float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
-    frequency_penalty: Float = Field(0.0, ge=0.0, le=0.0, description="Not supported: must be 0.")
+    presence_penalty: Float = Field(0.0, ge=-2.0, le=2.0, description="Subtracted from the logit of every "
+                                    "token the answer has used so far.")
+    frequency_penalty: Float = Field(0.0, ge=-2.0, le=2.0, description="Times the count of each token in the "
+                                     "answer so far, subtracted from its logit.")
+    response_format: ResponseFormat | None = Field(
+        None, description="text (the default), json_object (any JSON object) or json_schema: the answer is "
+        "decoded inside the grammar of the schema (llguidance), with speculation as requested.")
     speculative: SpecModeName | None = Field(
         None, description="speczoo extension: speculative decoding mode; default: the server's --spec. "
         "Greedy output is identical in every mode (lossless); only the speed changes.")

@@ -2,8 +2,9 @@
 the rule (greedy or rejection sampling, chain or tree), so the single engine (decoding/engine.py), the
 continuous batch (decoding/batch.py) and the replays decide a sequence's tokens with the same lines.
 
-Pure: it reads logits and the request's sampling parameters, draws only from the generator it is
-handed, and never sees a model or a cache (the engine rolls the cache back to what it returns).
+Pure: it reads logits (and a grammar's masks of them) and the request's sampling parameters, draws
+only from the generator it is handed, and never sees a model or a cache (the engine rolls the cache
+back to what it returns).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from speczoo.decoding.verify.tree import TreeLayout
 
 
 def judge(draft: Draft, logits: Tensor, params: SamplingParams, rng: torch.Generator | None,
-          layout: TreeLayout | None = None) -> tuple[Verdict, int]:
+          layout: TreeLayout | None = None, allowed: Tensor | None = None,
+          penalty: Tensor | None = None) -> tuple[Verdict, int]:
     """The verdict on [a0] + draft, and how many draft tokens the target judged (a chain: all K; a
     tree: along its accepted path, TreeLayout.judged), which is what the controller's estimate counts.
 
@@ -30,7 +32,15 @@ def judge(draft: Draft, logits: Tensor, params: SamplingParams, rng: torch.Gener
             sampling.probs(logits, params).
     rng:    the request's generator (None for greedy).
     layout: the tree's layout (None: a chain).
+    allowed: [S, V] bool, a grammar's mask per row (decoding/constraint.py): the rule then judges on
+            the logits with every forbidden token at -inf (None: unconstrained).
+    penalty: [S, V] subtracted from the logits first (presence and frequency penalties per row,
+            decoding/penalties.py; None: none).
     """
+    if penalty is not None:
+        logits = logits - penalty
+    if allowed is not None:
+        logits = sampling.masked(logits, allowed)
     if layout is None:
         if params.greedy:
             return verify_greedy(draft, logits.argmax(-1).tolist()), draft.k
