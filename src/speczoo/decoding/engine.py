@@ -81,8 +81,9 @@ def conclude(g: Generation, plan: RoundPlan, logits: Tensor, hidden: list[Tensor
     penalty = (row_penalties(g.out + [g.pending], plan.draft.tokens, g.sampling, logits.shape[-1])
                if g.sampling.penalized else None)                    # [S, V]; penalized plans are chains
     verdict, judged = judge(plan.draft, logits, g.sampling, g.rng, layout, plan.masks, penalty)
-    if g.logprobs is not None:          # the kept rows chose the accepted tokens, then the next a0 (raw rows:
-        chosen = [plan.draft.tokens[i] for i in verdict.path] + [verdict.next_token]   # before mask and penalty)
+    if g.logprobs is not None:
+        # the kept rows chose the accepted tokens, then the next a0; their raw rows, before mask and penalty
+        chosen = [plan.draft.tokens[i] for i in verdict.path] + [verdict.next_token]
         g.verified = row_logprobs(logits, kept_rows(verdict, layout), chosen, g.logprobs)
     if layout is not None:
         cache.compact([base + 1 + i for i in verdict.path], base + 1)
