@@ -174,7 +174,8 @@ def each_way(client, url, model, messages, **kw):
                                      [c for p in parts for c in calls_of(p.message)],
                                      [t.token for p in parts for t in p.logprobs or []])
     assert len(set(map(repr, answers.values()))) == 1, answers
-    body = {"model": model, "messages": messages, "stream": False,
+    sent = [m.model_dump(exclude_none=True) if isinstance(m, ollama.Message) else m for m in messages]
+    body = {"model": model, "messages": sent, "stream": False,
             "options": {"num_predict": 60, "speculative": "ngram"}, **kw}
     ext = httpx.post(url + "/api/chat", json=body, timeout=600).json()
     assert ext["speczoo"]["accepted_draft_tokens"] > 0

@@ -3,7 +3,11 @@
 Many local tools speak only Ollama; pointed at `speczoo serve` they work unchanged. A generation takes
 the OpenAI routes' path (generation.py: the same checks, the same worker queue, the same cancellation
 when the client leaves), with speculation as the server's --spec or `options.speculative`, so the
-answer is lossless. Streaming (Ollama's default) is newline-delimited JSON; durations are in
+answer is lossless. `tools` on /api/chat take the OpenAI route's path too: Ollama's turns become its
+messages (ollama_schemas.py), rendered through the model's own template by tool_prompt.py, and the
+model's calls are read by tool_calls.py into Ollama's `message.tool_calls` (arguments as objects), a
+streamed call whole in one line; a malformed call stays in `content`, and the last line's `speczoo`
+says why. Streaming (Ollama's default) is newline-delimited JSON; durations are in
 nanoseconds; errors are Ollama's `{"error": "..."}` (api_errors.py shapes them by path). The wire
 format of requests is ollama_schemas.py. This module never runs a model and never holds KV state.
 """

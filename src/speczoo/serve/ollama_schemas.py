@@ -5,7 +5,9 @@ Field names and defaults are Ollama's (`stream` defaults to true; sampling lives
 speczoo's OpenAI API does) where Ollama's default is 0.8. speczoo's extension is `options.speculative`.
 Unknown fields and the options that only tune Ollama's own loading (num_ctx, num_gpu, num_thread, ...)
 are accepted and ignored; an option that would change the answer and that speczoo cannot honour
-(repeat_penalty, mirostat, ...) is refused with a 400, never silently dropped. Responses are built as
+(repeat_penalty, mirostat, ...) is refused with a 400, never silently dropped. Tools are OpenAI's function
+objects; an assistant turn's calls carry their arguments as an object, and `Message.openai` turns a
+turn into the OpenAI route's model so that both APIs render tools one way. Responses are built as
 plain dicts by serve/ollama.py. This module never touches a model.
 """
 
