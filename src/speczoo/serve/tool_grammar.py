@@ -56,9 +56,9 @@ def call_constraint(plan: ToolPlan, encode: Encode) -> Constraint | None:
     body = " | ".join(f"{_text(json.dumps(fn['name']))} {key} args{i}" for i, fn in enumerate(functions))
     close = f'"}}" "\\n" {_marker(opener.close, encode)}' if opener.close is not None else '"}"'
     first = "args0" if rules.named is not None else "body"         # a named call_start ends after the key
-    lines = [f'start: " " {first} {close}' + (" more*" if rules.parallel and opener.close is not None else ""),
-             f"body: {body}", *rules_text]
-    if opener.close is not None:
+    more = rules.parallel and opener.close is not None               # whole calls may follow the first
+    lines = [f'start: " " {first} {close}' + (" more*" if more else ""), f"body: {body}", *rules_text]
+    if more:
         again = _text('\n{"name": ')
         lines.append(f'more: "\\n" {_marker(opener.text, encode)} {again} body {close}')
     constraint = Constraint("lark", "\n".join(lines) + "\n")
