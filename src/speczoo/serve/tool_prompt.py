@@ -6,9 +6,10 @@ call's `arguments` (a JSON string on the wire) turned into the object templates 
 `plan_tools` checks `tools` and `tool_choice` against the template (the format it speaks, from
 tool_formats.py) and returns a `ToolPlan`: the tools to render, the rules a call must follow, and for
 `required` or a named function the start of a call written after the generation prompt (the answer
-then begins inside a call, so the model cannot answer without one); `plan` is the same for any API's
-request (Ollama's /api/chat too), and `chat_prompt_ids` renders either API's chat prompt with it. Without tools, or with
-`tool_choice: "none"`, there is no plan: tools are not rendered and the answer is not parsed, so a
+then begins inside a call, so the model cannot answer without one; tool_grammar.py gives the grammar
+the rest is decoded inside). `plan` does the same for any API's request (Ollama's /api/chat too), and
+`chat_prompt_ids` renders either API's chat prompt with its plan. Without tools, or with `tool_choice:
+"none"`, there is no plan: tools are not rendered and the answer is not parsed, so a
 model that is not shown the tools answers in prose (OpenAI shows them and reads no call; a small model
 shown tools calls them anyway, and its call would land in content as markup). A template that defines no
 tools cannot take tools, nor a conversation with calls and results: a 400, since no format it was
