@@ -18,18 +18,11 @@ import ollama
 import pytest
 from real_models import real_runtime
 
-from fake_runtime import FakeRuntime
 from openai_chat import KEY
+from tool_chat import ASK, CALL, HERMES_TEMPLATE, WEATHER, fake_tool_server
 from speczoo.serve.app import create_app
 from speczoo.serve.background import BackgroundServer
-from speczoo.serve.batch_worker import BatchWorker
 
-HERMES_TEMPLATE = "{% if tools %}<tool_call>{% endif %}"   # all the fake needs: the format's marker
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
@@ -63,10 +56,7 @@ def raw_lines(url: str, body: dict) -> list[dict]:
 
 @pytest.fixture(scope="module", params=[1, 3], ids=["one-at-a-time", "parallel-3"])
 def fake(request):
-    rt = FakeRuntime(spec_modes=["off", "ngram"])      # "off": one byte per round, so one per line
-    rt.tokenizer.chat_template = HERMES_TEMPLATE
-    worker = BatchWorker(rt, request.param) if request.param > 1 else None
-    with BackgroundServer(create_app(rt, api_key=KEY, default_spec="off", worker=worker)) as server:
+    with fake_tool_server(request.param) as (rt, server):
         yield rt, server, ollama.Client(host=server.url, headers=AUTH, timeout=120)
 
 

@@ -3,11 +3,12 @@
 A forced answer starts with the plan's call_start after the generation prompt (tool_prompt.py); this
 module gives the grammar of the rest, in llguidance's Lark dialect (speczoo/grammar.py): the name of one
 of the tools (or the named one), the `arguments` as that function's `parameters` JSON schema (%json, laid
-out as the template writes it, on one line), the call's closing text, and, with parallel_tool_calls,
-more whole calls of the same shape. The answer then always is a call whose arguments match the schema,
-and the engine's constrained decoding keeps speculation lossless against constrained greedy. A marker
-that is one token of the model's vocabulary (Qwen's `</tool_call>`, a special token llguidance will not
-match as text) is written as that token (`<[id]>`), so the grammar takes the model's own token.
+out as the template writes it, on one line), the call's closing text, with parallel_tool_calls more whole
+calls of the same shape, and a newline at most. The answer then always is a call whose arguments match
+the schema, and the engine's constrained decoding keeps speculation lossless against constrained
+greedy. A marker that is one token of the model's vocabulary (Qwen's `</tool_call>`, a special token
+llguidance will not match as text) is written as that token (`<[id]>`), so the grammar takes the
+model's own token.
 
 A parameters schema llguidance cannot honour is a 400 naming `tools`. This module never reads an answer
 and never runs a model.
@@ -57,7 +58,8 @@ def call_constraint(plan: ToolPlan, encode: Encode) -> Constraint | None:
     close = f'"}}" "\\n" {_marker(opener.close, encode)}' if opener.close is not None else '"}"'
     first = "args0" if rules.named is not None else "body"         # a named call_start ends after the key
     more = rules.parallel and opener.close is not None               # whole calls may follow the first
-    lines = [f'start: " " {first} {close}' + (" more*" if more else ""), f"body: {body}", *rules_text]
+    # a newline may end the answer (Qwen writes one after </tool_call> before it ends its turn)
+    lines = [f'start: " " {first} {close}' + (" more*" if more else "") + ' "\\n"?', f"body: {body}", *rules_text]
     if more:
         again = _text('\n{"name": ')
         lines.append(f'more: "\\n" {_marker(opener.text, encode)} {again} body {close}')
