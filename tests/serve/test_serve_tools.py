@@ -181,6 +181,7 @@ def test_a_forced_call_is_decoded_inside_its_grammar_and_stays_lossless(real):
     client = client_of(server)
     ask = [{"role": "user", "content": "Will it rain in Oslo this week?"}]
     named = {"type": "function", "function": {"name": "get_forecast"}}
+    accepted: dict[str, int] = {}
     for choice in ("required", named):
         answers = {}
         for spec in ("off", "ngram", "auto"):
@@ -189,6 +190,7 @@ def test_a_forced_call_is_decoded_inside_its_grammar_and_stays_lossless(real):
             c = r.choices[0]
             answers[spec] = ([(t.token, t.bytes) for t in c.logprobs.content], c.finish_reason,
                              [(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls or []])
+            accepted[spec] = accepted.get(spec, 0) + r.usage.accepted_draft_tokens
         assert answers["ngram"] == answers["off"] and answers["auto"] == answers["off"], answers
         _, finish, calls = answers["off"]
         assert finish == "tool_calls" and calls, answers["off"]
@@ -197,6 +199,7 @@ def test_a_forced_call_is_decoded_inside_its_grammar_and_stays_lossless(real):
             if name == "get_forecast":
                 assert set(args) == {"city", "days"} and isinstance(args["days"], int) and 1 <= args["days"] <= 7
         assert choice == "required" or {name for name, _ in calls} == {"get_forecast"}
+    assert accepted["ngram"] > 0, accepted          # prompt lookup drafted inside the grammar (or nothing is proved)
 
 
 @pytest.mark.real

@@ -178,8 +178,8 @@ def ollama_routes(gens: Generations) -> APIRouter:
         if body.raw:
             ids = runtime.tokenizer.encode(body.prompt)
         else:
-            ids = chat_prompt_ids(runtime.tokenizer, ([ChatMessage(role="system", content=body.system)]
-                                                      if body.system else []) + [ChatMessage(role="user", content=body.prompt)], None)
+            turns = [ChatMessage(role="system", content=body.system)] if body.system else []
+            ids = chat_prompt_ids(runtime.tokenizer, turns + [ChatMessage(role="user", content=body.prompt)], None)
         if body.context:
             try:
                 check_ids(body.context, runtime.vocab_size, runtime.name)

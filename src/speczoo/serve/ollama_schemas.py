@@ -87,6 +87,11 @@ class CallFunction(_Request):
     arguments: dict[str, Any] | str = Field(default_factory=dict, description="An object (Ollama's shape); a JSON "
                                             "string is taken too.")
 
+    def arguments_text(self) -> str:
+        """The arguments as OpenAI's wire has them: a JSON string."""
+        args = self.arguments
+        return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
 
 class ToolCall(_Request):
     """A call an earlier assistant turn made, as Ollama sends it back: arguments are an object."""
@@ -111,9 +116,8 @@ class Message(_Request):
     def openai(self, index: int) -> ChatMessage:
         """This message as the OpenAI route's model (its tools are rendered the same way); index: its
         place in the conversation, to name the calls that came without an id."""
-        calls = [ToolCallIn(id=c.id or f"call_{index}_{i}", function=FunctionCallIn(
-                     name=c.function.name, arguments=c.function.arguments if isinstance(c.function.arguments, str)
-                     else json.dumps(c.function.arguments, ensure_ascii=False)))
+        calls = [ToolCallIn(id=c.id or f"call_{index}_{i}",
+                            function=FunctionCallIn(name=c.function.name, arguments=c.function.arguments_text()))
                  for i, c in enumerate(self.tool_calls or [])]
         return ChatMessage(role=self.role, content=self.content, tool_calls=calls or None,
                            tool_call_id=self.tool_call_id, name=self.tool_name)
