@@ -15,18 +15,11 @@ import openai
 import pytest
 from real_models import real_runtime
 
-from fake_runtime import FakeRuntime
 from openai_chat import KEY
+from tool_chat import ASK, CALL, HERMES_TEMPLATE, WEATHER, fake_tool_server
 from speczoo.serve.app import create_app
 from speczoo.serve.background import BackgroundServer
-from speczoo.serve.batch_worker import BatchWorker
 
-HERMES_TEMPLATE = "{% if tools %}<tool_call>{% endif %}"   # all the fake needs: the format's marker
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
 def client_of(server) -> openai.OpenAI:
@@ -60,10 +53,7 @@ def streamed(client, model, messages, **kw):
 
 @pytest.fixture(scope="module", params=[1, 4], ids=["one-at-a-time", "parallel-4"])
 def fake(request):
-    rt = FakeRuntime(spec_modes=["off", "ngram"])      # "off": one byte per round, so one per delta
-    rt.tokenizer.chat_template = HERMES_TEMPLATE
-    worker = BatchWorker(rt, request.param) if request.param > 1 else None
-    with BackgroundServer(create_app(rt, api_key=KEY, default_spec="off", worker=worker)) as server:
+    with fake_tool_server(request.param) as (rt, server):
         yield rt, client_of(server)
 
 
@@ -97,6 +87,8 @@ def test_required_and_named_start_the_answer_inside_a_call(fake):
     assert whole(client, rt.name, ASK, tools=[WEATHER], tool_choice="required")[1:3] == (
         [("get_weather", {"city": "Oslo"})], "tool_calls")
     assert bytes(rt.log[-1].request.prompt_ids).decode().endswith('assistant\n<tool_call>\n{"name":')
+    grammar = rt.log[-1].request.constraint        # the rest of the call is decoded inside its grammar
+    assert grammar.kind == "lark" and '"\\"get_weather\\""' in grammar.source and '"city"' in grammar.source
     rt.answer_text = ' {"city": "Rome"}}\n</tool_call>'
     named = {"type": "function", "function": {"name": "get_weather"}}
     assert streamed(client, rt.name, ASK, tools=[WEATHER], tool_choice=named)[1:3] == (
@@ -116,6 +108,7 @@ def test_a_template_without_tools_is_a_400(fake):
 def test_request_mistakes_are_400s(fake):
     rt, client = fake
     cases = [
+        (dict(tools=[WEATHER], tool_choice="required", response_format={"type": "json_object"}), "response_format"),
         (dict(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}), "not among the tools"),
         (dict(tool_choice="required"), "no tools"),
     ]
@@ -171,6 +164,42 @@ def test_tool_choice_on_the_real_model(real):
             [("get_weather", {"city": "Oslo"})], "tool_calls", None)
     content, calls, finish, _ = whole(client, rt.name, small_talk, tools=[WEATHER], tool_choice="none", max_tokens=40)
     assert calls == [] and finish in ("stop", "length") and content
+
+
+FORECAST = {"type": "function", "function": {
+    "name": "get_forecast", "description": "The weather forecast for a city, some days ahead",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                   "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                   "required": ["city", "days"], "additionalProperties": False}}}
+
+
+@pytest.mark.real
+def test_a_forced_call_is_decoded_inside_its_grammar_and_stays_lossless(real):
+    """tool_choice required / named: the call's arguments match the function's schema (llguidance), and
+    every speculative mode gives constrained greedy's tokens."""
+    rt, server = real
+    client = client_of(server)
+    ask = [{"role": "user", "content": "Will it rain in Oslo this week?"}]
+    named = {"type": "function", "function": {"name": "get_forecast"}}
+    accepted: dict[str, int] = {}
+    for choice in ("required", named):
+        answers = {}
+        for spec in ("off", "ngram", "auto"):
+            r = client.chat.completions.create(model=rt.name, messages=ask, tools=[WEATHER, FORECAST], tool_choice=choice,
+                                               max_tokens=60, logprobs=True, extra_body={"speculative": spec})
+            c = r.choices[0]
+            answers[spec] = ([(t.token, t.bytes) for t in c.logprobs.content], c.finish_reason,
+                             [(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls or []])
+            accepted[spec] = accepted.get(spec, 0) + r.usage.accepted_draft_tokens
+        assert answers["ngram"] == answers["off"] and answers["auto"] == answers["off"], answers
+        _, finish, calls = answers["off"]
+        assert finish == "tool_calls" and calls, answers["off"]
+        for name, args in calls:
+            assert name in ("get_weather", "get_forecast") and isinstance(args["city"], str)
+            if name == "get_forecast":
+                assert set(args) == {"city", "days"} and isinstance(args["days"], int) and 1 <= args["days"] <= 7
+        assert choice == "required" or {name for name, _ in calls} == {"get_forecast"}
+    assert accepted["ngram"] > 0, accepted          # prompt lookup drafted inside the grammar (or nothing is proved)
 
 
 @pytest.mark.real

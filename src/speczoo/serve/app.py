@@ -19,9 +19,7 @@ from fastapi.responses import FileResponse
 from fastapi.security import HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
-from speczoo.chat import render_chat_prompt
 from speczoo.decoding.prompt_checks import check_ids
-from speczoo.errors import SpeczooError
 from speczoo.serve.api_errors import APIError, install_error_handlers, is_ollama
 from speczoo.serve.generation import CHAT, TEXT, Generations
 from speczoo.serve.metrics import Metrics
@@ -31,7 +29,7 @@ from speczoo.serve.schemas import (
     ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionChunk,
     CompletionRequest, Health, ModelCard, ModelList,
 )
-from speczoo.serve.tool_prompt import plan_tools, template_messages
+from speczoo.serve.tool_prompt import chat_prompt_ids, plan_tools
 from speczoo.serve.worker import Worker
 
 STATIC = Path(__file__).parent / "static"
@@ -136,12 +134,7 @@ def _generation_routes(app: FastAPI, gens: Generations, auth: list) -> None:
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         gens.check_model(body.model)
         tools = plan_tools(body, runtime.tokenizer.chat_template)
-        messages = template_messages(body.messages)
-        try:
-            prompt = render_chat_prompt(runtime.tokenizer, messages, tools=tools.tools if tools else None)
-        except (ValueError, SpeczooError) as exc:   # e.g. a template that rejects the role order
-            raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from exc
-        prompt_ids = runtime.tokenizer.encode(prompt + (tools.call_start if tools else ""))
+        prompt_ids = chat_prompt_ids(runtime.tokenizer, body.messages, tools)
         return await gens.respond(CHAT, body, request, prompt_ids, body.max_completion_tokens or body.max_tokens,
                                   tools)
 

@@ -30,6 +30,7 @@ from speczoo.serve.schemas import MAX_STOP, ChatCompletion, Completion, ModelCar
 from speczoo.serve.structured import constraint_of
 from speczoo.serve.sse import KEEPALIVE, EventStreamResponse, sse_data
 from speczoo.serve.tool_calls import Delta, ToolCallParser, finish_reason
+from speczoo.serve.tool_grammar import call_constraint
 from speczoo.serve.tool_prompt import ToolPlan
 from speczoo.serve.worker import Idle, Job, QueueFullError, Worker
 
@@ -155,8 +156,10 @@ class Generations:
                            f"{self.runtime.name!r} (see GET /v1/models)", "not_found_error", "model",
                            "model_not_found")
 
-    def request(self, body, prompt_ids: list[int], max_tokens: int | None) -> GenerationRequest:
-        """The OpenAI body's generation request, or the 400 that says what is wrong with it."""
+    def request(self, body, prompt_ids: list[int], max_tokens: int | None,
+                tools: ToolPlan | None = None) -> GenerationRequest:
+        """The OpenAI body's generation request, or the 400 that says what is wrong with it (tools: a
+        chat's tool plan; a forced call is decoded inside its grammar, tool_grammar.py)."""
         try:
             logprobs = body.logprob_count()
         except ValueError as exc:
@@ -165,7 +168,16 @@ class Generations:
                                   seed=body.seed, presence_penalty=body.presence_penalty,
                                   frequency_penalty=body.frequency_penalty)
         return self.generation(prompt_ids, max_tokens, stop=body.stop_list(), spec=body.speculative,
-                               sampling=sampling, logprobs=logprobs, constraint=constraint_of(body.response_format))
+                               sampling=sampling, logprobs=logprobs, constraint=self.constraint(body, tools))
+
+    def constraint(self, body, tools: ToolPlan | None) -> Constraint | None:
+        """The grammar of the answer: a forced tool call's, or the response_format's (not both: a 400)."""
+        shaped = constraint_of(body.response_format)
+        forced = None if tools is None else call_constraint(tools, self.runtime.tokenizer.encode)
+        if shaped is not None and forced is not None:
+            raise APIError(400, "response_format cannot shape an answer that tool_choice forces to be a tool call: "
+                           "leave one out", param="response_format")
+        return forced or shaped
 
     def generation(self, prompt_ids: list[int], max_tokens: int | None, *, stop: list[str], spec: str | None,
                    sampling: SamplingParams, logprobs: int | None = None, constraint: Constraint | None = None,
@@ -205,7 +217,7 @@ class Generations:
                       max_tokens: int | None, tools: ToolPlan | None = None):
         """Queue the generation; answer it as a stream of events or, when it is done, as one JSON
         (tools: how a chat answer's tool calls are read; None: its text is all content)."""
-        req = self.request(body, prompt_ids, max_tokens)
+        req = self.request(body, prompt_ids, max_tokens, tools)
         head = {"id": f"{endpoint.id_prefix}-{uuid.uuid4().hex[:24]}", "object": endpoint.chunk_object,
                 "created": int(time.time()), "model": self.runtime.name}
         job = self.submit(req, request)

@@ -3,7 +3,11 @@
 Many local tools speak only Ollama; pointed at `speczoo serve` they work unchanged. A generation takes
 the OpenAI routes' path (generation.py: the same checks, the same worker queue, the same cancellation
 when the client leaves), with speculation as the server's --spec or `options.speculative`, so the
-answer is lossless. Streaming (Ollama's default) is newline-delimited JSON; durations are in
+answer is lossless. `tools` on /api/chat take the OpenAI route's path too: Ollama's turns become its
+messages (ollama_schemas.py), rendered through the model's own template by tool_prompt.py, and the
+model's calls are read by tool_calls.py into Ollama's `message.tool_calls` (arguments as objects), a
+streamed call whole in one line; a malformed call stays in `content`, and the last line's `speczoo`
+says why. Streaming (Ollama's default) is newline-delimited JSON; durations are in
 nanoseconds; errors are Ollama's `{"error": "..."}` (api_errors.py shapes them by path). The wire
 format of requests is ollama_schemas.py. This module never runs a model and never holds KV state.
 """
@@ -18,17 +22,18 @@ from datetime import datetime, timezone
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from speczoo.chat import render_chat_prompt
 from speczoo.decoding.prompt_checks import check_ids
-from speczoo.errors import SpeczooError
 from speczoo.events import DoneEvent, TokenEvent
 from speczoo.request import GenerationRequest, SamplingParams
 from speczoo.serve.api_errors import APIError, runtime_error
 from speczoo.serve.generation import Generations, Params
 from speczoo.serve.logprobs import LogprobTrack, chat_content
-from speczoo.serve.ollama_schemas import ChatRequest, GenerateRequest, ShowRequest, GenerationFields
+from speczoo.serve.ollama_schemas import ChatRequest, GenerateRequest, GenerationFields, ShowRequest
+from speczoo.serve.schemas import ChatMessage
 from speczoo.serve.sse import EventStreamResponse
 from speczoo.serve.structured import ollama_format
+from speczoo.serve.tool_formats import UnknownToolFormat, detect_format
+from speczoo.serve.tool_prompt import ToolPlan, chat_prompt_ids, plan
 from speczoo.serve.worker import Job
 
 VERSION = "0.12.6"          # the Ollama release whose API this follows (what GET /api/version reports)
@@ -52,16 +57,61 @@ def now() -> str:
 
 class Answer:
     """What differs between /api/chat and /api/generate: where the text goes in a line, and what the
-    last line adds (generate: the `context` to go on from)."""
+    last line adds (generate: the `context` to go on from). A chat with tools reads the model's calls out
+    of its text (tool_calls.py, as the OpenAI route does) into Ollama's `message.tool_calls`."""
 
-    def __init__(self, chat: bool, prompt_ids: list[int]):
-        self.chat, self.prompt_ids = chat, prompt_ids
+    def __init__(self, chat: bool, prompt_ids: list[int], tools: ToolPlan | None = None):
+        self.chat, self.prompt_ids, self.tools = chat, prompt_ids, tools
+        self.parser = tools.parser() if tools is not None else None   # a stream's, fed as it goes
+        self.error: str | None = None       # why tool-call text was not returned as a call
 
-    def text(self, text: str) -> dict:
-        return {"message": {"role": "assistant", "content": text}} if self.chat else {"response": text}
+    def text(self, text: str, calls: list[dict] | None = None) -> dict:
+        if not self.chat:
+            return {"response": text}
+        message = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = [ollama_call(c) for c in calls]
+        return {"message": message}
+
+    def whole(self, text: str) -> dict:
+        """The fields of a whole answer `text`."""
+        if self.tools is None:
+            return self.text(text)
+        read = self.tools.read(text)
+        self.error = read.error
+        return self.text(read.content or "", read.calls)
+
+    def piece(self, text: str) -> dict:
+        """The fields of a streamed piece: with tools, what the parser can show of it so far."""
+        if self.parser is None:
+            return self.text(text)
+        delta = self.parser.feed(text)
+        return self.text(delta.content, delta.calls)
+
+    def last_piece(self) -> dict:
+        """The last line's text: with tools, what the parser held back (a call the model did not close)."""
+        if self.parser is None:
+            return self.text("")
+        delta = self.parser.finish()
+        self.error = self.parser.answer_error()
+        return self.text(delta.content, delta.calls)
 
     def end(self, done: DoneEvent) -> dict:
         return {} if self.chat else {"context": self.prompt_ids + done.ids}
+
+
+def speaks_tools(template: str | None) -> bool:
+    """Whether a chat template defines tool calls in a format speczoo reads (/api/show's "tools" capability)."""
+    try:
+        return detect_format(template) is not None
+    except UnknownToolFormat:
+        return False
+
+
+def ollama_call(call: dict) -> dict:
+    """An OpenAI tool_call dict (tool_calls.py's) in Ollama's shape: the arguments an object, not a string."""
+    return {"function": {"index": call["index"], "name": call["function"]["name"],
+                         "arguments": json.loads(call["function"]["arguments"])}}
 
 
 def ollama_routes(gens: Generations) -> APIRouter:
@@ -69,6 +119,7 @@ def ollama_routes(gens: Generations) -> APIRouter:
     router = APIRouter(prefix="/api", include_in_schema=False)
     runtime = gens.runtime
     facts = runtime.facts()              # read once: the served model does not change
+    capabilities = ["completion"] + (["tools"] if speaks_tools(runtime.tokenizer.chat_template) else [])
 
     def check_model(model: str) -> None:
         if model not in (runtime.name, f"{runtime.name}:latest"):
@@ -100,23 +151,21 @@ def ollama_routes(gens: Generations) -> APIRouter:
     async def show(body: ShowRequest) -> dict:
         check_model(body.model or body.name or "")
         return {"modelfile": f"# served by speczoo\nFROM {runtime.name}\n", "parameters": "",
-                "template": facts.chat_template, "details": details(), "modified_at": facts.modified, "capabilities": ["completion"],
+                "template": facts.chat_template, "details": details(), "modified_at": facts.modified, "capabilities": capabilities,
                 "model_info": {"general.architecture": facts.arch, f"{facts.arch}.context_length": facts.context}}
 
     @router.post("/chat")
     async def chat(body: ChatRequest, request: Request):
         check_model(body.model)
         refuse_unsupported(body)
-        if body.tools:
-            raise APIError(400, "tools are not supported on /api/chat yet", param="tools")
-        for m in body.messages:
-            if m.images or m.tool_calls or m.role == "tool":
-                raise APIError(400, "images, tool calls and tool messages are not supported on /api/chat yet",
-                               param="messages")
+        if any(m.images for m in body.messages):
+            raise APIError(400, "images are not supported: the served model reads text only", param="messages")
         if not body.messages:
             return loaded(body.model, {"message": {"role": "assistant", "content": ""}})
-        ids = prompt_ids([{"role": m.role, "content": m.content} for m in body.messages])
-        return await respond(body, request, Answer(chat=True, prompt_ids=ids))
+        messages = [m.openai(i) for i, m in enumerate(body.messages)]
+        tools = plan(messages, body.tools, runtime.tokenizer.chat_template)
+        ids = chat_prompt_ids(runtime.tokenizer, messages, tools)
+        return await respond(body, request, Answer(chat=True, prompt_ids=ids, tools=tools))
 
     @router.post("/generate")
     async def generate(body: GenerateRequest, request: Request):
@@ -129,8 +178,8 @@ def ollama_routes(gens: Generations) -> APIRouter:
         if body.raw:
             ids = runtime.tokenizer.encode(body.prompt)
         else:
-            ids = prompt_ids(([{"role": "system", "content": body.system}] if body.system else [])
-                             + [{"role": "user", "content": body.prompt}])
+            turns = [ChatMessage(role="system", content=body.system)] if body.system else []
+            ids = chat_prompt_ids(runtime.tokenizer, turns + [ChatMessage(role="user", content=body.prompt)], None)
         if body.context:
             try:
                 check_ids(body.context, runtime.vocab_size, runtime.name)
@@ -141,13 +190,6 @@ def ollama_routes(gens: Generations) -> APIRouter:
     def refuse_unsupported(body: GenerationFields) -> None:
         if body.images:
             raise APIError(400, "images are not supported: the served model reads text only", param="images")
-
-    def prompt_ids(messages: list[dict]) -> list[int]:
-        tok = runtime.tokenizer
-        try:
-            return tok.encode(render_chat_prompt(tok, messages))
-        except (ValueError, SpeczooError) as exc:      # e.g. a template that rejects the role order
-            raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from exc
 
     def loaded(model: str, empty: dict) -> dict:
         """Ollama's answer to a request without a prompt: the model is loaded (it always is here)."""
@@ -161,7 +203,7 @@ def ollama_routes(gens: Generations) -> APIRouter:
         if body.stream:
             return NDJSONResponse(stream(job, body.model, answer, track, started))
         done = await gens.collect(request, job)
-        line = {"model": body.model, "created_at": now(), **answer.text(done.text)}
+        line = {"model": body.model, "created_at": now(), **answer.whole(done.text)}
         if track is not None:
             line["logprobs"] = chat_content(track.whole(done))
         return JSONResponse({**line, **final(done, answer, started)})
@@ -184,9 +226,9 @@ def ollama_routes(gens: Generations) -> APIRouter:
             async for event in events:
                 line = {"model": model, "created_at": now()}
                 if isinstance(event, TokenEvent):
-                    line |= {**answer.text(event.text), "done": False}
+                    line |= {**answer.piece(event.text), "done": False}
                 elif isinstance(event, DoneEvent):
-                    line |= {**answer.text(""), **final(event, answer, started)}
+                    line |= {**answer.last_piece(), **final(event, answer, started)}
                 if track is not None:
                     line["logprobs"] = chat_content(track.streamed(event))
                 yield ndjson(line)
@@ -206,4 +248,5 @@ def final(done: DoneEvent, answer: Answer, started: int) -> dict:
             "prompt_eval_count": s.prompt_tokens, "prompt_eval_duration": int(s.prefill_seconds * 1e9),
             "eval_count": len(done.ids), "eval_duration": int(s.seconds * 1e9),
             "speczoo": {"drafter": s.drafter, "rounds": s.rounds, "draft_tokens": s.drafted,
-                        "accepted_draft_tokens": s.accepted}}
+                        "accepted_draft_tokens": s.accepted,
+                        **({"tool_call_error": answer.error} if answer.error else {})}}

@@ -5,17 +5,22 @@ Field names and defaults are Ollama's (`stream` defaults to true; sampling lives
 speczoo's OpenAI API does) where Ollama's default is 0.8. speczoo's extension is `options.speculative`.
 Unknown fields and the options that only tune Ollama's own loading (num_ctx, num_gpu, num_thread, ...)
 are accepted and ignored; an option that would change the answer and that speczoo cannot honour
-(repeat_penalty, mirostat, ...) is refused with a 400, never silently dropped. Responses are built as
+(repeat_penalty, mirostat, ...) is refused with a 400, never silently dropped. Tools are OpenAI's function
+objects; an assistant turn's calls carry their arguments as an object, and `Message.openai` turns a
+turn into the OpenAI route's model so that both APIs render tools one way. Responses are built as
 plain dicts by serve/ollama.py. This module never touches a model.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from speczoo.serve.schemas import NUM, Bool, Float, Int, SpecModeName, StopText
+from speczoo.serve.schemas import (
+    NUM, Bool, ChatMessage, Float, FunctionCallIn, Int, SpecModeName, StopText, Tool, ToolCallIn,
+)
 
 # options that change the answer, with the value under which they do nothing
 NEUTRAL = {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "mirostat": 0,
@@ -77,17 +82,51 @@ class GenerationFields(_Request):
         return (self.top_logprobs or 0) if self.logprobs else None
 
 
+class CallFunction(_Request):
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] | str = Field(default_factory=dict, description="An object (Ollama's shape); a JSON "
+                                            "string is taken too.")
+
+    def arguments_text(self) -> str:
+        """The arguments as OpenAI's wire has them: a JSON string."""
+        args = self.arguments
+        return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+class ToolCall(_Request):
+    """A call an earlier assistant turn made, as Ollama sends it back: arguments are an object."""
+
+    function: CallFunction
+    id: str | None = None
+
+
+class OllamaTool(Tool):
+    type: Literal["function"] = "function"
+
+
 class Message(_Request):
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
     images: list[str] | None = None
-    tool_calls: list[dict] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_name: str | None = Field(None, description="tool turns: the function whose result this is.")
+    tool_call_id: str | None = None
     thinking: str | None = None
+
+    def openai(self, index: int) -> ChatMessage:
+        """This message as the OpenAI route's model (its tools are rendered the same way); index: its
+        place in the conversation, to name the calls that came without an id."""
+        calls = [ToolCallIn(id=c.id or f"call_{index}_{i}",
+                            function=FunctionCallIn(name=c.function.name, arguments=c.function.arguments_text()))
+                 for i, c in enumerate(self.tool_calls or [])]
+        return ChatMessage(role=self.role, content=self.content, tool_calls=calls or None,
+                           tool_call_id=self.tool_call_id, name=self.tool_name)
 
 
 class ChatRequest(GenerationFields):
     messages: list[Message] = Field(default_factory=list, description="Empty: only loads the model.")
-    tools: list[dict] | None = None
+    tools: list[OllamaTool] | None = Field(None, description="Functions the model may call (OpenAI's function "
+                                           "objects), rendered through the model's own chat template.")
 
 
 class GenerateRequest(GenerationFields):

@@ -180,7 +180,8 @@ class ChatCompletionRequest(_SamplingFields):
         "a model whose template defines no tools answers 400.")
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
         None, description="auto (the default with tools), none (tools are not shown to the model), "
-        "required, or a named function.")
+        "required or a named function (the call is decoded inside a grammar: its arguments match the function's "
+        "parameters schema).")
     parallel_tool_calls: Bool = Field(True, description="false: only the answer's first call is returned.")
     max_completion_tokens: Annotated[int, Field(ge=1), NUM] | None = Field(
         None, description="Alias of max_tokens.")

@@ -6,8 +6,10 @@ call's `arguments` (a JSON string on the wire) turned into the object templates 
 `plan_tools` checks `tools` and `tool_choice` against the template (the format it speaks, from
 tool_formats.py) and returns a `ToolPlan`: the tools to render, the rules a call must follow, and for
 `required` or a named function the start of a call written after the generation prompt (the answer
-then begins inside a call, so the model cannot answer without one). Without tools, or with
-`tool_choice: "none"`, there is no plan: tools are not rendered and the answer is not parsed, so a
+then begins inside a call, so the model cannot answer without one; tool_grammar.py gives the grammar
+the rest is decoded inside). `plan` does the same for any API's request (Ollama's /api/chat too), and
+`chat_prompt_ids` renders either API's chat prompt with its plan. Without tools, or with `tool_choice:
+"none"`, there is no plan: tools are not rendered and the answer is not parsed, so a
 model that is not shown the tools answers in prose (OpenAI shows them and reads no call; a small model
 shown tools calls them anyway, and its call would land in content as markup). A template that defines no
 tools cannot take tools, nor a conversation with calls and results: a 400, since no format it was
@@ -22,8 +24,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from speczoo.chat import render_chat_prompt
+from speczoo.errors import SpeczooError
 from speczoo.serve.api_errors import APIError
-from speczoo.serve.schemas import ChatCompletionRequest, ChatMessage, NamedToolChoice
+from speczoo.serve.schemas import ChatCompletionRequest, ChatMessage, NamedToolChoice, Tool
 from speczoo.serve.tool_calls import Answer, CallRules, ToolCallParser, read_answer
 from speczoo.serve.tool_formats import ToolFormat, UnknownToolFormat, detect_format
 
@@ -95,24 +99,42 @@ def _mismatch(message: str, param: str) -> APIError:
 
 
 def plan_tools(body: ChatCompletionRequest, template: str | None) -> ToolPlan | None:
-    """The request's tool plan for a model whose chat template is `template` (None: no tools in play)."""
+    """The OpenAI request's tool plan for a model whose chat template is `template` (None: no tools in play)."""
     choice = body.tool_choice
     named = choice.function.name if isinstance(choice, NamedToolChoice) else None
-    if any(m.tool_calls or m.role == "tool" for m in body.messages):
+    return plan(body.messages, body.tools, template, choice if isinstance(choice, str) else None, named,
+                body.parallel_tool_calls)
+
+
+def plan(messages: list[ChatMessage], tools: list[Tool] | None, template: str | None, choice: str | None = None,
+         named: str | None = None, parallel: bool = True) -> ToolPlan | None:
+    """The tool plan of a conversation offered `tools` (any API's request, in OpenAI's models): choice
+    "none", "auto", "required" or None (auto); named: the function tool_choice names."""
+    if any(m.tool_calls or m.role == "tool" for m in messages):
         _format(template, "messages", "a conversation with tool calls and results")
-    if not body.tools:
+    if not tools:
         if named is not None or choice == "required":
             raise _mismatch("tool_choice asks for a tool call, but the request has no tools", "tool_choice")
         return None
     if choice == "none":
         return None
     fmt = _format(template, "tools", "tools")
-    names = [t.function.name for t in body.tools]
+    names = [t.function.name for t in tools]
     if len(set(names)) != len(names):
         raise _mismatch(f"tools name a function more than once: {names}", "tools")
     if named is not None and named not in names:
         raise _mismatch(f"tool_choice names {named!r}, which is not among the tools {names}", "tool_choice")
     required = named is not None or choice == "required"
-    rules = CallRules(names=frozenset(names), named=named, required=required, parallel=body.parallel_tool_calls)
-    tools = [t.model_dump(exclude_none=True) for t in body.tools]
-    return ToolPlan(tools=tools, fmt=fmt, rules=rules, call_start=fmt.call_start(named) if required else "")
+    rules = CallRules(names=frozenset(names), named=named, required=required, parallel=parallel)
+    dicts = [t.model_dump(exclude_none=True) for t in tools]
+    return ToolPlan(tools=dicts, fmt=fmt, rules=rules, call_start=fmt.call_start(named) if required else "")
+
+
+def chat_prompt_ids(tokenizer, messages: list[ChatMessage], tools: ToolPlan | None) -> list[int]:
+    """The prompt of a chat request (any API's), rendered through the model's own template with the
+    plan's tools and its call_start after the generation prompt; a template that refuses it is a 400."""
+    try:
+        prompt = render_chat_prompt(tokenizer, template_messages(messages), tools=tools.tools if tools else None)
+    except (ValueError, SpeczooError) as exc:      # e.g. a template that rejects the role order
+        raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from exc
+    return tokenizer.encode(prompt + (tools.call_start if tools else ""))
