@@ -280,10 +280,12 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
                 t[r][1] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(t[r][1], l1, xlv), h1, xhv);
             }
 #else
-            // int16 lanes: each vpmaddubsw pair is nibble codes (u8, 0..15) times activations (s8, |x| <= 127),
-            // at most 2 * 15 * 127 = 3810 in size, and a lane sums 8 of them over the group (4 quads, low and
-            // high nibbles): at most 30480 < 32767, exact. The low nibbles for every row, then the high ones:
-            // two code registers live instead of four, so a 5-row tile's 10 sums stay in registers.
+            // int16 lanes: vpmaddubsw takes the nibble codes as its unsigned operand (u8, 0..15) and the
+            // activations as its signed one (s8, |x| <= 127), so a pair is at most 2 * 15 * 127 = 3810 in size
+            // (its saturation never engages), and a lane sums 8 of them over the group (4 quads, low and high
+            // nibbles): at most 30480 < 32767, exact; one vpmaddwd a group then widens it with the scale. The
+            // low nibbles for every row, then the high ones: two code registers live instead of four, so a
+            // 5-row tile's 10 sums stay in registers.
             const __m256i l0 = _mm256_and_si256(p0, nib), l1 = _mm256_and_si256(p1, nib);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
