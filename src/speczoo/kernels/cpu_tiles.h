@@ -196,6 +196,24 @@ static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh,
 #endif
 // 16 columns as two ymm halves (columns 0-7, 8-15), each 32-bit lane holding one column's 4 inputs.
 
+// The accumulator, opaque to the optimizer from here on (no instruction): integer adds are associative, and
+// without it GCC rebalances a tile's unrolled chain of acc + product into a tree that computes every
+// product first, so an R-row tile spills most of them to the stack (q4_tile<5>: 232 ymm stack moves a
+// group against 80 vpmaddubsw). One chain a register keeps the products transient.
+static inline __m256i sz_chain(__m256i acc) {
+    __asm__("" : "+x"(acc));
+    return acc;
+}
+
+// The rows' activation words, opaque to the optimizer (no instruction). The 8-bit tiles below work one
+// column half at a time, so that two code registers (the signed codes and their size) are live instead of
+// four and an R-row tile's 2R sums stay in registers; each half then broadcasts the rows' words again, one
+// load each, where the compiler would otherwise keep all R broadcasts from the first half and spill them.
+static inline const int32_t* sz_half_words(const int32_t* x) {
+    __asm__ volatile("" : "+r"(x));  // volatile: two halves' identical statements must not merge
+    return x;
+}
+
 template <int R>
 static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, int32_t* acc, bool first) {
     __m256i a[R][2];
@@ -219,15 +237,16 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
     // 2 * 127 * 127 = 32258 and vpmaddubsw cannot saturate; vpmaddwd by ones widens the pairs exactly.
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int64_t q = 0; q < nq; ++q) {
-        const __m256i s0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(w + q * 64)), flip);
-        const __m256i s1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(w + q * 64 + 32)), flip);
-        const __m256i u0 = _mm256_abs_epi8(s0), u1 = _mm256_abs_epi8(s1);
-        const int32_t* xr = xk + q * S;
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; ++c) {  // a column half's codes at a time (see sz_half_words)
+            const __m256i s = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(w + q * 64 + 32 * c)), flip);
+            const __m256i u = _mm256_abs_epi8(s);
+            const int32_t* xr = sz_half_words(xk + q * S);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-            const __m256i xb = _mm256_set1_epi32(xr[r]);
-            a[r][0] = _mm256_add_epi32(a[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(xb, s0)), ones));
-            a[r][1] = _mm256_add_epi32(a[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(xb, s1)), ones));
+            for (int r = 0; r < R; ++r) {
+                const __m256i xb = _mm256_set1_epi32(xr[r]);
+                a[r][c] = sz_chain(_mm256_add_epi32(a[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(xb, s)), ones)));
+            }
         }
     }
 #endif
@@ -249,25 +268,40 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
         for (int j = 0; j < 4; ++j) {
             const __m256i p0 = _mm256_loadu_si256((const __m256i*)(qb + g * 256 + j * 64));
             const __m256i p1 = _mm256_loadu_si256((const __m256i*)(qb + g * 256 + j * 64 + 32));
-            const __m256i l0 = _mm256_and_si256(p0, nib), h0 = _mm256_and_si256(_mm256_srli_epi16(p0, 4), nib);
-            const __m256i l1 = _mm256_and_si256(p1, nib), h1 = _mm256_and_si256(_mm256_srli_epi16(p1, 4), nib);
             const int32_t* xl = xk + (g * 8 + j) * S;
             const int32_t* xh = xl + 4 * S;
+#if defined(SZ_PATH_AVXVNNI)
+            const __m256i l0 = _mm256_and_si256(p0, nib), h0 = _mm256_and_si256(_mm256_srli_epi16(p0, 4), nib);
+            const __m256i l1 = _mm256_and_si256(p1, nib), h1 = _mm256_and_si256(_mm256_srli_epi16(p1, 4), nib);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
                 const __m256i xlv = _mm256_set1_epi32(xl[r]), xhv = _mm256_set1_epi32(xh[r]);
-#if defined(SZ_PATH_AVXVNNI)
                 t[r][0] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(t[r][0], l0, xlv), h0, xhv);
                 t[r][1] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(t[r][1], l1, xlv), h1, xhv);
-#else
-                // int16 lanes: each vpmaddubsw pair is at most 2 * 15 * 127 = 3810 in size, and a lane sums 8
-                // of them over the group (4 quads, low and high nibbles): at most 30480 < 32767, exact.
-                t[r][0] = _mm256_add_epi16(t[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(l0, xlv),
-                                                                     _mm256_maddubs_epi16(h0, xhv)));
-                t[r][1] = _mm256_add_epi16(t[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(l1, xlv),
-                                                                     _mm256_maddubs_epi16(h1, xhv)));
-#endif
             }
+#else
+            // int16 lanes: vpmaddubsw takes the nibble codes as its unsigned operand (u8, 0..15) and the
+            // activations as its signed one (s8, |x| <= 127), so a pair is at most 2 * 15 * 127 = 3810 in size
+            // (its saturation never engages), and a lane sums 8 of them over the group (4 quads, low and high
+            // nibbles): at most 30480 < 32767, exact; one vpmaddwd a group then widens it with the scale. The
+            // low nibbles for every row, then the high ones: two code registers live instead of four, so a
+            // 5-row tile's 10 sums stay in registers.
+            const __m256i l0 = _mm256_and_si256(p0, nib), l1 = _mm256_and_si256(p1, nib);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256i xlv = _mm256_set1_epi32(xl[r]);
+                t[r][0] = sz_chain(_mm256_add_epi16(t[r][0], _mm256_maddubs_epi16(l0, xlv)));
+                t[r][1] = sz_chain(_mm256_add_epi16(t[r][1], _mm256_maddubs_epi16(l1, xlv)));
+            }
+            const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(p0, 4), nib);
+            const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(p1, 4), nib);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256i xhv = _mm256_set1_epi32(xh[r]);
+                t[r][0] = sz_chain(_mm256_add_epi16(t[r][0], _mm256_maddubs_epi16(h0, xhv)));
+                t[r][1] = sz_chain(_mm256_add_epi16(t[r][1], _mm256_maddubs_epi16(h1, xhv)));
+            }
+#endif
         }
         const __m128i s16 = _mm_loadu_si128((const __m128i*)(scb + g * 16));
         const __m256i sc0 = _mm256_cvtepu8_epi32(s16), sc1 = _mm256_cvtepu8_epi32(_mm_srli_si128(s16, 8));
@@ -342,9 +376,9 @@ static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh,
         __m256i a[R][2];
         for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_si256();
         for (int q = 0; q < 4; ++q) {
+#if defined(SZ_PATH_AVXVNNI)
             const __m256i w0 = quads(4 * h + q, 0), w1 = quads(4 * h + q, 1);
             const int32_t* xr = xk + (4 * h + q) * S;
-#if defined(SZ_PATH_AVXVNNI)
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
                 const __m256i xb = _mm256_set1_epi32(xr[r]);
@@ -352,13 +386,15 @@ static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh,
                 a[r][1] = _mm256_dpbusd_avx_epi32(a[r][1], w1, xb);
             }
 #else
-            const __m256i s0 = _mm256_sub_epi8(w0, bias), s1 = _mm256_sub_epi8(w1, bias);
-            const __m256i u0 = _mm256_abs_epi8(s0), u1 = _mm256_abs_epi8(s1);
+#pragma GCC unroll 2
+            for (int c = 0; c < 2; ++c) {  // a column half's codes at a time (see sz_half_words)
+                const __m256i s = _mm256_sub_epi8(quads(4 * h + q, c), bias), u = _mm256_abs_epi8(s);
+                const int32_t* xr = sz_half_words(xk + (4 * h + q) * S);
 #pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) {
-                const __m256i xb = _mm256_set1_epi32(xr[r]);
-                a[r][0] = _mm256_add_epi32(a[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(xb, s0)), ones));
-                a[r][1] = _mm256_add_epi32(a[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(xb, s1)), ones));
+                for (int r = 0; r < R; ++r) {
+                    const __m256i xb = _mm256_set1_epi32(xr[r]);
+                    a[r][c] = sz_chain(_mm256_add_epi32(a[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(xb, s)), ones)));
+                }
             }
 #endif
         }
