@@ -156,9 +156,11 @@ class StepBudget:
         return self.fits_ms(self.ms(s))
 
     def describe(self) -> str:
-        capped = self.seconds is not None and self.seconds >= self.max_s
-        return (f"{self.seconds:.0f} s (at most {self.max_s:g} s)" if capped
-                else f"{self.seconds:.0f} s ({self.steps:g} steps of {self.a:.0f} ms)")
+        """The budget in words, as the probe set it."""
+        steps = f"{self.steps:g} steps of {self.a:.0f} ms"
+        if self.seconds is not None and self.seconds >= self.max_s:
+            return f"{self.max_s:g} s (the cap: {steps} would be {self.steps * self.a / 1000:.0f} s)"
+        return f"{self.seconds or 0:.0f} s ({steps})"
 
 
 class _Forwards:
@@ -305,7 +307,14 @@ def load_or_measure(loaded, remeasure: bool = False, budget: StepBudget | None =
         print(f"speczoo: {loaded.name}'s forwards were too slow to time everything within {budget.describe()}; "
               f"{'; '.join(cut)}, {kept}. `speczoo cv {loaded.name} --save` times and stores it all.",
               file=sys.stderr, flush=True)
-    return data if remeasure else write_profile(loaded, data)
+    if remeasure:
+        return data
+    try:
+        return write_profile(loaded, data)
+    except OSError as e:           # a read-only bundle: this run prices from it all the same
+        print(f"speczoo: could not store {loaded.name}'s cost profile ({e}); it is timed again next run",
+              file=sys.stderr, flush=True)
+        return data
 
 
 def _why(loaded, remeasure: bool, why_not: str) -> str:
@@ -376,6 +385,7 @@ def write_profile(loaded, data: dict) -> dict:
     fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)              # as a plain write would make it, not mkstemp's 0600
             json.dump(data, f, indent=1)
         os.replace(tmp, path)
     except BaseException:
