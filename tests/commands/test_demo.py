@@ -58,3 +58,24 @@ def test_it_reads_the_stored_cost_profile_unless_told_and_says_how_long_it_took(
     assert out.index("SPEC LOSSLESS") < first < out.index("[2/2] code edit") < done
     assert cli.main(["demo", "--only", "verbatim", "--gen", "8", "--remeasure-costs"]) == 0
     assert fake_runtime == [False, True]
+
+
+def test_one_short_warm_up_instead_of_one_per_prompt(fake_runtime, monkeypatch):
+    """Warm-ups prefilled each whole prompt once more; one short warm-up on the first prompt's first ids
+    takes the cold start off the first timed run, and the A/B runs without its own."""
+    warm, ab_warmups = [], []
+    real_request, real_run_ab = ab.run_request, ab.run_ab
+
+    def run_request(rt, req):
+        warm.append((len(req.prompt_ids), req.max_new_tokens, req.spec))
+        return real_request(rt, req)
+
+    def run_ab(*a, warmup=True, **kw):
+        ab_warmups.append(warmup)
+        return real_run_ab(*a, warmup=warmup, **kw)
+
+    monkeypatch.setattr(ab, "run_request", run_request)
+    monkeypatch.setattr(ab, "run_ab", run_ab)
+    assert cli.main(["demo", "--only", "verbatim", "code_edit", "--gen", "8"]) == 0
+    assert warm[0] == (32, 8, "ngram") and ab_warmups == [False, False]
+    assert len(warm) == 1 + 2 * 2             # the warm-up, then each prompt's greedy and speculative run
