@@ -120,8 +120,9 @@ class Pricing:
     round_overhead:   the fixed cost of a round outside the target forward, in target steps (a price
                       the profile cannot time: measured by benchmarks/round_overhead.py).
     profile_budget_steps: decode steps (as a probe times one on this machine) a first-load cost profile
-                      may take, all of it: the budget follows the CPU and its load, so a loaded machine
-                      still times everything, where a fixed number of seconds would cut it short.
+                      may take, all of it: the budget follows the CPU and its load, so a slower or busier
+                      machine still times everything (up to profile_budget_max_s), where a fixed number of
+                      seconds would cut it short.
     profile_budget_max_s: the wall clock it may take at the most, whatever a step costs: a slow kernel
                       path times S = 1 and 3 only and fits the rest (stored, marked as fitted).
     cv_reach:         a measured c_v curve is extrapolated up to this multiple of its largest S, no
