@@ -58,6 +58,7 @@ class LoadedModel:
     model: nn.Module
     tokenizer: Tokenizer
     backend: str
+    bundle_id: str = ""     # the bundle's identity (source digest and pull time): its cost profile's key
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,10 @@ def load(name: str, backend: str | None = None) -> LoadedModel:
         _note_slow_default(name, backend)
     _note_stale_packing(name, path, backend)
     args = ModelArgs.from_json(path / "config.json")
+    manifest = read_manifest(path)
     return LoadedModel(name=name, path=path, args=args, model=load_model(path, backend),
-                       tokenizer=Tokenizer.from_bundle(path), backend=backend)
+                       tokenizer=Tokenizer.from_bundle(path), backend=backend,
+                       bundle_id=f"{manifest.source.sha256} {manifest.created}")
 
 
 class Runtime:

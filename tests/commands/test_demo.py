@@ -11,7 +11,10 @@ from speczoo.bench import ab
 
 @pytest.fixture
 def fake_runtime(monkeypatch):
+    loads = []
+
     def load_runtime(target, draft=None, backend=None, max_seq=4096, remeasure_costs=False):
+        loads.append(remeasure_costs)
         rt = FakeRuntime(name=target)
         rt.chat_ids = lambda messages: rt.tokenizer.encode(messages[0]["content"][:200])
         rt.target = SimpleNamespace(backend="fake")
@@ -19,6 +22,7 @@ def fake_runtime(monkeypatch):
 
     monkeypatch.setattr("speczoo.runtime.load_runtime", load_runtime)
     monkeypatch.setattr(cli, "apply_threads", lambda n: 1)
+    return loads
 
 
 def test_each_prompt_is_printed_before_the_next_runs(fake_runtime, monkeypatch, capsys):
@@ -43,3 +47,35 @@ def test_each_prompt_is_printed_before_the_next_runs(fake_runtime, monkeypatch, 
 def test_an_unknown_prompt_name_is_an_error(fake_runtime, capsys):
     assert cli.main(["demo", "--only", "verbatim", "poetry"]) == 2
     assert "poetry: no such built-in prompt" in capsys.readouterr().err
+
+
+def test_it_reads_the_stored_cost_profile_unless_told_and_says_how_long_it_took(fake_runtime, capsys):
+    """The demo prices speculation from the profile stored at the first run (no timing at every run);
+    --remeasure-costs times it afresh. It prints its time to the first result and to the end."""
+    assert cli.main(["demo", "--only", "verbatim", "code_edit", "--gen", "8"]) == 0
+    out = capsys.readouterr().out
+    first, done = out.index("speczoo demo: first result after "), out.index("speczoo demo: done in ")
+    assert out.index("SPEC LOSSLESS") < first < out.index("[2/2] code edit") < done
+    assert cli.main(["demo", "--only", "verbatim", "--gen", "8", "--remeasure-costs"]) == 0
+    assert fake_runtime == [False, True]
+
+
+def test_one_short_warm_up_instead_of_one_per_prompt(fake_runtime, monkeypatch):
+    """Warm-ups prefilled each whole prompt once more; one short warm-up on the first prompt's first ids
+    takes the cold start off the first timed run, and the A/B runs without its own."""
+    warm, ab_warmups = [], []
+    real_request, real_run_ab = ab.run_request, ab.run_ab
+
+    def run_request(rt, req):
+        warm.append((len(req.prompt_ids), req.max_new_tokens, req.spec))
+        return real_request(rt, req)
+
+    def run_ab(*a, warmup=True, **kw):
+        ab_warmups.append(warmup)
+        return real_run_ab(*a, warmup=warmup, **kw)
+
+    monkeypatch.setattr(ab, "run_request", run_request)
+    monkeypatch.setattr(ab, "run_ab", run_ab)
+    assert cli.main(["demo", "--only", "verbatim", "code_edit", "--gen", "8"]) == 0
+    assert warm[0] == (32, 8, "ngram") and ab_warmups == [False, False]
+    assert len(warm) == 1 + 2 * 2             # the warm-up, then each prompt's greedy and speculative run

@@ -1,9 +1,11 @@
-"""The cost profile a runtime reads (decoding/pricing/profile.py): measured once, cached in the bundle, with the draft's
-reduced-head step; the controller's draft cost comes from it. Measuring it says so on stderr and keeps
-to a time budget even where every forward is slow."""
+"""The cost profile a runtime reads (decoding/pricing/profile.py): measured once, cached in the bundle under a key
+(bundle, backend, kernel path, threads, format), with the draft's reduced-head step; the controller's draft
+cost comes from it. Measuring it says so on stderr and keeps to a budget of the machine's own steps, capped
+in seconds, even where every forward is slow; what the cap cut short is stored fitted, marked so."""
 
 import dataclasses
 import json
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +14,8 @@ from tiny import tiny_model
 
 from speczoo.decoding.pricing import profile as cv
 from speczoo.decoding.drafters.draft_model import reduced_head
-from speczoo.decoding.pricing.profile import PROFILE_SIZES, load_or_measure, profile_path, runtime_costs
+from speczoo.decoding.pricing.profile import (PROFILE_SIZES, StepBudget, load_or_measure, profile_key, profile_path,
+                                              runtime_costs)
 from speczoo.runtime import LoadedModel
 
 
@@ -27,14 +30,32 @@ pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 def unhurried(monkeypatch):
     """Tiny models time every size in well under a second, but a loaded machine can slow any forward
     many times over: only the tests of the budget itself keep to one."""
-    monkeypatch.setattr(cv, "PRICING", dataclasses.replace(cv.PRICING, profile_budget_s=600.0))
+    monkeypatch.setattr(cv, "PRICING", dataclasses.replace(cv.PRICING, profile_budget_steps=1e9,
+                                                           profile_budget_max_s=600.0))
 
 
 def loaded(tmp_path: Path, name: str, backend: str, **over) -> LoadedModel:
     model, args = tiny_model("qwen2", backend=backend, vocab=512, **over)
     d = tmp_path / name
     d.mkdir()
-    return LoadedModel(name=name, path=d, args=args, model=model, tokenizer=None, backend=backend)
+    return LoadedModel(name=name, path=d, args=args, model=model, tokenizer=None, backend=backend, bundle_id="b1")
+
+
+def counted(monkeypatch, m: LoadedModel, seconds_per_row: float = 0.0) -> tuple[list[int], list[float]]:
+    """Count m's forwards (their rows) and, with seconds_per_row, put them on a fake profile clock that
+    each forward advances by that much a row."""
+    rows, clock = [], [0.0]
+    if seconds_per_row:
+        monkeypatch.setattr(cv, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    fast = m.model.forward
+
+    def forward(tokens, *a, **kw):
+        clock[0] += seconds_per_row * len(tokens)
+        rows.append(len(tokens))
+        return fast(tokens, *a, **kw)
+
+    monkeypatch.setattr(m.model, "forward", forward)
+    return rows, clock
 
 
 def test_profile_is_measured_once_and_holds_the_draft_step(tmp_path, monkeypatch):
@@ -88,32 +109,86 @@ def test_measuring_announces_itself_once_and_why(tmp_path, capsys):
     assert "afresh" in capsys.readouterr().err
 
 
+def test_a_later_load_reads_the_stored_profile_and_times_nothing(tmp_path, monkeypatch, capsys):
+    m = loaded(tmp_path, "again", "q4")
+    rows, _ = counted(monkeypatch, m)
+    first = load_or_measure(m, draft_head=head)
+    assert rows and first["key"] == profile_key(m) and "fitted" not in first
+    rows.clear()
+    capsys.readouterr()
+    assert load_or_measure(m, draft_head=head) == first
+    runtime_costs(m, m, draft_head=head)                 # as a runtime loads it: target and draft
+    assert rows == [] and capsys.readouterr().err == ""
+    assert [p.name for p in m.path.iterdir()] == [profile_path(m).name]      # written whole: no temporary left
+
+
+@pytest.mark.parametrize("change", ["bundle", "threads", "cost_format", "kernel_path"])
+def test_a_profile_with_another_key_is_timed_again_and_replaced(tmp_path, monkeypatch, capsys, change):
+    m = loaded(tmp_path, "keyed", "q4")
+    stored = load_or_measure(m, draft_head=head)
+    other = {**stored["key"], change: "something else"}
+    profile_path(m).write_text(json.dumps({**stored, "key": other, "draft_ms": 123.0}))
+    rows, _ = counted(monkeypatch, m)
+    capsys.readouterr()
+    data = load_or_measure(m, draft_head=head)
+    assert rows and data["draft_ms"] != 123.0 and data["key"] == profile_key(m)
+    assert f"timed for another setup ({change} something else -> " in capsys.readouterr().err
+    assert json.loads(profile_path(m).read_text()) == data
+
+
+def test_the_key_follows_the_bundle_and_the_threads(tmp_path, monkeypatch):
+    m = loaded(tmp_path, "k", "q4")
+    load_or_measure(m)
+    repulled = dataclasses.replace(m, bundle_id="b2")
+    rows, _ = counted(monkeypatch, repulled)
+    assert load_or_measure(repulled)["key"]["bundle"] == "b2" and rows
+    monkeypatch.setattr(cv.torch, "get_num_threads", lambda: 7)
+    assert profile_path(m).name.endswith("-t7.json") and profile_key(m)["threads"] == 7
+
+
+def test_an_unreadable_profile_is_timed_again(tmp_path, capsys):
+    m = loaded(tmp_path, "broken", "fp32")
+    load_or_measure(m)
+    profile_path(m).write_text('{"ms": ')
+    assert load_or_measure(m)["cv"]["1"] == 1.0
+    assert "is unreadable" in capsys.readouterr().err
+
+
+def test_the_budget_is_in_the_machines_own_steps(tmp_path, monkeypatch, capsys):
+    """At 50 ms a row, then 0.5 s a row (a CPU ten times slower), the same budget of steps holds the whole
+    profile, where a fixed few seconds would have cut both short; it is stored, and the next load reads it."""
+    for i, per_row in enumerate((0.05, 0.5)):
+        m = loaded(tmp_path, f"steps{i}", "q4")
+        _, clock = counted(monkeypatch, m, per_row)
+        data = load_or_measure(m, budget=StepBudget(steps=400, max_s=1e6), draft_head=head)
+        assert "interpolated" not in data and "fitted" not in data and "draft_interpolated" not in data
+        assert 6.0 < clock[0] <= 400 * per_row
+        assert json.loads(profile_path(m).read_text()) == data
+    assert "too slow" not in capsys.readouterr().err
+
+
 def test_a_slow_path_keeps_to_the_budget_and_fits_the_larger_sizes(tmp_path, monkeypatch, capsys):
     """Every forward costing 50 ms a row on the profile's clock (a scalar path in miniature): the full
-    profile would take about 15 s; within a 1 s budget it times S = 1 and 3 only, right after the probe
-    and without the prefill, and fits the rest on their line."""
+    profile would take about 15 s; within a 1 s cap it times S = 1 and 3 only, right after the probe
+    and without the prefill, fits the rest on their line, and stores that, marked as fitted."""
     m = loaded(tmp_path, "slow", "q4")
-    clock = [0.0]
-    monkeypatch.setattr(cv, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    fast = m.model.forward
-    rows = []
-
-    def slow(tokens, *a, **kw):
-        clock[0] += 0.05 * len(tokens)
-        rows.append(len(tokens))
-        return fast(tokens, *a, **kw)
-
-    monkeypatch.setattr(m.model, "forward", slow)
-    data = load_or_measure(m, budget_s=1.0, draft_head=head)
+    rows, clock = counted(monkeypatch, m, 0.05)
+    data = load_or_measure(m, budget=StepBudget(steps=1e9, max_s=1.0), draft_head=head)
     assert clock[0] <= 1.0
     assert rows == [1, 1, 3, 1, 3, 1, 3, 1, 3, 1]      # cold, probe 1 and 3, then draft and target in turn
     assert [int(s) for s in data["ms"]] == PROFILE_SIZES and data["interpolated"] == [2, 5, 9, 17]
     assert data["draft_interpolated"] == [2, 5, 9] and set(data["draft_cv"]) == {"1", "2", "3", "5", "9"}
     assert data["cv"] == {str(s): float(s) for s in PROFILE_SIZES}      # 17 rows cost 17 steps here
-    assert not profile_path(m).exists()                 # cut short: this run's only, measured again next time
-    assert ("target c_v(2, 5, 9, 17) fitted; draft c_v(2, 5, 9) fitted, for this run only (not stored)"
-            in capsys.readouterr().err)
+    assert data["fitted"] == ["target c_v(2, 5, 9, 17) fitted", "draft c_v(2, 5, 9) fitted"]
+    assert json.loads(profile_path(m).read_text()) == data               # stored, marked as fitted
+    err = capsys.readouterr().err
+    assert "too slow to time everything within 1 s (the cap: 1e+09 steps of 50 ms would be " in err
+    assert f"target c_v(2, 5, 9, 17) fitted; draft c_v(2, 5, 9) fitted, stored so, in {profile_path(m)}" in err
+    rows.clear()
+    assert load_or_measure(m, draft_head=head) == data and rows == []    # the next run reads it
     runtime_costs(m, m, draft_head=head)                # the controller reads a fitted profile as any other
+    assert load_or_measure(m, remeasure=True, budget=StepBudget(steps=1e9, max_s=1.0), draft_head=head)
+    assert "for this run only (not stored)" in capsys.readouterr().err
 
 
 def test_no_time_for_the_draft_head_leaves_its_step_out(tmp_path, monkeypatch, capsys):
@@ -121,16 +196,19 @@ def test_no_time_for_the_draft_head_leaves_its_step_out(tmp_path, monkeypatch, c
     cannot price the others), the draft gets no time and its step is left out, so the controller prices
     it as the full head's."""
     m = loaded(tmp_path, "slower", "q4")
-    clock = [0.0]
-    monkeypatch.setattr(cv, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    fast = m.model.forward
-
-    def slow(tokens, *a, **kw):
-        clock[0] += 0.4 * len(tokens)
-        return fast(tokens, *a, **kw)
-
-    monkeypatch.setattr(m.model, "forward", slow)
-    data = load_or_measure(m, budget_s=1.0, draft_head=head)
+    counted(monkeypatch, m, 0.4)
+    data = load_or_measure(m, budget=StepBudget(steps=1e9, max_s=1.0), draft_head=head)
     assert data["cv"] == {str(s): float(s) for s in PROFILE_SIZES} and "draft_ms" not in data
-    assert "no time for the draft head" in capsys.readouterr().err and not profile_path(m).exists()
+    assert "no time for the draft head" in capsys.readouterr().err and "no time for the draft head" in data["fitted"][-1]
     assert runtime_costs(m, m, draft_head=head)[1].step == 1.0
+
+
+def test_a_bundle_it_cannot_write_to_still_gets_its_profile(tmp_path, monkeypatch, capsys):
+    m = loaded(tmp_path, "readonly", "fp32")
+
+    def refuse(*a, **kw):
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    assert load_or_measure(m)["cv"]["1"] == 1.0 and not profile_path(m).exists()
+    assert "could not store readonly's cost profile (read-only file system)" in capsys.readouterr().err

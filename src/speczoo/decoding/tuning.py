@@ -119,8 +119,12 @@ class Pricing:
     At load (pricing/profile.py):
     round_overhead:   the fixed cost of a round outside the target forward, in target steps (a price
                       the profile cannot time: measured by benchmarks/round_overhead.py).
-    profile_budget_s: wall-clock seconds a first-load cost profile may take, all of it; a slow kernel
-                      path times S = 1 and 3 only and fits the rest.
+    profile_budget_steps: decode steps (as a probe times one on this machine) a first-load cost profile
+                      may take, all of it: the budget follows the CPU and its load, so a slower or busier
+                      machine still times everything (up to profile_budget_max_s), where a fixed number of
+                      seconds would cut it short.
+    profile_budget_max_s: the wall clock it may take at the most, whatever a step costs: a slow kernel
+                      path times S = 1 and 3 only and fits the rest (stored, marked as fitted).
     cv_reach:         a measured c_v curve is extrapolated up to this multiple of its largest S, no
                       further (pricing/cost.py): past it a forward's cost is a guess.
     While generating (pricing/calibrate.py, decoding/round.py):
@@ -136,7 +140,8 @@ class Pricing:
     """
 
     round_overhead: float = 0.02
-    profile_budget_s: float = 6.0
+    profile_budget_steps: float = 300.0
+    profile_budget_max_s: float = 60.0
     cv_reach: float = 2.0
     recalibrate_every: int = 4
     in_step_lag: int = 2
@@ -145,8 +150,8 @@ class Pricing:
     stale_half_life: float = 64.0
 
     def __post_init__(self) -> None:
-        bad = [f"{n} must be > 0" for n in ("profile_budget_s", "half_life", "min_weight", "stale_half_life")
-               if not getattr(self, n) > 0]
+        bad = [f"{n} must be > 0" for n in ("profile_budget_steps", "profile_budget_max_s", "half_life", "min_weight",
+                                             "stale_half_life") if not getattr(self, n) > 0]
         if not self.round_overhead >= 0:
             bad.append("round_overhead must be >= 0")
         if not self.cv_reach >= 1:

@@ -7,15 +7,19 @@ prompt of `context` tokens already in the cache, rolled back after every forward
 the median of `repeats` runs, the S values interleaved so that machine noise spreads evenly.
 
 The profile measured at a model's first load (load_or_measure) must announce itself on stderr with a
-progress bar and finish in seconds on every kernel path, never minutes. The full head and the draft head
-share one prefill and one loop, and a time budget bounds it all: no forward starts that would end past
-it. Where a probe says a forward is slow (the scalar path), only S = 1 and 3 are timed, without the prefill, and the other S
-are fitted on their line (listed under "interpolated"; a draft head left no time for two sizes is left
-out, its step then priced as the full head's). Such a profile serves its run and is not stored. That is
-enough because the engine re-prices these costs from its own timings as it generates
-(decoding/pricing/calibrate.py): the profile is only where it starts. `speczoo cv` has no budget and times every
-S it is asked for. A loaded model comes in as an argument (anything with .model, .args, .name, .backend
-and .path, the bundle it stores its profile in): this module never imports the runtime that loads it,
+progress bar and take a bounded time on every kernel path. The full head and the draft head share one
+prefill and one loop, and a budget bounds it all: a number of this machine's own decode steps (timed by a
+probe first), so a slow or loaded CPU gets the time its forwards need, capped in seconds; no forward
+starts that would end past it. Where even that cap cannot hold the whole profile (the scalar path), only
+S = 1 and 3 are timed, without the prefill, and the other S are fitted on their line (listed under
+"interpolated", and the profile under "fitted" says so in words; a draft head left no time for two sizes
+is left out, its step then priced as the full head's). The profile is stored either way, atomically, under
+a key (profile_key: bundle, backend, kernel path, threads, COST_FORMAT), and every later load with that
+key reads it instead of timing anything. A fitted start is enough because the engine re-prices these
+costs from its own timings as it generates (decoding/pricing/calibrate.py): the profile is only where it
+starts. `speczoo cv` has no budget and times every S it is asked for. A loaded model comes in as an
+argument (anything with .model, .args, .name, .backend, .path, the bundle it stores its profile in, and
+.bundle_id, that bundle's identity): this module never imports the runtime that loads it,
 nor the drafters (they price themselves with this package), whose reduced draft head comes in as
 `draft_head`.
 """
@@ -73,35 +77,36 @@ def measure_cv(model, args, sizes: list[int], context: int = 64, repeats: int = 
 
 
 def measure_series(model, args, series: Mapping[str, Series], context: int = 64, repeats: int = 7,
-                   warmup: int = 2, seed: int = 0, budget_s: float | None = None, bar=None) -> dict[str, CvResult]:
+                   warmup: int = 2, seed: int = 0, budget: StepBudget | None = None, bar=None) -> dict[str, CvResult]:
     """Time every series after one shared prefill of `context` random tokens, interleaved; bar: a tqdm
     bar to advance per forward.
 
-    budget_s (None: none): see _budgeted. A series that then got fewer than two sizes timed within the
-    budget (a draft head after a slow target) is left out of the result: one point cannot tell a
-    forward's fixed cost from its cost per row.
+    budget (None: none): see _budgeted; it is then set to the seconds it came to. A series that got fewer
+    than two sizes timed within it (a draft head after a slow target) is left out of the result: one point
+    cannot tell a forward's fixed cost from its cost per row.
     """
     want = {name: sorted({1, *ser.sizes}) for name, ser in series.items()}
     run = _Forwards(model, args, series, context + max(max(s) for s in want.values()) + 1, seed)
     with torch.inference_mode():
-        if budget_s is None:
+        if budget is None:
             run.extend(context)
             times = run.passes(want, warmup, repeats, bar)
         else:
-            times = _budgeted(run, want, context, repeats, warmup, budget_s, bar)
+            times = _budgeted(run, want, context, repeats, warmup, budget, bar)
     return {name: _result(times[name], want[name]) for name in want
-            if budget_s is None or sum(map(bool, times[name].values())) >= 2}
+            if budget is None or sum(map(bool, times[name].values())) >= 2}
 
 
 def _budgeted(run: _Forwards, want: dict[str, list[int]], context: int, repeats: int, warmup: int,
-              budget_s: float, bar) -> dict[str, dict[int, list[float]]]:
-    """Time within budget_s. A cold 1-row forward first (the first touch of every weight), then the
-    first series' S = 1 and 3, whatever the budget (one point cannot tell a slow path, where a forward
-    costs about its rows, from a busy machine, where it costs about the same for any S): the line
-    through them prices every later forward. When warm-up plus one pass of every size fits, prefill the
-    context and time them all; else keep those two, without the prefill, and time S = 1 and 3 of the
-    other series. Either way, no later forward starts that the line says would end past the budget."""
-    budget = _Budget(time.perf_counter() + budget_s)
+              budget: StepBudget, bar) -> dict[str, dict[int, list[float]]]:
+    """Time within the budget, counted from now. A cold 1-row forward first (the first touch of every
+    weight), then the first series' S = 1 and 3, whatever the budget (one point cannot tell a slow path,
+    where a forward costs about its rows, from a busy machine, where it costs about the same for any S):
+    S = 1 sets the budget's seconds (its steps), and the line through them prices every later forward.
+    When warm-up plus one pass of every size fits, prefill the context and time them all; else keep those
+    two, without the prefill, and time S = 1 and 3 of the other series. Either way, no later forward
+    starts that the line says would end past the budget."""
+    budget.start()
     first = next(iter(want))
     run.extend(1)
     probe = {first: {1: [run.time(first, 1)], 3: [run.time(first, 3)]}}
@@ -117,24 +122,45 @@ def _budgeted(run: _Forwards, want: dict[str, list[int]], context: int, repeats:
     return run.passes(slow, 0, repeats, bar, budget, start=probe)
 
 
-class _Budget:
-    """A deadline and a line ms(S) = a + b (S - 1) that prices the next forward against it."""
+class StepBudget:
+    """A profile's time budget: `steps` decode steps as the probe times one, `max_s` seconds at the most
+    (Pricing.profile_budget_steps and profile_budget_max_s), counted from start(); and the line
+    ms(S) = a + b (S - 1) that prices the next forward against it. `seconds` is what it came to (None
+    before the probe)."""
 
-    def __init__(self, deadline: float):
-        self.deadline = deadline
+    def __init__(self, steps: float, max_s: float):
+        self.steps, self.max_s = steps, max_s
         self.a = self.b = 0.0
+        self.seconds: float | None = None
+        self.begun = 0.0
+
+    @classmethod
+    def of(cls, pricing: Pricing) -> StepBudget:
+        return cls(pricing.profile_budget_steps, pricing.profile_budget_max_s)
+
+    def start(self) -> None:
+        self.begun = time.perf_counter()
 
     def line(self, ms1: float, ms3: float) -> None:
         self.a, self.b = ms1, max(0.0, (ms3 - ms1) / 2)
+        self.seconds = min(self.max_s, self.steps * ms1 / 1000)
 
     def ms(self, s: int) -> float:
         return self.a + self.b * (s - 1)
 
     def fits_ms(self, ms: float) -> bool:
-        return time.perf_counter() + ms / 1000 <= self.deadline
+        assert self.seconds is not None, "the probe sets the budget"
+        return time.perf_counter() + ms / 1000 <= self.begun + self.seconds
 
     def fits(self, s: int) -> bool:
         return self.fits_ms(self.ms(s))
+
+    def describe(self) -> str:
+        """The budget in words, as the probe set it."""
+        steps = f"{self.steps:g} steps of {self.a:.0f} ms"
+        if self.seconds is not None and self.seconds >= self.max_s:
+            return f"{self.max_s:g} s (the cap: {steps} would be {self.steps * self.a / 1000:.0f} s)"
+        return f"{self.seconds or 0:.0f} s ({steps})"
 
 
 class _Forwards:
@@ -164,7 +190,7 @@ class _Forwards:
         self.cache.truncate(self.context)
         return dt
 
-    def passes(self, plans: dict[str, list[int]], warmup: int, repeats: int, bar, budget: _Budget | None = None,
+    def passes(self, plans: dict[str, list[int]], warmup: int, repeats: int, bar, budget: StepBudget | None = None,
                start: dict[str, dict[int, list[float]]] | None = None) -> dict[str, dict[int, list[float]]]:
         """Times {series: {S: [ms]}} of `warmup` + `repeats` passes over every series' sizes, interleaved,
         added to `start`; with a budget, it ends at the first forward that would overrun it."""
@@ -217,54 +243,93 @@ PROFILE_REPEATS = 3
 HeadFor = Callable[[nn.Module], "nn.Module | None"]
 
 
+# What a stored profile holds and how it is timed: a profile of another format is timed again.
+COST_FORMAT = 2
+
+
+def profile_key(loaded) -> dict:
+    """What a stored profile is valid for: the bundle it timed (its identity changes when it is pulled or
+    packed again), the backend, the kernel path (a forced SPECZOO_KERNEL_PATH, or the bundle on another
+    CPU, measures its own), the thread count and this module's COST_FORMAT. A stored profile of another
+    key is timed again."""
+    return {"cost_format": COST_FORMAT, "bundle": loaded.bundle_id, "backend": loaded.backend,
+            "kernel_path": native.chosen_path().name, "threads": torch.get_num_threads()}
+
+
 def profile_path(loaded) -> Path:
-    """Where the bundle keeps its profile: one per backend and kernel path, since the costs are the
-    path's (a forced SPECZOO_KERNEL_PATH, or the bundle on another CPU, measures its own)."""
-    return loaded.path / f"cost-{loaded.backend}-{native.chosen_path().name}.json"
+    """Where the bundle keeps its profile: one per backend, kernel path and thread count, so that
+    switching among them keeps each one's profile (profile_key says what else it must match)."""
+    return loaded.path / f"cost-{loaded.backend}-{native.chosen_path().name}-t{torch.get_num_threads()}.json"
 
 
-def load_or_measure(loaded, remeasure: bool = False, budget_s: float | None = None,
+def read_profile(loaded) -> tuple[dict | None, str]:
+    """The stored profile when its key is this runtime's, else None and why not, in words."""
+    import json
+
+    path = profile_path(loaded)
+    if not path.is_file():
+        return None, "none stored"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return None, f"{path} is unreadable ({e})"
+    key, stored = profile_key(loaded), data.get("key") if isinstance(data, dict) else None
+    if stored != key:
+        old = stored if isinstance(stored, dict) else {}
+        diff = [f"{k} {old.get(k, '?')} -> {v}" for k, v in key.items() if old.get(k) != v]
+        return None, f"the stored one was timed for another setup ({', '.join(diff)})"
+    return data, ""
+
+
+def load_or_measure(loaded, remeasure: bool = False, budget: StepBudget | None = None,
                     draft_head: HeadFor | None = None) -> dict:
     """The model's cost profile {"ms": {S: ms}, "cv": {S: c_v}} on its backend, cached in the bundle,
     plus "draft_ms": its decode step when drafting with the reduced-vocabulary head (when it has one).
 
-    Measured once (seconds, within `budget_s`, default Pricing.profile_budget_s, announced on stderr
-    with a progress bar) the first time a runtime needs it, then read back; a profile the budget cut
-    short is used for this run only and not stored, so that a moment's load on the machine cannot fix a
-    wrong one for good. `speczoo cv MODEL --save` re-measures and stores it (do that on a quiet machine:
-    a busy one inflates every figure). remeasure=True (benches: the controller should see the machine as
-    it is now) measures afresh for this process only and leaves a stored profile alone, so one run on a
-    loaded machine cannot skew every later run's controller. draft_head: see HeadFor (None: no draft
-    curve is measured).
+    Timed once, the first time a runtime needs it (announced on stderr with a progress bar), within
+    `budget` (default: StepBudget.of(PRICING), a number of this machine's own decode steps, so a slow or
+    loaded CPU gets the time its forwards need), and stored (profile_key says when it is timed again);
+    every later load reads it. A profile the budget cut short (a slow kernel path, past
+    Pricing.profile_budget_max_s) is stored too, with what was fitted instead of timed under "fitted",
+    and says so on stderr: `speczoo cv NAME --save` times it all. remeasure=True (benches, `speczoo demo
+    --remeasure-costs`: the controller should see the machine as it is now) times it afresh for this
+    process only and leaves the stored profile alone, so one run on a loaded machine cannot skew every
+    later run's controller. draft_head: see HeadFor (None: no draft curve is measured).
     """
-    import json
-
-    path = profile_path(loaded)
-    if path.is_file() and not remeasure:
-        return json.loads(path.read_text())
-    budget_s = PRICING.profile_budget_s if budget_s is None else budget_s
-    data, cut = measure_profile(loaded, budget_s, why=_why(loaded, stored=path.is_file()), draft_head=draft_head)
+    stored, why_not = read_profile(loaded)
+    if stored is not None and not remeasure:
+        return stored
+    budget = StepBudget.of(PRICING) if budget is None else budget
+    data, cut = measure_profile(loaded, budget, why=_why(loaded, remeasure, why_not), draft_head=draft_head)
     if cut:
-        print(f"speczoo: {loaded.name}'s forwards were too slow to time everything within {budget_s:g} s; "
-              f"{'; '.join(cut)}, for this run only (not stored). `speczoo cv {loaded.name} --save` times "
-              "and stores it all.", file=sys.stderr, flush=True)
-    elif not path.is_file():
-        write_profile(loaded, data)
-    return data
+        data["fitted"] = cut
+        kept = "for this run only (not stored)" if remeasure else f"stored so, in {profile_path(loaded)}"
+        print(f"speczoo: {loaded.name}'s forwards were too slow to time everything within {budget.describe()}; "
+              f"{'; '.join(cut)}, {kept}. `speczoo cv {loaded.name} --save` times and stores it all.",
+              file=sys.stderr, flush=True)
+    if remeasure:
+        return data
+    try:
+        return write_profile(loaded, data)
+    except OSError as e:           # a read-only bundle: this run prices from it all the same
+        print(f"speczoo: could not store {loaded.name}'s cost profile ({e}); it is timed again next run",
+              file=sys.stderr, flush=True)
+        return data
 
 
-def _why(loaded, stored: bool) -> str:
-    if stored:
+def _why(loaded, remeasure: bool, why_not: str) -> str:
+    if remeasure:
         return (f"timing {loaded.name} ({loaded.backend}) afresh for this run's cost profile: a bench prices "
                 "speculation at this machine's present speed")
-    return (f"timing {loaded.name} ({loaded.backend}) once for its cost profile: speculation is priced from what "
-            f"a forward over 1-{max(PROFILE_SIZES)} tokens costs on this machine (stored in {profile_path(loaded)})")
+    return (f"timing {loaded.name} ({loaded.backend}) once for its cost profile ({why_not}): speculation is priced "
+            f"from what a forward over 1-{max(PROFILE_SIZES)} tokens costs on this machine (stored in "
+            f"{profile_path(loaded)}; later runs read it)")
 
 
-def measure_profile(loaded, budget_s: float | None = None, why: str | None = None,
+def measure_profile(loaded, budget: StepBudget | None = None, why: str | None = None,
                     draft_head: HeadFor | None = None) -> tuple[dict, list[str]]:
     """Time the profile's target curve and, when draft_head gives the model a reduced draft head, its
-    draft curve, in one loop, within budget_s (None: no budget); `why` (when given) is announced on
+    draft curve, in one loop, within budget (None: no budget); `why` (when given) is announced on
     stderr with a progress bar. Returns the profile and what the budget cut short, in words ([] when
     nothing)."""
     from tqdm import tqdm
@@ -279,7 +344,7 @@ def measure_profile(loaded, budget_s: float | None = None, why: str | None = Non
     with tqdm(total=planned, desc="cost profile", unit="forward", file=sys.stderr, disable=why is None,
               leave=False) as bar:
         res = measure_series(loaded.model, loaded.args, series, PROFILE_CONTEXT, PROFILE_REPEATS, warmup=1,
-                             budget_s=budget_s, bar=bar)
+                             budget=budget, bar=bar)
     cut = [f"{name} c_v({', '.join(map(str, r.interpolated))}) fitted" for name, r in res.items() if r.interpolated]
     if "draft" in series and "draft" not in res:
         cut.append("no time for the draft head: its step priced as the full head's")
@@ -308,13 +373,25 @@ def _profile(loaded, target: CvResult, draft: CvResult | None) -> dict:
     return data
 
 
-def write_profile(loaded, data: dict) -> None:
+def write_profile(loaded, data: dict) -> dict:
+    """Store `data` as the model's profile, under this runtime's profile_key, atomically (a temporary file
+    beside it, then renamed over it, so a reader never sees half a profile); returns what it stored."""
     import json
+    import os
+    import tempfile
 
     path = profile_path(loaded)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+    data = {**data, "key": profile_key(loaded)}
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)              # as a plain write would make it, not mkstemp's 0600
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return data
 
 
 @dataclass(frozen=True)
