@@ -7,11 +7,15 @@ from fake_runtime import FakeRuntime
 
 from speczoo import cli
 from speczoo.bench import ab
+from speczoo.decoding.tuning import DRAFTING
 
 
 @pytest.fixture
 def fake_runtime(monkeypatch):
-    def load_runtime(target, draft=None, backend=None, max_seq=4096, remeasure_costs=False):
+    loads = []      # the draft_vocab of each load
+
+    def load_runtime(target, draft=None, backend=None, max_seq=4096, remeasure_costs=False, draft_vocab=DRAFTING.head_vocab):
+        loads.append(draft_vocab)
         rt = FakeRuntime(name=target)
         rt.chat_ids = lambda messages: rt.tokenizer.encode(messages[0]["content"][:200])
         rt.target = SimpleNamespace(backend="fake")
@@ -19,6 +23,7 @@ def fake_runtime(monkeypatch):
 
     monkeypatch.setattr("speczoo.runtime.load_runtime", load_runtime)
     monkeypatch.setattr(cli, "apply_threads", lambda n: 1)
+    return loads
 
 
 def test_each_prompt_is_printed_before_the_next_runs(fake_runtime, monkeypatch, capsys):
@@ -43,3 +48,12 @@ def test_each_prompt_is_printed_before_the_next_runs(fake_runtime, monkeypatch, 
 def test_an_unknown_prompt_name_is_an_error(fake_runtime, capsys):
     assert cli.main(["demo", "--only", "verbatim", "poetry"]) == 2
     assert "poetry: no such built-in prompt" in capsys.readouterr().err
+
+
+def test_draft_vocab_reaches_the_runtime_and_zero_means_the_full_head(fake_runtime):
+    assert cli.main(["demo", "--only", "verbatim", "--gen", "4", "--runs", "1"]) == 0
+    assert cli.main(["demo", "--only", "verbatim", "--gen", "4", "--runs", "1", "--draft-vocab", "0"]) == 0
+    assert cli.main(["demo", "--only", "verbatim", "--gen", "4", "--runs", "1", "--draft-vocab", "16384"]) == 0
+    assert fake_runtime == [DRAFTING.head_vocab, None, 16384]
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--draft-vocab", "-1"])
