@@ -4,13 +4,15 @@
                                      [--gen 128] [--runs 3] [--rounds 3]
 
 For each N of --vocab (0: the draft's full LM head) it prints:
-  * r = draft step / target step: one-row forwards after a 64-token context (pricing/profile.py's
+  * r = draft step / target step, timed: one-row forwards after a 64-token context (pricing/profile.py's
     timing), the draft's heads interleaved in one loop and the target timed between them, --rounds
     times; r is the median over rounds of the draft's step over the target's in the same round;
+  * r by weight bytes: what a draft step reads over what a target step reads (a decode step is bound by
+    its weight reads; unlike a timing, this does not move with the machine's load);
   * the share of the target's greedy output ids (per prompt) below N: what the reduced head can propose
     besides the prompt's own ids, the ceiling on its acceptance;
-  * per prompt, the draft model drafting from that head as its own mode, priced as the runtime prices it
-    (a Runtime with draft_vocab=N times its costs at load), run interleaved with greedy round by round
+  * per prompt, the draft model drafting from that head as its own mode, priced at that r, run
+    interleaved with greedy round by round
     (benchmarks/drafters.py `interleaved`): speedup = median over rounds of tok/s over greedy's in the same
     round, accepted per round, and lossless (every run's ids equal greedy's).
 One process, one load of each model. A measurement script, never imported by the runtime.
@@ -22,6 +24,8 @@ import argparse
 import dataclasses
 import statistics
 
+import torch
+
 
 def mode_name(n: int) -> str:
     return f"draft-v{n}" if n else "draft-full"
@@ -32,6 +36,34 @@ def parse_vocab(text: str) -> list[int]:
     if not sizes or any(n < 0 for n in sizes):
         raise ValueError(f"--vocab must list sizes >= 0 (0: the full head), got {text!r}")
     return sizes
+
+
+def weight_bytes(module, skip: tuple = ()) -> int:
+    """The bytes of every tensor `module` and its submodules hold (each storage once), `skip` left out."""
+    seen: dict[tuple[int, int], int] = {}
+    for m in module.modules():
+        for t in [*vars(m).values(), *m._parameters.values(), *m._buffers.values()]:
+            if isinstance(t, torch.Tensor) and not any(t is x for x in skip):
+                seen[(t.data_ptr(), t.nbytes)] = t.nbytes
+    return sum(seen.values())
+
+
+def byte_ratios(rt, sizes: list[int]) -> dict[int, float]:
+    """r by weight bytes per N: what a one-row draft step reads through N's head (its blocks' weights and
+    norms, the head's kept rows; one embedding row, left out) over what a target step reads. A step of
+    these models is bound by its weight reads, so this is r on a machine whose memory bandwidth is the
+    limit, whatever the load now."""
+    from speczoo.decoding.drafters.draft_model import reduced_head
+
+    def body(model) -> int:
+        return weight_bytes(model, skip=(model.embed,)) - weight_bytes(model.lm_head)
+
+    target = body(rt.target.model) + weight_bytes(rt.target.model.lm_head)
+    out = {}
+    for n in sizes:
+        head = reduced_head(rt.draft.model, n or None)
+        out[n] = (body(rt.draft.model) + weight_bytes(head.common if head else rt.draft.model.lm_head)) / target
+    return out
 
 
 def step_ratios(rt, sizes: list[int], rounds: int, repeats: int = 3) -> dict[int, float]:
@@ -51,16 +83,17 @@ def step_ratios(rt, sizes: list[int], rounds: int, repeats: int = 3) -> dict[int
     return {n: statistics.median(r) for n, r in ratios.items()}
 
 
-def offer_sizes(rt, sizes: list[int]) -> None:
-    """Offer the draft model at each N as the mode mode_name(N) (not in auto), built and priced as a
-    Runtime with draft_vocab=N builds and prices it (its costs timed now)."""
+def offer_sizes(rt, r: dict[int, float]) -> None:
+    """Offer the draft model at each N of `r` as the mode mode_name(N) (not in auto), built as a Runtime
+    with draft_vocab=N builds it and priced at r[N], its step measured here (a runtime's own profile, timed
+    within a budget at load, may leave the reduced head's step out on a busy machine)."""
     from speczoo.runtime import Runtime
 
-    for n in sizes:
-        other = Runtime(rt.target, rt.draft, max_seq=rt.max_seq, remeasure_costs=True, draft_vocab=n or None)
+    for n, cost in r.items():
+        other = Runtime(rt.target, rt.draft, max_seq=rt.max_seq, draft_vocab=n or None)
         spec = other.engine.drafters["draft"]
-        rt.engine = rt.engine.offer(dataclasses.replace(spec, name=mode_name(n), auto=False, takes_name=None,
-                                                        names=()))
+        rt.engine = rt.engine.offer(dataclasses.replace(spec, name=mode_name(n), cost=cost, auto=False,
+                                                        takes_name=None, names=()))
 
 
 def coverage(ids: list[int], n: int) -> float:
@@ -95,11 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     vocab = rt.draft.args.vocab_size
     print(f"target {args.target}, draft {draft} ({vocab} ids), {args.gen} tokens, K <= {args.k}, {args.runs} "
           f"interleaved round(s)")
+    rb = byte_ratios(rt, sizes)
     r = step_ratios(rt, sizes, args.rounds)
     for n in sizes:
-        print(f"{mode_name(n):11s} head rows {n or vocab:6d} ({(n or vocab) / vocab:5.1%})  r = draft step / "
-              f"target step = {r[n]:.3f}", flush=True)
-    offer_sizes(rt, sizes)
+        print(f"{mode_name(n):12s} head rows {n or vocab:6d} ({(n or vocab) / vocab:5.1%})  r = draft step / "
+              f"target step: timed {r[n]:.3f}, by weight bytes {rb[n]:.3f}", flush=True)
+    offer_sizes(rt, r)
     modes = [mode_name(n) for n in sizes]
     for name in prompts:
         ids = rt.chat_ids([{"role": "user", "content": builtin_prompt(name).message}])
