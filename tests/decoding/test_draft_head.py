@@ -170,14 +170,21 @@ def test_the_real_draft_with_a_reduced_vocabulary_is_lossless():
 @pytest.mark.parametrize("name", ["free_form", "code_edit"])
 def test_the_zoo_pair_with_a_reduced_draft_vocabulary_equals_greedy(name):
     """The zoo's pair, qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b, with the default reduced head:
-    the draft's ids equal plain greedy's (slow: it needs the 1.5B, which CI's small pulls leave out)."""
-    from speczoo.bench.ab import run_ab
+    the output equals plain greedy's (slow: it needs the 1.5B, which CI's small pulls leave out). No costs,
+    so every round drafts whatever the machine's speed (the controller's choices follow its timings)."""
+    import dataclasses
+
     from speczoo.bench.prompts import builtin_prompt
     from speczoo.runtime import Runtime, load
 
     rt = Runtime(load("qwen2.5-coder-1.5b"), draft=load("qwen2.5-coder-0.5b"), max_seq=1024)
-    assert rt.engine.drafters["draft"].factory(GenerationRequest(prompt_ids=[1], max_new_tokens=1)).head is not None
+    spec = dataclasses.replace(rt.engine.drafters["draft"], cost=None)
+    assert spec.factory(GenerationRequest(prompt_ids=[1], max_new_tokens=1)).head is not None
+    eng = Engine(rt.engine.target, rt.engine.cache, [spec], rt.tokenizer.eos_ids, rt.max_seq)
     ids = rt.chat_ids([{"role": "user", "content": builtin_prompt(name).message}])
-    res = run_ab(rt, ids, "draft", k=8, gen=64, runs=1, warmup=False)
-    assert res.lossless, "\n".join(res.lines())
-    assert res.accepted_per_round > 0.5
+    outs = {}
+    for mode in ("off", "draft"):
+        *_, done = eng.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=64, spec=mode, k=8))
+        outs[mode] = done
+    assert outs["draft"].ids == outs["off"].ids
+    assert outs["draft"].stats.accepted > 0
