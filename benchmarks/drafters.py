@@ -39,6 +39,7 @@ class ModeRuns:
     tok_s: list[float] = field(default_factory=list)
     accepted_per_round: list[float] = field(default_factory=list)
     lossless: bool = True
+    ids: list[int] = field(default_factory=list)     # the output of its first run
 
 
 def interleaved(runtime, prompt_ids: list[int], modes: list[str], k: int, gen: int, runs: int
@@ -62,6 +63,7 @@ def interleaved(runtime, prompt_ids: list[int], modes: list[str], k: int, gen: i
             res.tok_s.append(done.stats.tok_s)
             res.accepted_per_round.append(done.stats.accepted_per_round)
             res.lossless = res.lossless and done.ids == reference
+            res.ids = res.ids or done.ids
     return out
 
 

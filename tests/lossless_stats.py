@@ -31,13 +31,14 @@ class Oracle:
     """A deterministic random distribution over V tokens for each (position ≤ 3, last two tokens).
 
     With `base` (the target oracle) it is a drafter: a mix of the target's row and its own noise, so
-    that acceptance is moderate and multi-token accepted runs are exercised.
+    that acceptance is moderate and multi-token accepted runs are exercised. With `keep` it gives no
+    probability to ids >= keep, as a drafter with a reduced vocabulary does (decoding/drafters/draft_head.py).
     """
 
     def __init__(self, v: int, seed: int, sharpness: float, zero_frac: float,
-                 base: Oracle | None = None, base_weight: float = 0.0):
+                 base: Oracle | None = None, base_weight: float = 0.0, keep: int | None = None):
         self.v, self.seed, self.sharpness, self.zero_frac = v, seed, sharpness, zero_frac
-        self.base, self.base_weight = base, base_weight
+        self.base, self.base_weight, self.keep = base, base_weight, keep
         self.cache: dict[tuple[int, ...], tuple[Tensor, list[float]]] = {}
 
     def _row(self, prefix: tuple[int, ...]) -> tuple[Tensor, list[float]]:
@@ -53,6 +54,10 @@ class Oracle:
                 row = self.base_weight * self.base(prefix) + (1 - self.base_weight) * row
                 row[torch.rand(self.v, generator=g) < self.zero_frac] = 0.0
                 row[int(torch.randint(self.v, (1,), generator=g))] += 0.05
+                row = row / row.sum()
+            if self.keep is not None:
+                row[self.keep:] = 0.0
+                row[int(torch.randint(self.keep, (1,), generator=g))] += 0.05
                 row = row / row.sum()
             hit = (row, list(itertools.accumulate(row.tolist())))
             self.cache[key] = hit
@@ -122,10 +127,11 @@ def lossless_p_values(seqs: list[tuple[int, ...]], p: Oracle) -> dict[str, float
     return res
 
 
-def oracles(v: int, seed: int) -> tuple[Oracle, Oracle]:
-    # Target and drafter differ (acceptance about one half) and both have zeros the other lacks.
+def oracles(v: int, seed: int, keep: int | None = None) -> tuple[Oracle, Oracle]:
+    # Target and drafter differ (acceptance about one half) and both have zeros the other lacks; with
+    # `keep`, the drafter proposes from the first `keep` ids only (a reduced draft vocabulary).
     p = Oracle(v, seed, sharpness=3.0, zero_frac=0.25)
-    return p, Oracle(v, seed + 100, 2.0, 0.15, base=p, base_weight=0.6)
+    return p, Oracle(v, seed + 100, 2.0, 0.15, base=p, base_weight=0.6, keep=keep)
 
 
 # The engine-level tests' target: V tokens continuing PROMPT, sampled with PARAMS.

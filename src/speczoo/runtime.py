@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from torch import nn
@@ -37,7 +38,7 @@ from speczoo.decoding.engine import Engine
 from speczoo.decoding.modes import AUTO, OFF
 from speczoo.decoding.pricing.profile import DraftModelCosts, runtime_costs
 from speczoo.decoding.prompt_checks import check_ids
-from speczoo.decoding.tuning import BATCHING
+from speczoo.decoding.tuning import BATCHING, DRAFTING
 from speczoo.decoding.types import MAX_K
 from speczoo.eagle_drafters import LoadedHead, load_eagle
 from speczoo.grammar import Grammars
@@ -71,6 +72,7 @@ class _Loaded:
     eagle: LoadedHead | None
     max_seq: int
     suffix_memory: SuffixMemory
+    draft_vocab: int | None
 
 
 _NOTED: set[str] = set()      # models whose slower default has been pointed out in this process
@@ -155,12 +157,14 @@ class Runtime:
     ones; eagle_tree: the shape of "eagle-tree" proposals; eagle_head: the EAGLE head to draft with (a
     name or directory; None: the newest installed for the target, if any); suffix_memory: the earlier answers
     the suffix drafter reads, kept here across requests (default: a SuffixMemory of the default cap, one
-    per API key).
+    per API key); draft_vocab: the draft model proposes from a reduced LM head over its first draft_vocab
+    ids plus the prompt's own (decoding/drafters/draft_head.py; None: its full head). The stored cost
+    profile prices the draft step at the default draft_vocab, so any other is timed afresh at load.
     """
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096,
                  remeasure_costs: bool = False, eagle_tree: TreeShape = TreeShape(), eagle_head: str | None = None,
-                 suffix_memory: SuffixMemory | None = None):
+                 suffix_memory: SuffixMemory | None = None, draft_vocab: int | None = DRAFTING.head_vocab):
         if max_seq < 2:
             raise ValueError(f"--max-seq must be at least 2, got {max_seq}")
         self.target = target
@@ -172,11 +176,14 @@ class Runtime:
         if draft is not None:
             from speczoo.decoding.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
-        costs, draft_costs = runtime_costs(target, draft, remeasure=remeasure_costs, draft_head=reduced_head)
+        # the draft is priced through the head it proposes from; the stored profile timed the default one
+        remeasure = remeasure_costs or (draft is not None and draft_vocab != DRAFTING.head_vocab)
+        costs, draft_costs = runtime_costs(target, draft, remeasure=remeasure,
+                                           draft_head=partial(reduced_head, head_vocab=draft_vocab))
         # the EAGLE head is resolved, loaded and priced now (errors before any request), never per request
         eagle = load_eagle(target.name, target.model, target.backend, named=eagle_head, tree=eagle_tree)
         self.suffix_memory = SuffixMemory() if suffix_memory is None else suffix_memory
-        loaded = _Loaded(target, draft, draft_costs, eagle, max_seq, self.suffix_memory)
+        loaded = _Loaded(target, draft, draft_costs, eagle, max_seq, self.suffix_memory, draft_vocab)
         drafters = [b for spec in BUILTIN if (b := spec.bound(loaded)) is not None]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
         self.engine = Engine(target.model, cache, drafters, eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
@@ -234,12 +241,14 @@ class Runtime:
 
 def load_runtime(target: str, draft: str | None = None, backend: str | None = None,
                  max_seq: int = 4096, remeasure_costs: bool = False, eagle_head: str | None = None,
-                 suffix_memory: SuffixMemory | None = None) -> Runtime:
+                 suffix_memory: SuffixMemory | None = None, draft_vocab: int | None = DRAFTING.head_vocab
+                 ) -> Runtime:
     """remeasure_costs: time c_v and the draft cost now (benches do, so that the controller sees this
     machine's present speed) instead of reading the profile cached in the bundle. eagle_head: the EAGLE
     head that "eagle", "eagle-tree" and "auto" use (default: the newest installed for the target).
-    suffix_memory: the suffix drafter's memory of earlier answers (default: the default cap, per API key)."""
+    suffix_memory: the suffix drafter's memory of earlier answers (default: the default cap, per API key).
+    draft_vocab: the reduced draft head's common ids (see Runtime; None: the full head)."""
     t = load(target, backend)
     d = load(draft, backend) if draft else None
     return Runtime(t, d, max_seq=max_seq, remeasure_costs=remeasure_costs, eagle_head=eagle_head,
-                   suffix_memory=suffix_memory)
+                   suffix_memory=suffix_memory, draft_vocab=draft_vocab)

@@ -7,14 +7,16 @@ from fake_runtime import FakeRuntime
 
 from speczoo import cli
 from speczoo.bench import ab
+from speczoo.decoding.tuning import DRAFTING
 
 
 @pytest.fixture
 def fake_runtime(monkeypatch):
-    loads = []
+    loads = []      # (remeasure_costs, draft_vocab) of each load
 
-    def load_runtime(target, draft=None, backend=None, max_seq=4096, remeasure_costs=False):
-        loads.append(remeasure_costs)
+    def load_runtime(target, draft=None, backend=None, max_seq=4096, remeasure_costs=False,
+                     draft_vocab=DRAFTING.head_vocab):
+        loads.append((remeasure_costs, draft_vocab))
         rt = FakeRuntime(name=target)
         rt.chat_ids = lambda messages: rt.tokenizer.encode(messages[0]["content"][:200])
         rt.target = SimpleNamespace(backend="fake")
@@ -57,7 +59,7 @@ def test_it_reads_the_stored_cost_profile_unless_told_and_says_how_long_it_took(
     first, done = out.index("speczoo demo: first result after "), out.index("speczoo demo: done in ")
     assert out.index("SPEC LOSSLESS") < first < out.index("[2/2] code edit") < done
     assert cli.main(["demo", "--only", "verbatim", "--gen", "8", "--remeasure-costs"]) == 0
-    assert fake_runtime == [False, True]
+    assert [remeasure for remeasure, _ in fake_runtime] == [False, True]
 
 
 def test_one_short_warm_up_instead_of_one_per_prompt(fake_runtime, monkeypatch):
@@ -79,3 +81,12 @@ def test_one_short_warm_up_instead_of_one_per_prompt(fake_runtime, monkeypatch):
     assert cli.main(["demo", "--only", "verbatim", "code_edit", "--gen", "8"]) == 0
     assert warm[0] == (32, 8, "ngram") and ab_warmups == [False, False]
     assert len(warm) == 1 + 2 * 2             # the warm-up, then each prompt's greedy and speculative run
+
+
+def test_draft_vocab_reaches_the_runtime_and_zero_means_the_full_head(fake_runtime):
+    assert cli.main(["demo", "--only", "verbatim", "--gen", "4", "--runs", "1"]) == 0
+    assert cli.main(["demo", "--only", "verbatim", "--gen", "4", "--runs", "1", "--draft-vocab", "0"]) == 0
+    assert cli.main(["demo", "--only", "verbatim", "--gen", "4", "--runs", "1", "--draft-vocab", "16384"]) == 0
+    assert [vocab for _, vocab in fake_runtime] == [DRAFTING.head_vocab, None, 16384]
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--draft-vocab", "-1"])

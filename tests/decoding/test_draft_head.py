@@ -103,3 +103,88 @@ def test_drafting_with_a_reduced_head_is_lossless():
         outs[spec] = done
     assert outs["draft"].ids == outs["off"].ids
     assert outs["draft"].stats.drafted > 0
+
+
+def test_the_kept_ids_are_a_deterministic_leading_block_of_whole_strips():
+    """The common ids are the first n_common rounded down to whole 16-id strips, the same on every build
+    (no state, no corpus): the draft's proposals cannot depend on when or where it was loaded."""
+    model, _ = tiny_model("qwen2", backend="q4", vocab=256)
+    a, b = ReducedHead(model, 100), ReducedHead(model, 100)
+    assert a.n_common == b.n_common == 96
+    h = torch.randn(2, model.args.dim)
+    assert torch.equal(a(h), b(h))
+    assert ReducedHead.for_model(model, None) is None                  # --draft-vocab 0: the full head
+    assert ReducedHead.for_model(model, 256) is None                   # no smaller than the vocabulary
+    assert ReducedHead.for_model(model, 64).n_common == 64
+
+
+def test_sampled_proposals_from_a_reduced_head_give_a_q_over_the_kept_ids_only():
+    """Under sampling the draft's q [K, V] is a proper distribution that is zero past the kept ids, what
+    the rejection rule needs to stay lossless (tests/decoding/test_verify_sampling.py, keep)."""
+    from speczoo.request import SamplingParams
+
+    model, args = tiny_model("qwen2", backend="q4", vocab=256, seed=1)
+    head = ReducedHead(model, 32)
+    d = DraftModelDrafter(model, KVCache(args, 64, extra=16), SamplingParams(temperature=1.5), torch.Generator(),
+                          head=head)
+    d.reset()
+    prompt = [3, 200, 7, 9]
+    d.prefill(prompt)                                                  # keeps strip 12 (ids 192..207)
+    draft = d.propose(prompt, 6)
+    kept = torch.zeros(256, dtype=torch.bool)
+    kept[:32] = kept[192:208] = True
+    assert draft.probs.shape == (len(draft.tokens), 256)
+    torch.testing.assert_close(draft.probs.sum(-1), torch.ones(len(draft.tokens)))
+    assert float(draft.probs[:, ~kept].abs().sum()) == 0.0
+    assert all(kept[t] for t in draft.tokens)
+
+
+@pytest.mark.real
+def test_the_real_draft_with_a_reduced_vocabulary_is_lossless():
+    """qwen2.5-coder-0.5b drafting for itself through Runtime(draft_vocab=N): the drafter proposes from the
+    reduced head it was given, and the output is plain greedy's, whatever N (a small N rejects more). No
+    costs: a self-draft costs a whole step, which the controller would rightly refuse to pay."""
+    import dataclasses
+
+    from speczoo.bench.prompts import builtin_prompt
+    from speczoo.runtime import Runtime, load
+
+    loaded = load("qwen2.5-coder-0.5b")
+    for n in (4096, None):
+        rt = Runtime(loaded, draft=loaded, max_seq=1024, draft_vocab=n)
+        spec = dataclasses.replace(rt.engine.drafters["draft"], cost=None)
+        head = spec.factory(GenerationRequest(prompt_ids=[1], max_new_tokens=1)).head
+        assert (head is None) if n is None else head.n_common == n
+        eng = Engine(rt.engine.target, rt.engine.cache, [spec], rt.tokenizer.eos_ids, rt.max_seq)
+        ids = rt.chat_ids([{"role": "user", "content": builtin_prompt("free_form").message}])
+        outs = {}
+        for mode in ("off", "draft"):
+            *_, done = eng.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=32, spec=mode, k=4))
+            outs[mode] = done
+        assert outs["draft"].ids == outs["off"].ids
+        assert outs["draft"].stats.drafted > 0
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["free_form", "code_edit"])
+def test_the_zoo_pair_with_a_reduced_draft_vocabulary_equals_greedy(name):
+    """The zoo's pair, qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b, with the default reduced head:
+    the output equals plain greedy's (slow: it needs the 1.5B, which CI's small pulls leave out). No costs,
+    so every round drafts whatever the machine's speed (the controller's choices follow its timings)."""
+    import dataclasses
+
+    from speczoo.bench.prompts import builtin_prompt
+    from speczoo.runtime import Runtime, load
+
+    rt = Runtime(load("qwen2.5-coder-1.5b"), draft=load("qwen2.5-coder-0.5b"), max_seq=1024)
+    spec = dataclasses.replace(rt.engine.drafters["draft"], cost=None)
+    assert spec.factory(GenerationRequest(prompt_ids=[1], max_new_tokens=1)).head is not None
+    eng = Engine(rt.engine.target, rt.engine.cache, [spec], rt.tokenizer.eos_ids, rt.max_seq)
+    ids = rt.chat_ids([{"role": "user", "content": builtin_prompt(name).message}])
+    outs = {}
+    for mode in ("off", "draft"):
+        *_, done = eng.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=64, spec=mode, k=8))
+        outs[mode] = done
+    assert outs["draft"].ids == outs["off"].ids
+    assert outs["draft"].stats.accepted > 0

@@ -103,6 +103,19 @@ def accept_prob_p(draft: Draft, target: Tensor, gen: torch.Generator) -> Verdict
                    path=list(range(draft.k)))
 
 
+@pytest.mark.parametrize("v,k,keep,seed", [pytest.param(12, 3, 6, 5, id="V12-K3-keep6"),
+                                            pytest.param(20, 5, 4, 6, id="V20-K5-keep4")])
+def test_a_reduced_draft_vocabulary_keeps_sampling_lossless(v, k, keep, seed):
+    """A draft proposing from its first `keep` ids (q = 0 past them, a reduced draft head): the target's
+    other ids come only from the residual, and the emitted tokens still follow the target."""
+    p, q = oracles(v, seed, keep=keep)
+    assert all(float(q((t,))[keep:].sum()) == 0.0 for t in range(v))
+    seqs = run_sequences(p, q, k, verify_sampling, one_hot=False, seed=seed)
+    assert any(t >= keep for s in seqs for t in s)          # ids the draft cannot propose are emitted
+    pvals = lossless_p_values(seqs, p)
+    assert min(pvals.values()) > P_THRESHOLD, pvals
+
+
 @pytest.mark.parametrize("broken", [accept_always, correction_from_p, accept_prob_p])
 def test_broken_rules_fail_the_same_test(broken):
     v, k, seed = 12, 3, 2

@@ -10,6 +10,7 @@ import argparse
 
 from speczoo.decoding.drafters.registry import BY_NAME, DRAFT_MODEL
 from speczoo.decoding.modes import AUTO, SpecMode, using
+from speczoo.decoding.tuning import DRAFTING
 
 # The chat's word for "the best speculative mode there is" (speczoo/chat.py resolves it).
 CHAT_ON = "on"
@@ -21,9 +22,22 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="draft model for --spec draft/auto: a zoo name, or the path of a GGUF file (or Hugging Face "
                         "directory), pulled on first use; it must share the target's tokenizer (`speczoo check-pair "
                         "DRAFT TARGET`). Default: the zoo's draft for the target, if it has one")
+    p.add_argument("--draft-vocab", type=draft_vocab, default=DRAFTING.head_vocab, metavar="N",
+                   help="the draft model proposes from a reduced LM head over the N most frequent ids (the first N: "
+                        "byte-level BPE ids are in merge order) plus the prompt's own; the target still verifies over "
+                        f"its full vocabulary, so the output is unchanged. 0: the full head (default "
+                        f"{DRAFTING.head_vocab})")
     p.add_argument("--backend", default=None, help="linear backend (default: the fast batch-invariant one)")
     p.add_argument("--max-seq", type=int, default=4096, help="KV cache capacity in tokens")
     add_threads_arg(p)
+
+
+def draft_vocab(text: str) -> int | None:
+    """--draft-vocab N: the reduced draft head's common ids (None for 0: the full head)."""
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"--draft-vocab must be >= 0 (0: the full head), got {n}")
+    return n or None
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:

@@ -53,7 +53,9 @@ class Loaded(Protocol):
                    .tree, .names), or None;
     max_seq:       the longest sequence a request may reach;
     suffix_memory: the memory of earlier answers the suffix drafter reads and adds to
-                   (drafters/suffix_memory.py SuffixMemory), held by the runtime across requests.
+                   (drafters/suffix_memory.py SuffixMemory), held by the runtime across requests;
+    draft_vocab:   the common ids of the reduced LM head the draft model proposes from
+                   (drafters/draft_head.py), or None: its full head.
     """
 
     target: object
@@ -62,6 +64,7 @@ class Loaded(Protocol):
     eagle: object | None
     max_seq: int
     suffix_memory: object
+    draft_vocab: int | None
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,8 @@ def _draft_model(loaded: Loaded) -> Bound | None:
     from speczoo.decoding.drafters.draft_model import make_draft_drafter
 
     costs = loaded.draft_costs
-    factory = make_draft_drafter(loaded.draft, loaded.target, loaded.max_seq, rows=costs.rows)
+    factory = make_draft_drafter(loaded.draft, loaded.target, loaded.max_seq, head_vocab=loaded.draft_vocab,
+                                 rows=costs.rows)
     return Bound(factory, costs.step, (loaded.draft.name,))
 
 
