@@ -69,6 +69,7 @@ def test_reports_cpu_features_path_threads_and_compiler(machine, capsys):
     assert "avx2 path (SIMD; -march=x86-64-v3)" in out and "library built for avx2, OpenMP threads" in out
     assert "g++ (Debian 12.2.0-14) 12.2.0" in out
     assert "threads    1, from --threads" in out
+    assert "omp wait " in out and "GOMP_SPINCOUNT" in out
     assert "models     none pulled (speczoo pull qwen2.5-coder-0.5b)" in out
     assert "no problems found" in out and "decode" not in out
 
