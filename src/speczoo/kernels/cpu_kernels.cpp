@@ -181,7 +181,7 @@ int sz_reserve_scratch(int64_t S, int64_t KP) {
 }
 
 // Inside a parallel region: quantize all rows in blocks of AB (work-shared; the loop's implicit barrier
-// ends it).
+// ends it). Static over the S rows: cpu_block.cpp's rows_omp relies on row s going to the thread that wrote it.
 static void quantize_rows_omp(const float* x, int64_t S, int64_t K, int64_t ldx, int64_t KP, int64_t AB) {
     Scratch& sc = g_scratch;
 #pragma omp for schedule(static)
