@@ -5,7 +5,7 @@ when it is loaded, at `import torch`. Left alone, a thread that waits (at a barr
 parallel region) spins for 300,000 pause instructions, milliseconds, before it sleeps. When another
 program holds one of the cores, that spinning takes the time slice the awaited thread needs: with a busy
 loop on one of two cores, decode fell to 0.30x of its quiet speed (issue #32). A bounded spin
-(GOMP_SPINCOUNT=SPIN_COUNT, tens of microseconds) still covers the short waits of a quiet machine, and
+(GOMP_SPINCOUNT=SPIN_COUNT, microseconds) still covers the short waits of a quiet machine, and
 sleeps through the long ones of a contended one.
 
 apply() runs first thing when the package is imported (speczoo/__init__.py), before anything imports
@@ -22,7 +22,7 @@ import sys
 
 SPIN_ENV = "GOMP_SPINCOUNT"
 POLICY_ENV = "OMP_WAIT_POLICY"
-SPIN_COUNT = 10_000  # pause instructions; see docs/results.md, "one core busy", for how it was chosen
+SPIN_COUNT = 1_000  # spins of a pause instruction each; docs/results.md, "One core busy", has the choice
 
 _SET_BY_US = ", set by speczoo (a bounded spin)"
 _state = "not applied yet"

@@ -197,7 +197,8 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
     sz_linear_omp(L.wo, att, S, HD, x, D, true, ws);              // x += wo(att)
     rows_omp(S, quantizes(L.wgu.part[0]), [&](int64_t s) { rmsnorm_row(x + s * D, D, L.norm2, eps, h + s * D); });
     runs_omp(L.wgu, h, S, D, gu, ws);
-    rows_omp(S, quantizes(L.wd), [&](int64_t s) { silu_mul_row(gu + s * L.wgu.N, gu + s * L.wgu.N + F, F, a + s * F); });
+    rows_omp(S, quantizes(L.wd),
+             [&](int64_t s) { silu_mul_row(gu + s * L.wgu.N, gu + s * L.wgu.N + F, F, a + s * F); });
     sz_linear_omp(L.wd, a, S, F, x, D, true, ws);                 // x += down(a)
 }
 
