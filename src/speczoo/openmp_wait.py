@@ -5,8 +5,9 @@ when it is loaded, at `import torch`. Left alone, a thread that waits (at a barr
 parallel region) spins for 300,000 pause instructions, milliseconds, before it sleeps. When another
 program holds one of the cores, that spinning takes the time slice the awaited thread needs: with a busy
 loop on one of two cores, decode fell to 0.30x of its quiet speed (issue #32). A bounded spin
-(GOMP_SPINCOUNT=SPIN_COUNT, microseconds) still covers the short waits of a quiet machine, and
-sleeps through the long ones of a contended one.
+(GOMP_SPINCOUNT=SPIN_COUNT, microseconds) is meant to cover the short waits of a quiet machine, and
+sleeps through the long ones of a contended one. Child processes inherit it; environ_of_the_user() gives
+a peer (llama.cpp) the environment without it.
 
 apply() runs first thing when the package is imported (speczoo/__init__.py), before anything imports
 torch. It never overrides the user: when OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, theirs is used as is.
