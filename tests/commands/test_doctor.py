@@ -10,7 +10,7 @@ import pytest
 import torch
 from fake_runtime import FakeRuntime
 
-from speczoo import cli
+from speczoo import cli, openmp_wait
 from speczoo.commands import doctor
 from speczoo.kernels import native
 
@@ -69,6 +69,7 @@ def test_reports_cpu_features_path_threads_and_compiler(machine, capsys):
     assert "avx2 path (SIMD; -march=x86-64-v3)" in out and "library built for avx2, OpenMP threads" in out
     assert "g++ (Debian 12.2.0-14) 12.2.0" in out
     assert "threads    1, from --threads" in out
+    assert f"omp wait   {openmp_wait.state()}" in out
     assert "models     none pulled (speczoo pull qwen2.5-coder-0.5b)" in out
     assert "no problems found" in out and "decode" not in out
 
@@ -102,7 +103,8 @@ def test_json_report(machine, capsys):
     assert rc == 0
     assert report["cpu"]["model"] == "AMD EPYC 7B13" and "avx2" in report["cpu"]["features"]
     assert report["kernels"]["path"] == "avx2" and report["kernels"]["built_for"] == "avx2"
-    assert report["threads"] == {"count": 2, "source": "the physical cores"}
+    assert report["threads"]["count"] == 2 and report["threads"]["source"] == "the physical cores"
+    assert report["threads"]["openmp_wait"] == openmp_wait.state()
     assert report["models"] == [] and report["bench"] is None and report["problems"] == []
 
 

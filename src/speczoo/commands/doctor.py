@@ -49,6 +49,7 @@ def run(args) -> int:
     out.cpu(report["cpu"])
     out.kernels(report["kernels"])
     out.line("threads", f"{report['threads']['count']}, from {report['threads']['source']}")
+    out.line("omp wait", report["threads"]["openmp_wait"])
     out.line("torch", f"{report['torch']['version']} (python {report['torch']['python']})")
     report["models"] = models_section(default_known="error" not in report["kernels"])
     out.models(report["models"])
@@ -99,9 +100,10 @@ def kernel_section() -> dict:
 def threads_section(flag: int | None) -> dict:
     import torch
 
+    from speczoo import openmp_wait
     from speczoo.threads import threads_source
 
-    return {"count": torch.get_num_threads(), "source": threads_source(flag)}
+    return {"count": torch.get_num_threads(), "source": threads_source(flag), "openmp_wait": openmp_wait.state()}
 
 
 def models_section(default_known: bool = True) -> list[dict]:

@@ -145,6 +145,23 @@ static int reserve(const Layer* layers, int64_t n, int64_t S, int64_t D, int64_t
     return 0;
 }
 
+// Row-wise work over the S rows, work-shared statically, ending in a barrier unless `then_quantized`: then
+// the next step is a linear whose first work-shared loop quantizes these same rows, statically over S
+// (sz_linear_omp), and OpenMP gives row s of two static loops of one length in one region to the same
+// thread, so each row is read by the thread that wrote it and the barrier would only make threads wait.
+template <class F>
+static void rows_omp(int64_t S, bool then_quantized, F&& f) {
+    if (then_quantized) {
+#pragma omp for schedule(static) nowait
+        for (int64_t s = 0; s < S; ++s) f(s);
+    } else {
+#pragma omp for schedule(static)
+        for (int64_t s = 0; s < S; ++s) f(s);
+    }
+}
+
+static inline bool quantizes(const SzLinear& w) { return sz_linear_kpad(w) > 0; }  // float formats read x as is
+
 // Inside a parallel region (every thread calls it): one block over x [S, D] in place. Ends with a
 // barrier (the down projection's work-shared loop), so the next block may read x at once.
 static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps, const float* cos_k,
@@ -159,8 +176,7 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
     float* att = q + S * HD;          // [S, H, Dh]
     float* gu = att + S * HD;         // [S, 2F]
     float* a = gu + S * L.wgu.N;      // [S, F]
-#pragma omp for schedule(static)
-    for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, L.norm1, eps, h + s * D);
+    rows_omp(S, quantizes(L.wqkv.part[0]), [&](int64_t s) { rmsnorm_row(x + s * D, D, L.norm1, eps, h + s * D); });
     runs_omp(L.wqkv, h, S, D, qkv, ws);
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < S; ++s) {
@@ -179,11 +195,10 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
     }
     sz_attend_omp(q, S, H, Dh, L.kc, L.vc, Hkv, C, lo, hi, off, idx, nmax, 0.0f, att, slots, scores);
     sz_linear_omp(L.wo, att, S, HD, x, D, true, ws);              // x += wo(att)
-#pragma omp for schedule(static)
-    for (int64_t s = 0; s < S; ++s) rmsnorm_row(x + s * D, D, L.norm2, eps, h + s * D);
+    rows_omp(S, quantizes(L.wgu.part[0]), [&](int64_t s) { rmsnorm_row(x + s * D, D, L.norm2, eps, h + s * D); });
     runs_omp(L.wgu, h, S, D, gu, ws);
-#pragma omp for schedule(static)
-    for (int64_t s = 0; s < S; ++s) silu_mul_row(gu + s * L.wgu.N, gu + s * L.wgu.N + F, F, a + s * F);
+    rows_omp(S, quantizes(L.wd),
+             [&](int64_t s) { silu_mul_row(gu + s * L.wgu.N, gu + s * L.wgu.N + F, F, a + s * F); });
     sz_linear_omp(L.wd, a, S, F, x, D, true, ws);                 // x += down(a)
 }
 

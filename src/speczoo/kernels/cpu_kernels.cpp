@@ -47,6 +47,12 @@
 #include <string.h>
 #include <mutex>
 #include "cpu_kernels.h"
+#if defined(_OPENMP)
+#include <omp.h>
+#define SZ_TEAM_SIZE() omp_get_num_threads()
+#else
+#define SZ_TEAM_SIZE() 1
+#endif
 #ifndef SZ_PF
 #define SZ_PF 12  // q4: software prefetch distance in super-blocks (2 KiB of codes each), into L2
 #endif
@@ -175,7 +181,7 @@ int sz_reserve_scratch(int64_t S, int64_t KP) {
 }
 
 // Inside a parallel region: quantize all rows in blocks of AB (work-shared; the loop's implicit barrier
-// ends it).
+// ends it). Static over the S rows: cpu_block.cpp's rows_omp relies on row s going to the thread that wrote it.
 static void quantize_rows_omp(const float* x, int64_t S, int64_t K, int64_t ldx, int64_t KP, int64_t AB) {
     Scratch& sc = g_scratch;
 #pragma omp for schedule(static)
@@ -187,6 +193,20 @@ static inline void store_cols(float* y, const float* v, int64_t ncols, bool accu
         for (int64_t c = 0; c < ncols; ++c) y[c] = y[c] + v[c];
     else
         for (int64_t c = 0; c < ncols; ++c) y[c] = v[c];
+}
+
+// ---------------------------------------------------------------- work split
+// A linear's strips go out in chunks, about SZ_CHUNKS per thread, each to whichever thread asks next
+// (schedule(dynamic)): a thread slowed by another program on its core takes fewer of them, instead of
+// holding the whole team at the barrier until it has done a fixed share. Which thread computes a strip
+// never changes the strip's arithmetic (one thread, its own workspace, one fixed order), so the results
+// stay bit-identical and batch-invariant.
+#ifndef SZ_CHUNKS
+#define SZ_CHUNKS 8
+#endif
+static inline int64_t strip_chunk(int64_t NB) {
+    const int64_t n = NB / (SZ_CHUNKS * (int64_t)SZ_TEAM_SIZE());
+    return n > 1 ? n : 1;
 }
 
 // ---------------------------------------------------------------- row tiles
@@ -335,7 +355,7 @@ static void float_linear_omp(const SzLinear& w, const float* x, int64_t S, int64
                              bool accum) {
     const int64_t NB = (w.N + 15) / 16, KP = ((w.K + 15) / 16) * 16;
     const typename E::T* wt = (const typename E::T*)w.a;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, strip_chunk(NB))
     for (int64_t nb = 0; nb < NB; ++nb) {
         const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
         float_strip<E>(wt + nb * 16 * KP, KP, w.K, x, ldx, S, w.bias ? w.bias + nb * 16 : nullptr, y + nb * 16, ldy,
@@ -361,7 +381,7 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
     quantize_rows_omp(x, S, w.K, ldx, sz_linear_kpad(w), sz_ablock(w.fmt));
     if (w.fmt == SZ_FMT_Q4) {
         const int64_t G = q4_groups(w.K), KB = (G + 7) / 8;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, strip_chunk(NB))
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             q4_strip(w.a + nb * G * 256, w.b + nb * G * 16, w.c + nb * G * 16, w.d + nb * KB * 32, G, s.xw,
@@ -369,7 +389,7 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
         }
     } else if (w.fmt == SZ_FMT_Q8) {
         const int64_t KP = ((w.K + 31) / 32) * 32;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, strip_chunk(NB))
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             q8_strip(w.a + nb * 16 * KP, KP, s.xw, S, s.sa, s.xsum, w.d + nb * 16, w.bias ? w.bias + nb * 16 : nullptr,
@@ -377,7 +397,7 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
         }
     } else if (w.fmt == SZ_FMT_Q6) {
         const int64_t KP = ((w.K + 31) / 32) * 32, KB = (KP + SZ_ABLOCK - 1) / SZ_ABLOCK;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, strip_chunk(NB))
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             q6_strip(w.a + nb * KP * 8, w.b + nb * KP * 4, (const int8_t*)w.c + nb * KP, w.d + nb * KB * 16, KP, s.xw,
@@ -385,7 +405,7 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
         }
     } else {
         const int64_t KP = ((w.K + 31) / 32) * 32;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, strip_chunk(NB))
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             const float* m = w.fmt == SZ_FMT_Q8BM ? (const float*)w.c + nb * (KP / 2) : nullptr;

@@ -1,0 +1,159 @@
+"""Greedy decode speed with one core taken by another program (issue #32, "never collapse under load").
+
+    python -m benchmarks.contention [--model qwen2.5-coder-1.5b] [--tokens 32] [--runs 5]
+        [--hog-cpu N] [--llama-bin /work/peers/llama.cpp/build/bin]
+
+speczoo: the model is loaded once in this process (so with the defaults a user gets: threads.py's count,
+the OpenMP wait policy speczoo sets before torch loads), then greedy decode of --tokens tokens is timed
+--runs times quiet and --runs times with a busy loop pinned to one core (a subprocess spinning in pure
+Python, os.sched_setaffinity), alternating quiet and busy so that both see the same background load.
+llama.cpp (with --llama-bin): llama-bench on the same GGUF (decode only, -p 0 -n TOKENS), the same way.
+The table gives the median of each and the ratio busy / quiet, with the load average before and after.
+
+This script never pins speczoo's own threads, and never leaves its busy loop running: the hog is killed
+after every busy run, and on any error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+HOG_CODE = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring and tests."
+
+
+@contextlib.contextmanager
+def busy_core(cpu: int) -> Iterator[subprocess.Popen]:
+    """A subprocess spinning on `cpu` for the duration of the block; killed and reaped after it."""
+    hog = subprocess.Popen([sys.executable, "-c", HOG_CODE, str(cpu)])
+    try:
+        time.sleep(0.3)  # let it start spinning and the scheduler see it
+        if hog.poll() is not None:
+            raise RuntimeError(f"the busy loop on cpu {cpu} exited at once (status {hog.returncode})")
+        yield hog
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def alternate(measure: Callable[[], float], runs: int, cpu: int) -> tuple[list[float], list[float]]:
+    """(quiet tok/s, busy tok/s), `runs` of each, taken quiet, busy, quiet, busy, ..."""
+    quiet, busy = [], []
+    for _ in range(runs):
+        quiet.append(measure())
+        with busy_core(cpu):
+            busy.append(measure())
+    return quiet, busy
+
+
+def speczoo_measure(model: str, tokens: int) -> Callable[[], float]:
+    """A function that runs one greedy decode of `tokens` tokens and returns its decode tok/s."""
+    from speczoo.request import GenerationRequest
+    from speczoo.runtime import load_runtime
+
+    rt = load_runtime(model)
+    ids = rt.chat_ids([{"role": "user", "content": PROMPT}])
+
+    def once() -> float:
+        *_, done = rt.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=tokens, spec="off"))
+        return done.stats.tok_s
+
+    once()  # warm up: kernels built, caches touched
+    return once
+
+
+def llama_bench_tok_s(stdout: str) -> float:
+    """Decode tok/s from `llama-bench -o json` output (the one test row's avg_ts)."""
+    rows = json.loads(stdout)
+    gen = [r for r in rows if int(r.get("n_gen", 0)) > 0]
+    if not gen:
+        raise RuntimeError(f"llama-bench printed no decode row: {stdout[:300]!r}")
+    return float(gen[0]["avg_ts"])
+
+
+def llama_measure(bin_dir: Path, gguf: Path, tokens: int, threads: int) -> Callable[[], float]:
+    """llama-bench's decode tok/s, run on llama.cpp's own OpenMP defaults (not the spin speczoo sets)."""
+    from speczoo.openmp_wait import environ_of_the_user
+
+    exe = bin_dir / "llama-bench"
+    if not exe.is_file():
+        raise SystemExit(f"{exe} not found: pass the llama.cpp build/bin folder that holds llama-bench")
+    if not gguf.is_file():
+        raise SystemExit(f"{gguf} not found: pass the model's GGUF with --gguf")
+    cmd = [str(exe), "-m", str(gguf), "-p", "0", "-n", str(tokens), "-r", "1", "-t", str(threads), "-o", "json"]
+
+    def once() -> float:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=environ_of_the_user())
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr[-800:]}")
+        return llama_bench_tok_s(done.stdout)
+
+    return once
+
+
+def table(rows: list[tuple[str, list[float], list[float]]]) -> str:
+    """A markdown table: engine, median quiet tok/s, median busy tok/s, ratio, and the runs themselves."""
+    out = ["| | quiet tok/s | one core busy tok/s | busy / quiet | runs (quiet; busy) |", "|---|---|---|---|---|"]
+    for name, quiet, busy in rows:
+        q, b = statistics.median(quiet), statistics.median(busy)
+        runs = f"{' '.join(f'{v:.2f}' for v in quiet)}; {' '.join(f'{v:.2f}' for v in busy)}"
+        out.append(f"| {name} | {q:.2f} | {b:.2f} | {b / q:.2f}x | {runs} |")
+    return "\n".join(out)
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen2.5-coder-1.5b", help="zoo name (default qwen2.5-coder-1.5b)")
+    ap.add_argument("--tokens", type=int, default=32, help="tokens decoded per run (default 32)")
+    ap.add_argument("--runs", type=int, default=5, help="runs quiet and runs busy, alternating (default 5)")
+    ap.add_argument("--hog-cpu", type=int, default=None,
+                    help="the core the busy loop spins on (default: the last core this process may use)")
+    ap.add_argument("--llama-bin", type=Path, default=None,
+                    help="llama.cpp's build/bin folder: also measure llama-bench on the same GGUF")
+    ap.add_argument("--gguf", type=Path, default=None,
+                    help="the GGUF for llama-bench (default: the zoo's download of --model)")
+    ap.add_argument("--skip-speczoo", action="store_true", help="measure llama.cpp only")
+    args = ap.parse_args(argv)
+    if args.tokens < 1 or args.runs < 1:
+        ap.error("--tokens and --runs must be at least 1")
+
+    from speczoo import openmp_wait, paths
+    from speczoo.threads import apply_threads
+
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = cpus[-1] if args.hog_cpu is None else args.hog_cpu
+    if cpu not in cpus:
+        ap.error(f"--hog-cpu {cpu} is not one of this process's cores {cpus}")
+    threads = apply_threads(None)
+    print(f"cores {cpus}, busy loop on core {cpu}, {threads} threads, {args.tokens} tokens, "
+          f"{args.runs} runs each; speczoo's OpenMP wait: {openmp_wait.state()}", flush=True)
+    before = load_average()
+    rows = []
+    if not args.skip_speczoo:
+        rows.append(("speczoo", *alternate(speczoo_measure(args.model, args.tokens), args.runs, cpu)))
+        print(table(rows[-1:]), flush=True)
+    if args.llama_bin is not None:
+        gguf = args.gguf or paths.downloads_dir() / f"{args.model}.gguf"
+        rows.append(("llama.cpp (llama-bench)",
+                     *alternate(llama_measure(args.llama_bin, gguf, args.tokens, threads), args.runs, cpu)))
+    print(flush=True)
+    print(table(rows))
+    print(f"\nload average (1, 5, 15 min): before {before}, after {load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
