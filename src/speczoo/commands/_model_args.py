@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from speczoo.context import DEFAULT_KV_TYPE, KV_TYPES
 from speczoo.decoding.drafters.registry import BY_NAME, DRAFT_MODEL
 from speczoo.decoding.modes import AUTO, SpecMode, using
 
@@ -22,7 +23,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "directory), pulled on first use; it must share the target's tokenizer (`speczoo check-pair "
                         "DRAFT TARGET`). Default: the zoo's draft for the target, if it has one")
     p.add_argument("--backend", default=None, help="linear backend (default: the fast batch-invariant one)")
-    p.add_argument("--max-seq", type=int, default=4096, help="KV cache capacity in tokens")
+    p.add_argument("--max-seq", type=int, default=None,
+                   help="the longest prompt + output in tokens (default: the model's own context length, capped so "
+                        "that one sequence's KV cache takes at most half the memory available; one line says which)")
+    p.add_argument("--kv-type", choices=sorted(KV_TYPES), default=DEFAULT_KV_TYPE,
+                   help=f"element type of the KV cache (default {DEFAULT_KV_TYPE}, as llama.cpp: half the memory of "
+                        "f32; each key and value rounded once when written)")
     add_threads_arg(p)
 
 

@@ -52,6 +52,7 @@ class Loaded(Protocol):
     eagle:         the EAGLE head resolved at load (speczoo/eagle_drafters.py LoadedHead: .head, .step,
                    .tree, .names), or None;
     max_seq:       the longest sequence a request may reach;
+    kv_dtype:      the element type of the KV caches (torch.float16 or torch.float32);
     suffix_memory: the memory of earlier answers the suffix drafter reads and adds to
                    (drafters/suffix_memory.py SuffixMemory), held by the runtime across requests.
     """
@@ -61,6 +62,7 @@ class Loaded(Protocol):
     draft_costs: object | None
     eagle: object | None
     max_seq: int
+    kv_dtype: object
     suffix_memory: object
 
 
@@ -132,7 +134,8 @@ def _draft_model(loaded: Loaded) -> Bound | None:
     from speczoo.decoding.drafters.draft_model import make_draft_drafter
 
     costs = loaded.draft_costs
-    factory = make_draft_drafter(loaded.draft, loaded.target, loaded.max_seq, rows=costs.rows)
+    factory = make_draft_drafter(loaded.draft, loaded.target, loaded.max_seq, rows=costs.rows,
+                                 kv_dtype=loaded.kv_dtype)
     return Bound(factory, costs.step, (loaded.draft.name,))
 
 
