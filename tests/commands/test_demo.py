@@ -11,7 +11,7 @@ from speczoo.bench import ab
 
 @pytest.fixture
 def fake_runtime(monkeypatch):
-    def load_runtime(target, draft=None, backend=None, max_seq=4096, remeasure_costs=False):
+    def load_runtime(target, draft=None, backend=None, max_seq=None, remeasure_costs=False, kv_type="f16"):
         rt = FakeRuntime(name=target)
         rt.chat_ids = lambda messages: rt.tokenizer.encode(messages[0]["content"][:200])
         rt.target = SimpleNamespace(backend="fake")
