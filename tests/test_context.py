@@ -76,6 +76,7 @@ def test_a_runtime_sizes_and_types_its_caches(kv_type, dtype, monkeypatch):
     assert rt.max_seq == 256 and "the model's own context length" in rt.context_note
     assert rt.engine.cache.k[0].dtype == dtype and rt.engine.cache.max_seq == 256
     assert rt.slot_bytes() == kv_bytes_per_token(args, dtype) * (256 + rt.engine.cache.capacity - 256)
+    args.context_length = 1024
     monkeypatch.setattr(rt_mod, "available_memory", lambda: 2 * 300 * kv_bytes_per_token(args, dtype))
     capped = Runtime(loaded, kv_type=kv_type)
     assert capped.max_seq == MAX_SEQ_STEP and "capped by memory" in capped.context_note
