@@ -20,7 +20,7 @@ import torch
 from speczoo.models.args import ModelArgs
 
 KV_TYPES: dict[str, torch.dtype] = {"f16": torch.float16, "f32": torch.float32}
-DEFAULT_KV_TYPE = "f16"     # docs/results.md "16-bit KV cache": perplexity within 0.1% of f32, decode no slower
+DEFAULT_KV_TYPE = "f16"     # llama.cpp's default; its perplexity against f32: docs/results.md "16-bit KV cache"
 KV_MEMORY_SHARE = 0.5       # the most of the available memory one sequence's KV caches may take by default
 MAX_SEQ_STEP = 256          # a memory-capped length is rounded down to a multiple of this
 
