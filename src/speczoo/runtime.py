@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from speczoo.cache import KVCache
+from speczoo.context import DEFAULT_KV_TYPE, available_memory, choose_max_seq, kv_bytes_per_token, kv_dtype
 from speczoo.errors import NotPulledError
 from speczoo.events import DoneEvent, TokenEvent
 from speczoo.facts import ModelFacts
@@ -71,6 +73,7 @@ class _Loaded:
     draft_costs: DraftModelCosts | None
     eagle: LoadedHead | None
     max_seq: int
+    kv_dtype: torch.dtype
     suffix_memory: SuffixMemory
     draft_vocab: int | None
 
@@ -153,7 +156,9 @@ class Runtime:
     """A loaded target ready to generate, with every drafter it can offer bound once, here.
 
     target, draft: loaded models (`load`; draft None: no draft model, so no "draft" mode); max_seq: the
-    longest prompt + output; remeasure_costs: time the cost profiles now instead of reading the stored
+    longest prompt + output (None: the target's own context length, capped by the memory available:
+    speczoo/context.py; `context_note` says which); kv_type: the KV caches' element type, "f16" or "f32";
+    remeasure_costs: time the cost profiles now instead of reading the stored
     ones; eagle_tree: the shape of "eagle-tree" proposals; eagle_head: the EAGLE head to draft with (a
     name or directory; None: the newest installed for the target, if any); suffix_memory: the earlier answers
     the suffix drafter reads, kept here across requests (default: a SuffixMemory of the default cap, one
@@ -162,11 +167,16 @@ class Runtime:
     profile prices the draft step at the default draft_vocab, so any other is timed afresh at load.
     """
 
-    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int = 4096,
+    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int | None = None,
                  remeasure_costs: bool = False, eagle_tree: TreeShape = TreeShape(), eagle_head: str | None = None,
-                 suffix_memory: SuffixMemory | None = None, draft_vocab: int | None = DRAFTING.head_vocab):
-        if max_seq < 2:
-            raise ValueError(f"--max-seq must be at least 2, got {max_seq}")
+                 suffix_memory: SuffixMemory | None = None, draft_vocab: int | None = DRAFTING.head_vocab,
+                 kv_type: str = DEFAULT_KV_TYPE):
+        self.kv_dtype = kv_dtype(kv_type)
+        per_token = sum(kv_bytes_per_token(m.args, self.kv_dtype) for m in (target, draft) if m is not None)
+        choice = choose_max_seq(max_seq, target.args.context_length, per_token,
+                                available_memory() if max_seq is None else 0, kv_type)
+        max_seq = choice.max_seq
+        self.context_note = choice.reason
         self.target = target
         self.draft = draft
         self.name = target.name
@@ -183,9 +193,10 @@ class Runtime:
         # the EAGLE head is resolved, loaded and priced now (errors before any request), never per request
         eagle = load_eagle(target.name, target.model, target.backend, named=eagle_head, tree=eagle_tree)
         self.suffix_memory = SuffixMemory() if suffix_memory is None else suffix_memory
-        loaded = _Loaded(target, draft, draft_costs, eagle, max_seq, self.suffix_memory, draft_vocab)
+        loaded = _Loaded(target, draft, draft_costs, eagle, max_seq, self.kv_dtype, self.suffix_memory,
+                         draft_vocab)
         drafters = [b for spec in BUILTIN if (b := spec.bound(loaded)) is not None]
-        cache = KVCache(target.args, max_seq, extra=MAX_K + 1)
+        cache = KVCache(target.args, max_seq, extra=MAX_K + 1, dtype=self.kv_dtype)
         self.engine = Engine(target.model, cache, drafters, eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
                              costs=costs, grammars=Grammars(self.tokenizer, self.vocab_size))
         self.eagle = eagle
@@ -209,7 +220,7 @@ class Runtime:
         TokenEvent / DoneEvent stream per request as `generate`. Shares this runtime's model: use one
         or the other at a time. Each drafter runs as its descriptor says (decoding/batch.py): prompt
         lookup by name, the draft model lent to one greedy `auto` request at a time, EAGLE not at all."""
-        slots = SlotCache(self.target.args, n_slots, self.max_seq + MAX_K + 1)
+        slots = SlotCache(self.target.args, n_slots, self.max_seq + MAX_K + 1, dtype=self.kv_dtype)
         return TextBatch(BatchEngine(self.engine, slots, chunk), self.tokenizer, self._check_ids)
 
     def cannot_batch(self) -> str | None:
@@ -220,9 +231,8 @@ class Runtime:
         return None
 
     def slot_bytes(self) -> int:
-        """The KV bytes of one batch slot (fp32 keys and values of every layer for max_seq + a verify)."""
-        a = self.target.args
-        return 2 * a.n_layers * a.n_kv_heads * a.head_dim * 4 * (self.max_seq + MAX_K + 1)
+        """The KV bytes of one batch slot (keys and values of every layer for max_seq + a verify)."""
+        return kv_bytes_per_token(self.target.args, self.kv_dtype) * (self.max_seq + MAX_K + 1)
 
     def facts(self) -> ModelFacts:
         """The served model as a catalogue shows it (from its bundle's manifest)."""
@@ -240,15 +250,19 @@ class Runtime:
 
 
 def load_runtime(target: str, draft: str | None = None, backend: str | None = None,
-                 max_seq: int = 4096, remeasure_costs: bool = False, eagle_head: str | None = None,
-                 suffix_memory: SuffixMemory | None = None, draft_vocab: int | None = DRAFTING.head_vocab
-                 ) -> Runtime:
+                 max_seq: int | None = None, remeasure_costs: bool = False, eagle_head: str | None = None,
+                 suffix_memory: SuffixMemory | None = None, draft_vocab: int | None = DRAFTING.head_vocab,
+                 kv_type: str = DEFAULT_KV_TYPE) -> Runtime:
     """remeasure_costs: time c_v and the draft cost now (benches do, so that the controller sees this
     machine's present speed) instead of reading the profile cached in the bundle. eagle_head: the EAGLE
     head that "eagle", "eagle-tree" and "auto" use (default: the newest installed for the target).
     suffix_memory: the suffix drafter's memory of earlier answers (default: the default cap, per API key).
-    draft_vocab: the reduced draft head's common ids (see Runtime; None: the full head)."""
+    draft_vocab: the reduced draft head's common ids (see Runtime; None: the full head).
+    max_seq, kv_type: as Runtime takes them; the line that says which cap set the context goes to stderr."""
+    kv_dtype(kv_type)                                   # a bad --kv-type fails before anything loads
     t = load(target, backend)
     d = load(draft, backend) if draft else None
-    return Runtime(t, d, max_seq=max_seq, remeasure_costs=remeasure_costs, eagle_head=eagle_head,
-                   suffix_memory=suffix_memory, draft_vocab=draft_vocab)
+    rt = Runtime(t, d, max_seq=max_seq, remeasure_costs=remeasure_costs, eagle_head=eagle_head,
+                 suffix_memory=suffix_memory, draft_vocab=draft_vocab, kv_type=kv_type)
+    print(f"speczoo: {rt.context_note}", file=sys.stderr)
+    return rt

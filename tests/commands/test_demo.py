@@ -14,8 +14,8 @@ from speczoo.decoding.tuning import DRAFTING
 def fake_runtime(monkeypatch):
     loads = []      # (remeasure_costs, draft_vocab) of each load
 
-    def load_runtime(target, draft=None, backend=None, max_seq=4096, remeasure_costs=False,
-                     draft_vocab=DRAFTING.head_vocab):
+    def load_runtime(target, draft=None, backend=None, max_seq=None, remeasure_costs=False,
+                     draft_vocab=DRAFTING.head_vocab, kv_type="f16"):
         loads.append((remeasure_costs, draft_vocab))
         rt = FakeRuntime(name=target)
         rt.chat_ids = lambda messages: rt.tokenizer.encode(messages[0]["content"][:200])

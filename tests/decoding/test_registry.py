@@ -5,6 +5,7 @@ loaded, a descriptor with nothing to draft with."""
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from offered import offered
 from oracle_engines import generate
@@ -31,7 +32,8 @@ def test_the_builtin_descriptors_say_each_fact_once():
 
 
 def loaded(draft=None, draft_costs=None, eagle=None):
-    return SimpleNamespace(target=None, draft=draft, draft_costs=draft_costs, eagle=eagle, max_seq=64)
+    return SimpleNamespace(target=None, draft=draft, draft_costs=draft_costs, eagle=eagle, max_seq=64,
+                           kv_dtype=torch.float16)
 
 
 def test_binding_takes_what_the_runtime_loaded_or_offers_nothing():

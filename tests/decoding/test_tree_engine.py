@@ -35,9 +35,10 @@ from oracle_engines import random_case
 INVARIANT = "fp32-rows"
 
 
-def model_engine(arch: str, backend: str, drafters: dict, max_seq: int = 96, vocab: int = 32):
+def model_engine(arch: str, backend: str, drafters: dict, max_seq: int = 96, vocab: int = 32,
+                 kv_dtype: torch.dtype = torch.float32):
     model, args = tiny_model(arch, backend=backend, vocab=vocab)
-    eng = Engine(model, KVCache(args, max_seq, extra=MAX_K + 1), offered(drafters), eos_ids=[],
+    eng = Engine(model, KVCache(args, max_seq, extra=MAX_K + 1, dtype=kv_dtype), offered(drafters), eos_ids=[],
                  max_seq=max_seq)
     return eng, model, args
 
@@ -50,9 +51,11 @@ def run(eng, **kw) -> Finished:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("backend", ["fp32", INVARIANT, "q4"])     # q4: the compiled kernels and blocks
-def test_scripted_trees_are_lossless_on_tiny_models(arch, backend):
-    eng, _, _ = model_engine(arch, backend, {})
+@pytest.mark.parametrize("backend,kv_dtype", [("fp32", torch.float32), (INVARIANT, torch.float32),
+                                              ("q4", torch.float32),      # q4: the compiled kernels and blocks
+                                              (INVARIANT, torch.float16), ("q4", torch.float16)])   # a 16-bit KV cache
+def test_scripted_trees_are_lossless_on_tiny_models(arch, backend, kv_dtype):
+    eng, _, _ = model_engine(arch, backend, {}, kv_dtype=kv_dtype)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     plain = run(eng, prompt_ids=prompt, max_new_tokens=40)
     truth = prompt + plain.ids
@@ -65,10 +68,12 @@ def test_scripted_trees_are_lossless_on_tiny_models(arch, backend):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_cache_after_tree_rounds_equals_a_fresh_prefill(arch):
+@pytest.mark.parametrize("backend,kv_dtype", [(INVARIANT, torch.float32), (INVARIANT, torch.float16),
+                                              ("q4", torch.float16)])
+def test_cache_after_tree_rounds_equals_a_fresh_prefill(arch, backend, kv_dtype):
     """Compaction == recompute: after every tree round the target's cache holds exactly the K/V a fresh
-    prefill of the committed sequence computes (bitwise, on the batch-invariant backend)."""
-    eng, model, args = model_engine(arch, INVARIANT, {})
+    prefill of the committed sequence computes (bitwise, on the batch-invariant backends; fp32 or fp16)."""
+    eng, model, args = model_engine(arch, backend, {}, kv_dtype=kv_dtype)
     prompt = [7, 7, 2, 9, 11, 3, 5, 8, 13]
     truth = prompt + run(eng, prompt_ids=prompt, max_new_tokens=30).ids
     eng = eng.offer(*offered({"tree": lambda req: ScriptedTree(truth, vocab=32, seed=2)}))
@@ -81,7 +86,7 @@ def test_cache_after_tree_rounds_equals_a_fresh_prefill(arch):
         committed += ev.ids
         n = eng.cache.length          # every emitted id (the next round's a0 is not emitted yet)
         assert n == len(committed) or (n == len(committed) - 1 and ev.drafted == 0)
-        fresh = KVCache(args, 128)
+        fresh = KVCache(args, 128, dtype=kv_dtype)
         model(torch.tensor(committed[:n]), torch.arange(n), fresh)
         for layer in range(args.n_layers):
             assert torch.equal(eng.cache.k[layer][:, :n], fresh.k[layer][:, :n])

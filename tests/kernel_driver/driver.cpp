@@ -13,6 +13,8 @@
 //              key sequence laid out contiguously (a tree row == its compacted path), 1 and 2 threads;
 //   blocks:    a chain of S rows == S single-row decode steps; a tree row == the chain call over its
 //              compacted path; no cache slot outside [l0, l0 + S) is touched.
+// Attention and blocks run over an fp32 KV cache and over an fp16 one (cases named .../kvf16): the fp16
+// cache's values come from sz_f32_to_f16, the library's own rounding, so that differs by path if anything.
 //
 // Inputs come from our own PRNG with integer and IEEE-exact arithmetic only (no libm), so every
 // architecture generates the same bytes. Build (see the test for the path flags):
@@ -46,13 +48,14 @@ int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_
                  const uint8_t* mn, const float* dd, int64_t N, const float* bias, float* y, int nthreads);
 int sz_float_linear(int64_t fmt, const float* x, int64_t S, int64_t K, int64_t ldx, const void* w, int64_t N,
                     const float* bias, float* y, int nthreads);
-int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc, int64_t Hkv,
-              int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx, float softcap,
+int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const void* kc, const void* vc, int64_t kvfmt,
+              int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx, float softcap,
               float* out, int nthreads);
 int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps, const float* cos_k,
                    const float* sin_k, const float* cos_q, const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh,
-                   int64_t C, int64_t l0, const int64_t* dst, const int64_t* lo, const int64_t* hi,
+                   int64_t C, int64_t kvfmt, int64_t l0, const int64_t* dst, const int64_t* lo, const int64_t* hi,
                    const int64_t* off, const int64_t* idx, int nthreads);
+void sz_f32_to_f16(const float* x, int64_t n, uint16_t* y);
 int sz_abi_version(void);
 // Names the compiled path; weak so that a library without it still links (then the header says "?").
 const char* sz_path(void) __attribute__((weak));
@@ -395,12 +398,44 @@ static Plan make_plan(Rng& r, const char* kind, int64_t S, int64_t L, int64_t C)
 
 struct Heads { int64_t H, Hkv, Dh; };
 
-// softcap > 0: the scores soft-capped (Gemma 2), named ".../capN"
-static void attention_case(const Heads& hd, const char* kind, int64_t S, int64_t L, float softcap = 0.0f) {
+// A KV cache of fp32 or fp16 elements (kvfmt FMT_F32 or FMT_F16), held as 16-bit units (an fp32 takes two):
+// its fp32 values are written once, rounded by the library (sz_f32_to_f16) for fp16.
+struct Kv {
+    int64_t fmt, units;  // units: 16-bit words per element
+    explicit Kv(int64_t f) : fmt(f), units(f == FMT_F16 ? 1 : 2) {}
+    std::vector<uint16_t> make(const std::vector<float>& v) const {
+        std::vector<uint16_t> o(v.size() * (size_t)units);
+        if (fmt == FMT_F16)
+            sz_f32_to_f16(v.data(), (int64_t)v.size(), o.data());
+        else
+            memcpy(o.data(), v.data(), sizeof(float) * v.size());
+        return o;
+    }
+    // n elements from element `at` of src to element `to` of dst
+    void copy(std::vector<uint16_t>& dst, int64_t to, const std::vector<uint16_t>& src, int64_t at, int64_t n) const {
+        memcpy(&dst[(size_t)(to * units)], &src[(size_t)(at * units)], sizeof(uint16_t) * (size_t)(n * units));
+    }
+    const char* suffix() const { return fmt == FMT_F16 ? "/kvf16" : ""; }
+};
+
+// Bytewise comparison of two caches; on a difference, one FAIL line naming what and where (in 16-bit units).
+static bool same_units(const std::string& name, const char* what, const std::vector<uint16_t>& got,
+                       const std::vector<uint16_t>& want) {
+    if (got == want) return true;
+    size_t i = 0;
+    while (got[i] == want[i]) ++i;
+    fail(name, "%s differs at 16-bit unit %lld: 0x%04x vs 0x%04x", what, (long long)i, got[i], want[i]);
+    return false;
+}
+
+// softcap > 0: the scores soft-capped (Gemma 2), named ".../capN"; kv: the cache's element type
+static void attention_case(const Heads& hd, const char* kind, int64_t S, int64_t L, float softcap = 0.0f,
+                           const Kv& kv = Kv(FMT_F32)) {
     char base[128];
     snprintf(base, sizeof base, "attn/H%lld/Hkv%lld/Dh%lld/%s/L%lld/S%lld", (long long)hd.H, (long long)hd.Hkv,
              (long long)hd.Dh, kind, (long long)L, (long long)S);
     if (softcap > 0.0f) snprintf(base + strlen(base), sizeof base - strlen(base), "/cap%g", (double)softcap);
+    snprintf(base + strlen(base), sizeof base - strlen(base), "%s", kv.suffix());
     if (g_list) {
         for (int t = 1; t <= 2; ++t) printf("%s/t%d\n", base, t);
         return;
@@ -416,31 +451,32 @@ static void attention_case(const Heads& hd, const char* kind, int64_t S, int64_t
     const float qscale = 2.0f / sqrtf((float)Dh);  // q arrives scaled (sqrtf is correctly rounded)
     fill_normal(r, q.data(), (int64_t)q.size(), qscale);
     const Plan p = make_plan(r, kind, S, L, C);
+    const std::vector<uint16_t> kq = kv.make(kc), vq = kv.make(vc);  // the cache as stored
 
     // references: each row alone, (a) as the 1-row call of the same plan row, (b) over a cache holding its
     // key sequence contiguously in slots [0, n) (a tree row's compacted path)
     std::vector<float> o1((size_t)(S * HD), SENTINEL), oc((size_t)(S * HD), SENTINEL);
     for (int64_t i = 0; i < S; ++i) {
         const int64_t lo = p.lo[i], hi = p.hi[i], off[2] = {0, p.off[i + 1] - p.off[i]};
-        check_rc(base, "1-row call", sz_attend(q.data() + i * HD, 1, H, Dh, kc.data(), vc.data(), Hkv, C, &lo, &hi, off,
-                                               p.idx.data() + p.off[i], softcap, o1.data() + i * HD, 1));
+        check_rc(base, "1-row call", sz_attend(q.data() + i * HD, 1, H, Dh, kq.data(), vq.data(), kv.fmt, Hkv, C, &lo,
+                                               &hi, off, p.idx.data() + p.off[i], softcap, o1.data() + i * HD, 1));
         const std::vector<int64_t> sl = p.slots(i);
         const int64_t n = (int64_t)sl.size();
-        std::vector<float> kg((size_t)(Hkv * n * Dh)), vg(kg.size());
+        std::vector<uint16_t> kg((size_t)(Hkv * n * Dh * kv.units)), vg(kg.size());
         for (int64_t g = 0; g < Hkv; ++g)
             for (int64_t j = 0; j < n; ++j) {
-                memcpy(&kg[(g * n + j) * Dh], &kc[(g * C + sl[j]) * Dh], sizeof(float) * Dh);
-                memcpy(&vg[(g * n + j) * Dh], &vc[(g * C + sl[j]) * Dh], sizeof(float) * Dh);
+                kv.copy(kg, (g * n + j) * Dh, kq, (g * C + sl[j]) * Dh, Dh);
+                kv.copy(vg, (g * n + j) * Dh, vq, (g * C + sl[j]) * Dh, Dh);
             }
         const int64_t zlo = 0, zhi = n, zoff[2] = {0, 0};
-        check_rc(base, "contiguous call", sz_attend(q.data() + i * HD, 1, H, Dh, kg.data(), vg.data(), Hkv, n, &zlo,
-                                                    &zhi, zoff, nullptr, softcap, oc.data() + i * HD, 1));
+        check_rc(base, "contiguous call", sz_attend(q.data() + i * HD, 1, H, Dh, kg.data(), vg.data(), kv.fmt, Hkv, n,
+                                                    &zlo, &zhi, zoff, nullptr, softcap, oc.data() + i * HD, 1));
     }
     for (int t = 1; t <= 2; ++t) {
         const std::string name = std::string(base) + "/t" + std::to_string(t);
         std::vector<float> out((size_t)(S * HD), SENTINEL);
-        check_rc(name, "call", sz_attend(q.data(), S, H, Dh, kc.data(), vc.data(), Hkv, C, p.lo.data(), p.hi.data(),
-                                         p.off.data(), p.idx.data(), softcap, out.data(), t));
+        check_rc(name, "call", sz_attend(q.data(), S, H, Dh, kq.data(), vq.data(), kv.fmt, Hkv, C, p.lo.data(),
+                                         p.hi.data(), p.off.data(), p.idx.data(), softcap, out.data(), t));
         emit(name, fnv1a(out.data(), out.size() * sizeof(float)), out.data(), out.size() * sizeof(float));
         for (int64_t i = 0; i < S; ++i) {
             const std::string w1 = "row " + std::to_string(i) + " vs its 1-row call";
@@ -464,6 +500,14 @@ static void attention_cases() {
         attention_case(heads[0], "chain", S, 203, 30.0f);
         attention_case(heads[2], "tree", S, 45, 4.0f);
     }
+    const Kv f16(FMT_F16);  // an fp16 cache: every shape and kind, and a soft-capped one
+    for (const Heads& hd : heads)
+        for (int64_t S : {(int64_t)1, (int64_t)5, (int64_t)17}) {
+            attention_case(hd, "chain", S, 203, 0.0f, f16);
+            attention_case(hd, "tree", S, 45, 0.0f, f16);
+            if (S >= 5) attention_case(hd, "mixed", S, 120, 0.0f, f16);
+        }
+    attention_case(heads[0], "chain", 9, 203, 30.0f, f16);
 }
 
 // ---------------------------------------------------------------- whole blocks (sz_qwen_blocks)
@@ -544,8 +588,10 @@ static std::vector<float> rows_of(const std::vector<float>& t, const std::vector
     return o;
 }
 
-static int call_blocks(const BlockShape& b, std::vector<Layer>& layers, std::vector<std::vector<float>>& kcs,
-                       std::vector<std::vector<float>>& vcs, int64_t C, int64_t l0, BlockRun& run, int threads) {
+typedef std::vector<std::vector<uint16_t>> Caches;  // per layer, a cache as Kv stores it
+
+static int call_blocks(const BlockShape& b, std::vector<Layer>& layers, Caches& kcs, Caches& vcs, const Kv& kv,
+                       int64_t C, int64_t l0, BlockRun& run, int threads) {
     const int64_t n = (int64_t)layers.size(), S = run.plan.rows();
     std::vector<int64_t> table((size_t)(7 * n));
     for (int64_t i = 0; i < n; ++i) {
@@ -559,13 +605,15 @@ static int call_blocks(const BlockShape& b, std::vector<Layer>& layers, std::vec
         table[7 * i + 6] = qk ? (int64_t)(intptr_t)layers[i].knorm.data() : 0;
     }
     return sz_qwen_blocks(run.x.data(), S, b.D, n, table.data(), 1e-6f, run.ck.data(), run.sk.data(), run.cq.data(),
-                          run.sq.data(), b.H, b.Hkv, b.Dh, C, l0, nullptr, run.plan.lo.data(), run.plan.hi.data(),
+                          run.sq.data(), b.H, b.Hkv, b.Dh, C, kv.fmt, l0, nullptr, run.plan.lo.data(), run.plan.hi.data(),
                           run.plan.off.data(), run.plan.idx.data(), threads);
 }
 
-static void block_case(const BlockShape& b, const char* fmt, int64_t nlayers, const char* kind, int64_t S) {
+static void block_case(const BlockShape& b, const char* fmt, int64_t nlayers, const char* kind, int64_t S,
+                       const Kv& kv = Kv(FMT_F32)) {
     char base[160];
-    snprintf(base, sizeof base, "block/%s/%s/layers%lld/%s/S%lld", b.name, fmt, (long long)nlayers, kind, (long long)S);
+    snprintf(base, sizeof base, "block/%s/%s/layers%lld/%s/S%lld%s", b.name, fmt, (long long)nlayers, kind, (long long)S,
+             kv.suffix());
     if (g_list) {
         for (int t = 1; t <= 2; ++t) printf("%s/t%d\n", base, t);
         return;
@@ -577,18 +625,19 @@ static void block_case(const BlockShape& b, const char* fmt, int64_t nlayers, co
     std::vector<Layer> layers((size_t)nlayers);
     for (auto& ly : layers) make_layer(ly, rw, b, fmt);
     Rng r(seed_of(base));
-    std::vector<std::vector<float>> kc0((size_t)nlayers), vc0((size_t)nlayers);  // the caches before the call
+    Caches kc0((size_t)nlayers), vc0((size_t)nlayers);  // the caches before the call
     for (int64_t i = 0; i < nlayers; ++i) {
-        kc0[i].assign((size_t)(KVD * C), 0.0f);
-        vc0[i].assign(kc0[i].size(), 0.0f);
+        std::vector<float> k((size_t)(KVD * C), 0.0f), v(k.size(), 0.0f);
         for (int64_t g = 0; g < b.Hkv; ++g)
             for (int64_t s = 0; s < C; ++s)
                 if (s < l0 || s >= l0 + S) {  // prefix (earlier tokens) and the slots past the new ones
-                    fill_normal(r, &kc0[i][(g * C + s) * b.Dh], b.Dh, 1.0f);
-                    fill_normal(r, &vc0[i][(g * C + s) * b.Dh], b.Dh, 1.0f);
+                    fill_normal(r, &k[(g * C + s) * b.Dh], b.Dh, 1.0f);
+                    fill_normal(r, &v[(g * C + s) * b.Dh], b.Dh, 1.0f);
                 } else {  // the new slots hold stale values before the call: the block must overwrite them
-                    for (int64_t d = 0; d < b.Dh; ++d) kc0[i][(g * C + s) * b.Dh + d] = vc0[i][(g * C + s) * b.Dh + d] = 7.0f;
+                    for (int64_t d = 0; d < b.Dh; ++d) k[(g * C + s) * b.Dh + d] = v[(g * C + s) * b.Dh + d] = 7.0f;
                 }
+        kc0[i] = kv.make(k);
+        vc0[i] = kv.make(v);
     }
     BlockRun full;
     full.x.resize((size_t)(S * b.D));
@@ -611,7 +660,7 @@ static void block_case(const BlockShape& b, const char* fmt, int64_t nlayers, co
     //   chain: S single-row decode steps, each at slot l0 + i over [0, l0 + i + 1);
     //   tree:  per row, a chain call over its path's rows (the compacted path), last row and its slots.
     std::vector<float> xref((size_t)(S * b.D));
-    std::vector<std::vector<float>> kref = kc0, vref = vc0;
+    Caches kref = kc0, vref = vc0;
     if (!tree) {
         for (int64_t i = 0; i < S; ++i) {
             BlockRun one;
@@ -621,7 +670,7 @@ static void block_case(const BlockShape& b, const char* fmt, int64_t nlayers, co
             one.cq = rows_of(full.cq, {i}, b.Dh);
             one.sq = rows_of(full.sq, {i}, b.Dh);
             one.plan.add(0, l0 + i + 1, {});
-            check_rc(base, "decode step", call_blocks(b, layers, kref, vref, C, l0 + i, one, 1));
+            check_rc(base, "decode step", call_blocks(b, layers, kref, vref, kv, C, l0 + i, one, 1));
             memcpy(&xref[i * b.D], one.x.data(), sizeof(float) * b.D);
         }
     } else {
@@ -635,28 +684,29 @@ static void block_case(const BlockShape& b, const char* fmt, int64_t nlayers, co
             ch.cq = rows_of(full.cq, path, b.Dh);
             ch.sq = rows_of(full.sq, path, b.Dh);
             for (int64_t j = 0; j < d; ++j) ch.plan.add(0, l0 + j + 1, {});
-            std::vector<std::vector<float>> kc = kc0, vc = vc0;
-            check_rc(base, "path chain call", call_blocks(b, layers, kc, vc, C, l0, ch, 1));
+            Caches kc = kc0, vc = vc0;
+            check_rc(base, "path chain call", call_blocks(b, layers, kc, vc, kv, C, l0, ch, 1));
             memcpy(&xref[i * b.D], &ch.x[(d - 1) * b.D], sizeof(float) * b.D);
             for (int64_t l = 0; l < nlayers; ++l)  // row i's own slot l0 + i holds what the path's last row wrote
                 for (int64_t g = 0; g < b.Hkv; ++g) {
-                    memcpy(&kref[l][(g * C + l0 + i) * b.Dh], &kc[l][(g * C + l0 + d - 1) * b.Dh], sizeof(float) * b.Dh);
-                    memcpy(&vref[l][(g * C + l0 + i) * b.Dh], &vc[l][(g * C + l0 + d - 1) * b.Dh], sizeof(float) * b.Dh);
+                    kv.copy(kref[l], (g * C + l0 + i) * b.Dh, kc[l], (g * C + l0 + d - 1) * b.Dh, b.Dh);
+                    kv.copy(vref[l], (g * C + l0 + i) * b.Dh, vc[l], (g * C + l0 + d - 1) * b.Dh, b.Dh);
                 }
         }
     }
 
     for (int t = 1; t <= 2; ++t) {
         const std::string name = std::string(base) + "/t" + std::to_string(t);
-        std::vector<std::vector<float>> kc = kc0, vc = vc0;
+        Caches kc = kc0, vc = vc0;
         BlockRun run = full;
-        check_rc(name, "call", call_blocks(b, layers, kc, vc, C, l0, run, t));
-        std::vector<float> all = run.x;  // x, then every layer's key and value cache
+        check_rc(name, "call", call_blocks(b, layers, kc, vc, kv, C, l0, run, t));
+        std::vector<uint16_t> all(run.x.size() * 2);  // x, then every layer's key and value cache
+        memcpy(all.data(), run.x.data(), sizeof(float) * run.x.size());
         for (int64_t l = 0; l < nlayers; ++l) {
             all.insert(all.end(), kc[l].begin(), kc[l].end());
             all.insert(all.end(), vc[l].begin(), vc[l].end());
         }
-        emit(name, fnv1a(all.data(), all.size() * sizeof(float)), all.data(), all.size() * sizeof(float));
+        emit(name, fnv1a(all.data(), all.size() * sizeof(uint16_t)), all.data(), all.size() * sizeof(uint16_t));
         const char* how = tree ? "its compacted path's chain call" : "its single-row decode step";
         for (int64_t i = 0; i < S; ++i) {
             const std::string w = "x row " + std::to_string(i) + " vs " + how;
@@ -666,8 +716,8 @@ static void block_case(const BlockShape& b, const char* fmt, int64_t nlayers, co
             const std::string wk = "layer " + std::to_string(l) + " key cache vs the reference (new slots " + how +
                                    "; other slots untouched)";
             const std::string wv = "layer " + std::to_string(l) + " value cache vs the reference";
-            same_bits(name, wk.c_str(), kc[l].data(), kref[l].data(), (int64_t)kc[l].size());
-            same_bits(name, wv.c_str(), vc[l].data(), vref[l].data(), (int64_t)vc[l].size());
+            same_units(name, wk.c_str(), kc[l], kref[l]);
+            same_units(name, wv.c_str(), vc[l], vref[l]);
         }
     }
 }
@@ -697,6 +747,13 @@ static void block_cases() {
     for (int64_t S : Ss) {
         block_case(qwen3, "q4", 2, "chain", S);
         if (S > 1) block_case(qwen3, "q8", 2, "tree", S);
+    }
+    const Kv f16(FMT_F16);  // an fp16 cache, written by the blocks themselves
+    for (int64_t S : Ss) {
+        block_case(tiny, "q4", 3, "chain", S, f16);
+        if (S > 1) block_case(tiny, "f16", 2, "tree", S, f16);
+        block_case(qwen, "q8b", 1, "chain", S, f16);
+        if (S > 1) block_case(qwen3, "q4", 2, "tree", S, f16);
     }
 }
 

@@ -1,6 +1,6 @@
 """Compiled batch-invariant attention (kernels/attention.py): bitwise row invariance across S, tree rows,
 sliding windows, soft-capping, thread counts, GQA shapes of the real models, parity with the torch twin,
-errors.
+fp16 caches (read as their exact fp32 widening), errors.
 
 Fast (tiny caches); the first run compiles the kernels (cached under speczoo's home).
 """
@@ -125,11 +125,49 @@ def test_long_context_and_a_single_key():
     torch.testing.assert_close(out, attention.attend_torch(q, k, v, keys), rtol=1e-5, atol=2e-5)
 
 
-def test_non_fp32_cache_takes_the_twin():
+def test_a_cache_the_kernel_does_not_read_takes_the_twin():
     q, k, v = _data(4, 2, 16)
     keys = _chain(20, 3)
     out = attention.attend(q[:3], k.bfloat16(), v.bfloat16(), keys)
     assert torch.equal(out, attention.attend_torch(q[:3], k.bfloat16(), v.bfloat16(), keys))
+
+
+@pytest.mark.parametrize("h,hkv,dh", (*GQA, (4, 2, 40)))
+def test_an_fp16_cache_reads_as_its_exact_fp32_widening(h, hkv, dh):
+    """An fp16 cache gives the very bits of the fp32 kernel over the same values widened (the kernel converts
+    each loaded element exactly); its rows stay invariant across S and tree rows (Dh = 40: a partial chunk)."""
+    q, k, v = _data(h, hkv, dh)
+    k16, v16 = k.half(), v.half()
+    keys = _chain(40, 17)
+    full = attention.attend(q, k16, v16, keys)
+    assert torch.equal(full, attention.attend(q, k16.float(), v16.float(), keys))
+    for s in (1, 5):
+        assert torch.equal(attention.attend(q[:s], k16, v16, _chain(40, s)), full[:s])
+    tree = attention.KeyRows.from_rows([torch.tensor([0, 3, 7, 41, 44])] * 2)
+    assert torch.equal(attention.attend(q[:2], k16, v16, tree), attention.attend(q[:2], k16.float(), v16.float(), tree))
+    torch.testing.assert_close(full, attention.attend_torch(q, k16, v16, keys), rtol=1e-5, atol=2e-5)
+
+
+def test_the_kernels_fp16_rounding_is_torchs():
+    """sz_f32_to_f16 (how the compiled blocks write an fp16 cache) rounds exactly as Tensor.half(): ties to
+    even, subnormals, overflow to infinity, signed zeros."""
+    g = torch.Generator().manual_seed(3)
+    edges = torch.tensor([0.0, -0.0, 65504.0, 65519.99, 65520.0, -65520.0, 1e9, float("inf"), -float("inf"),
+                          2.0 ** -14, 2.0 ** -24, 2.0 ** -25, 2.0 ** -25 * 1.0001, 3 * 2.0 ** -26, 1e-30, 1.0 + 2.0 ** -11,
+                          1.0 + 3 * 2.0 ** -11, 2049.0, 2051.0, 6.1e-5])
+    ulps = torch.arange(0, 1 << 16, dtype=torch.int32).to(torch.int16).view(torch.float16).float()   # every fp16
+    ulps = ulps[torch.isfinite(ulps)]
+    mids = (ulps[:-1].double() + ulps[1:].double()) / 2                  # halfway points (exact in fp32 or not)
+    x = torch.cat((edges, torch.randn(20000, generator=g) * 30, torch.randn(2000, generator=g) * 1e-5, ulps,
+                   mids.float(), torch.nextafter(mids.float(), torch.tensor(0.0)))).contiguous()
+    y = torch.empty(x.numel(), dtype=torch.float16)
+    native.kernels().to_f16_fn(x.data_ptr(), x.numel(), y.data_ptr())
+    want = x.half()
+    assert torch.equal(y.view(torch.int16), want.view(torch.int16))
+    nan = torch.tensor([float("nan"), -float("nan")])
+    out = torch.empty(2, dtype=torch.float16)
+    native.kernels().to_f16_fn(nan.data_ptr(), 2, out.data_ptr())
+    assert torch.isnan(out.float()).all()
 
 
 def test_bad_plans_are_clear_errors():

@@ -3,7 +3,8 @@ of the Qwen2 shape (qwen2, llama, qwen3 with its QK norm, phi3 with its fused te
 equal to the PyTorch composition to round-off, batch-invariant (bit for bit) across tree rows and thread
 counts (across forward sizes: test_models.py, backends q4, q8, f16, bf16w), and clear about bad input; the
 float formats (f32, f16, bf16) run in it like the integer ones, alone and beside them. The
-one-call stack of all blocks is bit-identical to running them one by one."""
+one-call stack of all blocks is bit-identical to running them one by one. An fp16 KV cache runs in it too:
+its rows written once, rounded as PyTorch rounds them, and everything above holds over it."""
 
 import pytest
 import torch
@@ -124,7 +125,32 @@ def test_compiled_block_equals_the_torch_composition(backend, arch):
 
 
 @pytest.mark.parametrize("arch", COMPILED)
-def test_compiled_block_tree_rows_equal_the_decode_of_their_path(arch):
+@pytest.mark.parametrize("backend", ("q4", "f16"))
+def test_compiled_block_with_an_fp16_cache_equals_the_torch_composition(backend, arch):
+    """The block writes an fp16 cache itself (sz_f16_from_f32) where the PyTorch forward writes it through
+    torch's copy: the same rounding of values equal to round-off (sz_f16_from_f32 is Tensor.half() bit for bit:
+    test_attention.py), so caches and outputs agree to round-off and an fp16 step."""
+    model, args = tiny_model(arch, backend=backend)
+    t = toks(20)
+    outs, caches = [], []
+    for native in (True, False):
+        c = KVCache(args, 64, dtype=torch.float16)
+        if native:
+            outs.append(model(t, torch.arange(20), c).logits)
+        else:
+            with without_native(model):
+                outs.append(model(t, torch.arange(20), c).logits)
+        caches.append(c)
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-3, atol=1e-3)
+    for a, b in ((caches[0]._k, caches[1]._k), (caches[0]._v, caches[1]._v)):
+        torch.testing.assert_close(a[:, :, :20].float(), b[:, :, :20].float(), rtol=2e-3, atol=1e-4)
+        assert not a[:, :, 20:].any(), "wrote past its slots"
+    assert caches[0]._k.dtype == torch.float16 and caches[0].nbytes == KVCache(args, 64).nbytes // 2
+
+
+@pytest.mark.parametrize("arch", COMPILED)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16))
+def test_compiled_block_tree_rows_equal_the_decode_of_their_path(arch, dtype):
     model, args = tiny_model(arch, backend="q4")
     prefix = toks(10)
     # a tree over 4 new slots: 0 -> 1 -> 2 and 0 -> 3 (two paths sharing node 0)
@@ -137,18 +163,19 @@ def test_compiled_block_tree_rows_equal_the_decode_of_their_path(arch):
         while j >= 0:
             mask[i, j] = True
             j = parents[j]
-    c = KVCache(args, 64)
+    c = KVCache(args, 64, dtype=dtype)
     model(prefix, torch.arange(10), c)
     tree = model(nodes, torch.tensor(depth) + 10, c, attend=Tree(mask)).logits
     for leaf, path in ((2, [0, 1, 2]), (3, [0, 3])):
-        c2 = KVCache(args, 64)
+        c2 = KVCache(args, 64, dtype=dtype)
         model(prefix, torch.arange(10), c2)
         seq = model(nodes[path], torch.arange(10, 10 + len(path)), c2).logits
         assert torch.equal(seq[-1], tree[leaf])
 
 
 @pytest.mark.parametrize("arch", ("qwen2", "qwen3"))
-def test_compiled_block_does_not_depend_on_the_thread_count(arch):
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16))
+def test_compiled_block_does_not_depend_on_the_thread_count(arch, dtype):
     model, args = tiny_model(arch, backend="q4", dim=128, ffn_dim=320)
     t = toks(12)
     before = torch.get_num_threads()
@@ -156,7 +183,7 @@ def test_compiled_block_does_not_depend_on_the_thread_count(arch):
         results = []
         for n in (1, 2, 3):
             torch.set_num_threads(n)
-            results.append(model(t, torch.arange(12), KVCache(args, 32)).logits)
+            results.append(model(t, torch.arange(12), KVCache(args, 32, dtype=dtype)).logits)
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(r, results[0]) for r in results[1:])
@@ -185,6 +212,9 @@ def test_bad_plans_and_shapes_are_clear_errors():
     _refuses_bad_input(lambda l0, keys: block(x, rot.cos, rot.sin, rot.q_cos, rot.q_sin, c.k[0], c.v[0], l0, keys),
                        c.capacity)
     assert NativeBlock.supports(x, c.k[0], plan.keys)
+    assert NativeBlock.supports(x, c.k[0].half(), plan.keys, c.v[0].half())
+    assert not NativeBlock.supports(x, c.k[0].half(), plan.keys, c.v[0])        # K and V of one dtype
+    assert not NativeBlock.supports(x, c.k[0].bfloat16(), plan.keys)
     assert not NativeBlock.supports(x.double(), c.k[0], plan.keys)
     assert not NativeBlock.supports(x, c.k[0], None)
 
@@ -208,10 +238,10 @@ def test_portable_build_runs_the_block_and_agrees():
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def _forwards(model, args) -> list:
+def _forwards(model, args, dtype: torch.dtype = torch.float32) -> list:
     """A prefill with hidden states captured mid-stack and at the end, a decode step, a chain verify and
     a tree verify: the logits, hidden states and cache contents of each."""
-    c = KVCache(args, 64)
+    c = KVCache(args, 64, dtype=dtype)
     outs = [model(toks(20), torch.arange(20), c, readout=Readout(hidden_layers=[0, 1, -1]))]
     outs.append(model(toks(1, seed=2), torch.tensor([20]), c, readout=Readout(hidden_layers=[1])))
     outs.append(model(toks(5, seed=3), torch.arange(21, 26), c))
@@ -220,8 +250,8 @@ def _forwards(model, args) -> list:
 
 
 @pytest.mark.parametrize("arch", COMPILED)
-@pytest.mark.parametrize("backend", FAST)
-def test_one_call_stack_is_bit_identical_to_block_by_block(backend, arch, monkeypatch):
+@pytest.mark.parametrize("backend,dtype", [(b, torch.float32) for b in FAST] + [("q4", torch.float16)])
+def test_one_call_stack_is_bit_identical_to_block_by_block(backend, dtype, arch, monkeypatch):
     model, args = tiny_model(arch, backend=backend, n_layers=3)
     assert model.stack is not None
 
@@ -230,10 +260,10 @@ def test_one_call_stack_is_bit_identical_to_block_by_block(backend, arch, monkey
 
     with monkeypatch.context() as m:
         m.setattr(NativeBlock, "__call__", not_block_by_block)
-        stacked = _forwards(model, args)
+        stacked = _forwards(model, args, dtype)
     with monkeypatch.context() as m:
         m.setattr(NativeStack, "supports", staticmethod(lambda *a: False))
-        one_by_one = _forwards(model, args)
+        one_by_one = _forwards(model, args, dtype)
     assert len(stacked) == len(one_by_one) == 4 + 4 + 2
     for a, b in zip(stacked, one_by_one):
         assert torch.equal(a, b)

@@ -13,6 +13,7 @@ Also: how a path is chosen from the CPU's features.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 
@@ -93,18 +94,19 @@ def test_attention_equals_the_scalar_path(path, scalar):
     for h, hkv, dh in ((14, 2, 64), (12, 2, 128), (4, 4, 16), (8, 2, 40)):
         q = torch.randn(len(rows), h, dh, generator=g)
         kc, vc = torch.randn(hkv, 64, dh, generator=g) * 3, torch.randn(hkv, 64, dh, generator=g)
-        for softcap in (0.0, 50.0, 3.0):                       # Gemma 2's soft-capping: both tanh branches
-            ref = attention.attend(q, kc, vc, keys, lib=ref_lib, softcap=softcap)
+        for (k, v), softcap in itertools.product(((kc, vc), (kc.half(), vc.half())), (0.0, 50.0, 3.0)):
+            ref = attention.attend(q, k, v, keys, lib=ref_lib, softcap=softcap)   # caps: both tanh branches
             for threads in (1, 2):
                 with _threads(threads):
-                    out = attention.attend(q, kc, vc, keys, lib=lib, softcap=softcap)
-                assert torch.equal(out, ref), f"{path.name} H={h} Hkv={hkv} Dh={dh} cap={softcap} threads={threads}"
+                    out = attention.attend(q, k, v, keys, lib=lib, softcap=softcap)
+                assert torch.equal(out, ref), (f"{path.name} H={h} Hkv={hkv} Dh={dh} cap={softcap} {k.dtype} "
+                                               f"threads={threads}")
 
 
-def _forwards(model, args) -> list[torch.Tensor]:
+def _forwards(model, args, kv_dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
     """Prefill, a decode step, a chain verify of 5 and a tree verify of 4: logits and the caches."""
     toks = torch.randint(0, args.vocab_size, (30,), generator=torch.Generator().manual_seed(5))
-    c = KVCache(args, 64)
+    c = KVCache(args, 64, dtype=kv_dtype)
     outs = [model(toks[:20], torch.arange(20), c).logits, model(toks[20:21], torch.tensor([20]), c).logits,
             model(toks[21:26], torch.arange(21, 26), c).logits,
             model(toks[26:30], torch.tensor([26, 27, 28, 27]), c, attend=Tree(tree_mask([-1, 0, 1, 0]))).logits]
@@ -123,6 +125,17 @@ def test_whole_model_equals_the_scalar_path(path, backend, arch, scalar):
     compiled = model.layers[0].native is not None
     assert compiled == (arch != "gemma2"), "the compiled block should run on this path (gemma2's blocks: PyTorch)"
     for a, b in zip(_forwards(model, args), _forwards(ref, args), strict=True):
+        assert torch.equal(a, b), path.name
+
+
+@pytest.mark.parametrize("path", PATHS, ids=_path_ids(PATHS))
+@pytest.mark.parametrize("arch", ("qwen2", "gemma2"))      # the compiled block, and PyTorch's blocks
+def test_whole_model_over_an_fp16_cache_equals_the_scalar_path(path, arch, scalar):
+    args = tiny_args(arch)
+    tensors = tiny_tensors(args)
+    cls = arch_class(arch)
+    model, ref = cls(args, tensors, Q4Backend(path)), cls(args, tensors, Q4Backend(scalar))
+    for a, b in zip(_forwards(model, args, torch.float16), _forwards(ref, args, torch.float16), strict=True):
         assert torch.equal(a, b), path.name
 
 

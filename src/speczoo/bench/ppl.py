@@ -82,11 +82,12 @@ def make_chunks(tokens: list[int], n_ctx: int, n_chunks: int | None, bos_id: int
     return Chunks(ids=ids, targets=targets)
 
 
-def model_logits(model) -> LogitsFn:
-    """A speczoo model's logits of a chunk's scored rows: one forward of the chunk from an empty cache."""
+def model_logits(model, kv_dtype: torch.dtype = torch.float32) -> LogitsFn:
+    """A speczoo model's logits of a chunk's scored rows: one forward of the chunk from an empty cache (its
+    keys and values stored as kv_dtype)."""
     def run(ids: Tensor) -> Tensor:
         c = ids.shape[0]
-        cache = KVCache(model.args, c, extra=0)
+        cache = KVCache(model.args, c, extra=0, dtype=kv_dtype)
         with torch.inference_mode():
             return model(ids, torch.arange(c), cache, readout=Readout(logit_rows=slice(c // 2, c - 1))).logits.float()
     return run

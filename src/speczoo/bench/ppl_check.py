@@ -1,7 +1,8 @@
 """`speczoo check MODEL --ppl FILE`: is the loaded model faithful to its GGUF, as faithful as llama.cpp?
 
 On the same ids of one text (llama-perplexity's protocol, speczoo.bench.ppl): the perplexity of the model
-on its backend (the bundle's default, or the one asked for), of the fp32 reference (the GGUF dequantized,
+on its backend (the bundle's default, or the one asked for) with its KV cache of --kv-type, of the fp32
+reference (fp32 KV too) (the GGUF dequantized,
 speczoo's `fp32` backend), and the backend's top-1 agreement and KL divergence against that reference;
 beside them llama.cpp's perplexity of the same GGUF and its own agreement with its own F32 reference
 (speczoo.bench.ppl_llama), where llama.cpp's tools are found. The goals it checks (issue #28): the
@@ -21,6 +22,7 @@ import torch
 
 from speczoo.bench.ppl import Chunks, PplScore, evaluate, make_chunks, model_logits
 from speczoo.bench.ppl_llama import LlamaPpl, first_difference, find_llama_bin, llama_ids, llama_perplexity
+from speczoo.context import DEFAULT_KV_TYPE, kv_dtype
 from speczoo.errors import SpeczooError
 
 MAX_PPL_RATIO = 1.01        # the backend's perplexity / llama.cpp's
@@ -30,6 +32,7 @@ MAX_PPL_RATIO = 1.01        # the backend's perplexity / llama.cpp's
 class PplReport:
     model: str
     backend: str
+    kv_type: str
     n_ctx: int
     chunks: int
     positions: int
@@ -83,7 +86,8 @@ def _check_llama_ids(bin_dir: Path, gguf: Path, text_file: Path, chunks: Chunks)
 
 def run_ppl_check(model: str, text_file: Path, *, backend: str | None = None, n_ctx: int = 512,
                   n_chunks: int | None = None, llama_bin: str | None = None, llama: bool = True,
-                  llama_repack: bool = False, log=print) -> PplReport:
+                  llama_repack: bool = False, kv_type: str = DEFAULT_KV_TYPE, log=print) -> PplReport:
+    dtype = kv_dtype(kv_type)
     gguf, tok, build, backend = _open(model, backend)
     ids = tok.encode(text_of(text_file), add_special=True)
     chunks = make_chunks(ids, n_ctx, n_chunks, tok.bos_id if tok.add_bos else None)
@@ -95,11 +99,11 @@ def run_ppl_check(model: str, text_file: Path, *, backend: str | None = None, n_
         log("fp32 reference (the GGUF dequantized)")
         ref_score, ref = evaluate(model_logits(build("fp32")), chunks, keep=Path(tmp) / "reference.npy", log=progress)
         gc.collect()
-        log(f"{backend} backend")
-        fast, _ = evaluate(model_logits(build(backend)), chunks, ref, log=progress)
+        log(f"{backend} backend, KV {kv_type}")
+        fast, _ = evaluate(model_logits(build(backend), dtype), chunks, ref, log=progress)
         del ref
         gc.collect()
-    report = PplReport(model=model, backend=backend, n_ctx=n_ctx, chunks=n, positions=chunks.positions,
+    report = PplReport(model=model, backend=backend, kv_type=kv_type, n_ctx=n_ctx, chunks=n, positions=chunks.positions,
                        fp32=ref_score, fast=fast)
 
     bin_dir = find_llama_bin(llama_bin) if llama else None
@@ -127,7 +131,7 @@ def format_ppl_report(r: PplReport) -> str:
              "(llama-perplexity's protocol)",
              f"  {'':34} {'ppl':>9} {'vs its fp32':>12} {'top-1 vs fp32':>14} {'KL vs fp32':>11}",
              f"  {'speczoo fp32 (GGUF dequantized)':34} {r.fp32.ppl:9.4f} {'—':>12} {1.0:14.4f} {0.0:11.5f}",
-             f"  {'speczoo ' + r.backend:34} {r.fast.ppl:9.4f} {100 * (r.fast.ppl / r.fp32.ppl - 1):+11.2f}% "
+             f"  {'speczoo ' + r.backend + ', KV ' + r.kv_type:34} {r.fast.ppl:9.4f} {100 * (r.fast.ppl / r.fp32.ppl - 1):+11.2f}% "
              f"{r.fast.agreement:14.4f} {r.fast.kl:11.5f}"]
     if r.llama is not None:
         lp = r.llama

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from speczoo.context import DEFAULT_KV_TYPE, KV_TYPES
 from speczoo.decoding.drafters.registry import BY_NAME, DRAFT_MODEL
 from speczoo.decoding.modes import AUTO, SpecMode, using
 from speczoo.decoding.tuning import DRAFTING
@@ -28,7 +29,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         f"its full vocabulary, so the output is unchanged. 0: the full head (default "
                         f"{DRAFTING.head_vocab})")
     p.add_argument("--backend", default=None, help="linear backend (default: the fast batch-invariant one)")
-    p.add_argument("--max-seq", type=int, default=4096, help="KV cache capacity in tokens")
+    p.add_argument("--max-seq", type=int, default=None,
+                   help="the longest prompt + output in tokens (default: the model's own context length, capped so "
+                        "that one sequence's KV cache takes at most half the memory available; one line says which)")
+    p.add_argument("--kv-type", choices=sorted(KV_TYPES), default=DEFAULT_KV_TYPE,
+                   help=f"element type of the KV cache (default {DEFAULT_KV_TYPE}, as llama.cpp: half the memory of "
+                        "f32; each key and value rounded once when written)")
     add_threads_arg(p)
 
 

@@ -48,7 +48,7 @@ def prompt_ids_from_args(args, runtime) -> list[int]:
 def run(args) -> int:
     from speczoo.runtime import load_runtime
     rt = load_runtime(args.target, draft=draft_for(args.target, args.spec, args.draft),
-                      backend=args.backend, max_seq=args.max_seq, remeasure_costs=True,
+                      backend=args.backend, max_seq=args.max_seq, kv_type=args.kv_type, remeasure_costs=True,
                       eagle_head=eagle_for(args.spec), draft_vocab=args.draft_vocab)
     ids = prompt_ids_from_args(args, rt)
     sampling = SamplingParams(temperature=args.temperature, seed=args.seed)

@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from speczoo.runtime import load_runtime
 
     runtime = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
-                           backend=args.backend, max_seq=args.max_seq, eagle_head=eagle_for(args.spec),
-                           draft_vocab=args.draft_vocab)
+                           backend=args.backend, max_seq=args.max_seq, kv_type=args.kv_type,
+                           eagle_head=eagle_for(args.spec), draft_vocab=args.draft_vocab)
     session = ChatSession(runtime, spec=spec_mode(args.spec), max_tokens=args.max_tokens,
                           temperature=args.temperature, seed=args.seed, system=args.system,
                           no_think=args.no_think, out=sys.stdout)

@@ -9,6 +9,8 @@ removes it). Only parses arguments and calls speczoo.bench.parity."""
 
 from __future__ import annotations
 
+from speczoo.context import DEFAULT_KV_TYPE, KV_TYPES
+
 
 def register(sub) -> None:
     p = sub.add_parser("check", help="parity gate: our model vs transformers on the same GGUF, and the fast "
@@ -33,6 +35,9 @@ def register(sub) -> None:
     g.add_argument("--ppl", metavar="FILE", default=None,
                    help="measure the perplexity on FILE (llama-perplexity's protocol) with --backend (default: the "
                         "bundle's), the fp32 reference and llama.cpp on the same GGUF, instead of the parity gate")
+    g.add_argument("--kv-type", choices=sorted(KV_TYPES), default=DEFAULT_KV_TYPE,
+                   help=f"the backend's KV cache element type (default {DEFAULT_KV_TYPE}; the fp32 reference keeps "
+                        "f32)")
     g.add_argument("--ctx", type=int, default=512, help="ids per chunk (llama-perplexity -c; default 512)")
     g.add_argument("--chunks", type=int, default=None, help="chunks to score (default: every whole chunk)")
     g.add_argument("--llama-bin", default=None,
@@ -53,7 +58,7 @@ def run(args) -> int:
 
         report = run_ppl_check(args.model, Path(args.ppl), backend=args.backend, n_ctx=args.ctx,
                                n_chunks=args.chunks, llama_bin=args.llama_bin, llama=not args.no_llama,
-                               llama_repack=args.llama_repack,
+                               llama_repack=args.llama_repack, kv_type=args.kv_type,
                                log=lambda line: print(f"... {line}", flush=True))
         print(format_ppl_report(report))
         return 0 if report.passed else 1

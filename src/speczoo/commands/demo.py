@@ -60,8 +60,8 @@ def run(args) -> int:
     say(f"speczoo demo: loading {args.target}, then {len(prompts)} prompt(s), each run plain greedy and "
         f"--spec {args.spec} ({args.gen} new tokens, {args.runs} run(s) of each side)")
     rt = load_runtime(args.target, draft=draft_for(args.target, args.spec, args.draft),
-                      backend=args.backend, max_seq=args.max_seq, remeasure_costs=args.remeasure_costs,
-                      draft_vocab=args.draft_vocab)
+                      backend=args.backend, max_seq=args.max_seq, kv_type=args.kv_type,
+                      remeasure_costs=args.remeasure_costs, draft_vocab=args.draft_vocab)
     loaded = time.perf_counter() - began
     table = Table(title=f"{args.target}: --spec {args.spec} vs plain greedy "
                         f"({args.gen} new tokens, backend {rt.target.backend}, median of {args.runs})")

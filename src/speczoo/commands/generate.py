@@ -33,8 +33,8 @@ def run(args) -> int:
     from speczoo.runtime import load_runtime
 
     rt = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
-                      backend=args.backend, max_seq=args.max_seq, eagle_head=eagle_for(args.spec),
-                      draft_vocab=args.draft_vocab)
+                      backend=args.backend, max_seq=args.max_seq, kv_type=args.kv_type,
+                      eagle_head=eagle_for(args.spec), draft_vocab=args.draft_vocab)
     if args.chat:
         ids = rt.chat_ids([{"role": "user", "content": args.prompt}])
     else:

@@ -92,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--suffix-memory-tokens must be >= 0, got {args.suffix_memory_tokens}")
     memory = SuffixMemory(args.suffix_memory_tokens, pooled=args.pool_suffix_memory)
     runtime = load_runtime(args.model, draft=draft_for(args.model, args.spec, args.draft),
-                           backend=args.backend, max_seq=args.max_seq, eagle_head=eagle_for(args.spec),
-                           suffix_memory=memory, draft_vocab=args.draft_vocab)
+                           backend=args.backend, max_seq=args.max_seq, kv_type=args.kv_type,
+                           eagle_head=eagle_for(args.spec), suffix_memory=memory, draft_vocab=args.draft_vocab)
     worker = _worker(runtime, args)
     app = create_app(runtime, api_key=args.api_key, default_spec=spec_mode(args.spec),
                      max_queue=args.max_queue, worker=worker)

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if len(drafts) > 1:
         raise ValueError(f"--spec {args.spec} needs different drafts ({', '.join(sorted(drafts))}); give one")
     runtime = load_runtime(args.model, draft=next(iter(drafts), None), backend=args.backend,
-                           max_seq=args.max_seq, draft_vocab=args.draft_vocab)
+                           max_seq=args.max_seq, kv_type=args.kv_type, draft_vocab=args.draft_vocab)
     counts = [int(c) for c in str(args.clients).split(",")]
     llama = _llama_comparison(args, runtime)
     alone: dict[str, list] = {}

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from speczoo.runtime import load_runtime
 
     runtime = load_runtime(args.model, draft=draft_for(args.model, "auto", args.draft),
-                           backend=args.backend, max_seq=args.max_seq,
+                           backend=args.backend, max_seq=args.max_seq, kv_type=args.kv_type,
                            draft_vocab=args.draft_vocab)
     res = run_soak(runtime, args.seconds, clients=args.clients, parallel=args.parallel,
                    max_queue=args.max_queue, max_tokens=args.max_tokens, seed=args.seed,

@@ -6,10 +6,12 @@ vectors it sees, never on S, on the other rows or on the thread count, so a veri
 gives the same bits as K + 1 single-row decode steps (and a tree row the same bits as the decode of its
 path after `KVCache.compact`). GQA: q-head h reads kv-head h // (H / Hkv).
 
-`attend` runs the compiled kernel (speczoo/kernels/cpu_kernels.cpp, `sz_attend`) for an fp32 cache;
-`attend_torch` is the reference twin (same math, torch's own reduction order: equal to round-off, not
-bitwise). `attend` takes the twin only for a non-fp32 cache, or when the kernels cannot be built, and
-then says so once with a warning. This module must never write to the cache or look at the linear backend.
+The cache holds fp32 or fp16 (`KV_FORMATS`): an fp16 key or value is widened to fp32 exactly as the kernel
+loads it, so every path computes the same fp32 arithmetic over the stored values. `attend` runs the
+compiled kernel (speczoo/kernels/cpu_kernels.cpp, `sz_attend`) for either; `attend_torch` is the reference
+twin (same math, torch's own reduction order: equal to round-off, not bitwise). `attend` takes the twin only
+for another cache dtype, or when the kernels cannot be built, and then says so once with a warning. This
+module must never write to the cache or look at the linear backend.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import torch
 from torch import Tensor
 
 from speczoo.kernels import native
+
+# The cache element types the compiled kernels read, and their codes (cpu_kernels.h: SZ_FMT_F32, SZ_FMT_F16).
+KV_FORMATS: dict[torch.dtype, int] = {torch.float32: 4, torch.float16: 5}
 
 
 @dataclass
@@ -124,7 +129,8 @@ def _lib() -> native.NativeKernels | None:
 
 def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows | Plan,
            lib: native.NativeKernels | None = None, softcap: float = 0.0) -> Tensor:
-    """q [S, H, Dh] fp32 (scaled, rotated); k/v caches [Hkv, C, Dh] of one layer. Returns [S, H, Dh] fp32.
+    """q [S, H, Dh] fp32 (scaled, rotated); k/v caches [Hkv, C, Dh] of one layer (fp32 or fp16). Returns [S, H, Dh]
+    fp32.
 
     `lib` picks a build of the kernels (tests pass other paths); default: the path chosen for this CPU.
     softcap > 0: attention logit soft-capping (Gemma 2), scores = softcap * tanh(scores / softcap), row by
@@ -132,8 +138,8 @@ def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows | Plan,
     """
     plan = keys if isinstance(keys, Plan) else Plan(keys)
     s, h, dh, hkv = _check(q, k_cache, v_cache, plan.keys)
-    if q.dtype != torch.float32 or k_cache.dtype != torch.float32 or v_cache.dtype != torch.float32:
-        return attend_torch(q, k_cache, v_cache, plan.keys, softcap)   # the kernel reads fp32 only
+    if q.dtype != torch.float32 or k_cache.dtype not in KV_FORMATS or v_cache.dtype != k_cache.dtype:
+        return attend_torch(q, k_cache, v_cache, plan.keys, softcap)   # the kernel reads fp32 / fp16 caches only
     lib = lib if lib is not None else _lib()
     if lib is None:
         return attend_torch(q, k_cache, v_cache, plan.keys, softcap)
@@ -142,7 +148,8 @@ def attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, keys: KeyRows | Plan,
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("attend needs contiguous per-layer caches [Hkv, C, Dh] (KVCache.k[layer] is one)")
     out = torch.empty(s, h, dh)                                    # [S, H, Dh]
-    rc = lib.attend_fn(q.data_ptr(), s, h, dh, k_cache.data_ptr(), v_cache.data_ptr(), hkv, k_cache.shape[1],
+    rc = lib.attend_fn(q.data_ptr(), s, h, dh, k_cache.data_ptr(), v_cache.data_ptr(), KV_FORMATS[k_cache.dtype],
+                       hkv, k_cache.shape[1],
                        *plan.args, softcap, out.data_ptr(), torch.get_num_threads())
     if rc == -1:
         raise MemoryError(f"attention kernel could not allocate its scratch (S={s}, H={h}, Dh={dh})")

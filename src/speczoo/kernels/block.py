@@ -8,7 +8,8 @@ step. When every linear of a block is a compiled kernel of any format (q4, q8, q
 formats f32, f16, bf16; with q/k/v and gate/up fused where they share a format) the whole block runs in
 C++ instead: the same linear and attention routines, the elementwise steps written out
 row by row, so the forward stays batch-invariant (tests/kernels/test_block.py holds it to that and to the
-PyTorch composition within round-off). It must never be used for a non-fp32 cache or a batched
+PyTorch composition within round-off). It takes an fp32 or fp16 cache (an fp16 row rounded once when it
+is written, as PyTorch's copy rounds it) and must never be used for another cache dtype or a batched
 (non-invariant) attention plan: the block asks `supports` first.
 
 Calling the blocks one by one from Python costs about 40 µs each (the ctypes call's argument conversion,
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from speczoo.kernels import native
+from speczoo.kernels.attention import KV_FORMATS
 from speczoo.kernels.quantized import FloatNative, Q4Native, Q6Native, Q8bmNative, Q8bNative, Q8Native
 
 
@@ -89,10 +91,10 @@ class NativeBlock:
 
     @staticmethod
     def supports(x: Tensor, k_cache: Tensor, keys, v_cache: Tensor | None = None) -> bool:
-        """The compiled block takes an fp32 [S, D] input, an fp32 contiguous cache (keys, and values when
-        given) and a row-wise key plan."""
-        return (keys is not None and x.dtype == torch.float32
-                and all(c.dtype == torch.float32 and c.is_contiguous() for c in (k_cache, v_cache) if c is not None))
+        """The compiled block takes an fp32 [S, D] input, a contiguous fp32 or fp16 cache (keys, and values of
+        the same dtype when given) and a row-wise key plan."""
+        return (keys is not None and x.dtype == torch.float32 and k_cache.dtype in KV_FORMATS
+                and all(c.dtype == k_cache.dtype and c.is_contiguous() for c in (k_cache, v_cache) if c is not None))
 
     def __call__(self, x: Tensor, cos: Tensor, sin: Tensor, q_cos: Tensor, q_sin: Tensor, k_cache: Tensor,
                  v_cache: Tensor, at: int | Tensor, keys) -> Tensor:
@@ -151,7 +153,8 @@ class NativeStack:
             l0, dst = at, None
         rc = self._fn(out.data_ptr(), s, d, stop - start, table.data_ptr(), self.eps, cos.data_ptr(),
                       sin.data_ptr(), q_cos.data_ptr(), q_sin.data_ptr(), self.h, self.hkv, self.dh,
-                      k_caches[start].shape[1], l0, dst, *keys.args, torch.get_num_threads())
+                      k_caches[start].shape[1], KV_FORMATS[k_caches[start].dtype], l0, dst, *keys.args,
+                      torch.get_num_threads())
         if rc == -1:
             raise MemoryError(f"the compiled blocks could not allocate scratch for S={s}")
         if rc == -2:

@@ -1,7 +1,7 @@
 // Whole pre-norm decoder blocks of the Qwen2 shape, a run of them in one call and one OpenMP region
 // (sz_qwen_blocks; one block is a run of one), each block:
 //   h = rmsnorm(x) ; q, k, v = qkv(h) (+ bias) ; [rmsnorm of each q and k head (Qwen3's QK norm)] ;
-//   rotate q (scaled) and k ; write k, v to the cache ;
+//   rotate q (scaled) and k ; write k, v to the cache (fp32, or rounded once to fp16: sz_f16_from_f32) ;
 //   x += wo(attention(q, cache)) ; h = rmsnorm(x) ; g, u = gate_up(h) ; x += down(silu(g) * u).
 // It exists to remove the per-operation overhead of running those ~40 small steps from Python (about a
 // fifth of a decode step on two cores); the linears and the attention are the very routines the separate
@@ -97,7 +97,7 @@ struct Layer {
     const float *norm1, *norm2;
     Runs wqkv, wgu;
     SzLinear wo, wd;
-    float *kc, *vc;
+    void *kc, *vc;  // [Hkv, C, Dh] of fp32, or of fp16 (the call's kvfmt)
     const float *qnorm, *knorm;
 };
 
@@ -106,13 +106,15 @@ struct Layer {
 static Layer layer_at(const int64_t* p) {
     const int64_t* lin = (const int64_t*)p[2];
     return Layer{(const float*)p[0], (const float*)p[1], runs_at(lin, 3), runs_at(lin + 32, 2), linear_at(lin + 24),
-                 linear_at(lin + 48), (float*)p[3], (float*)p[4], (const float*)p[5], (const float*)p[6]};
+                 linear_at(lin + 48), (void*)p[3], (void*)p[4], (const float*)p[5], (const float*)p[6]};
 }
+
+#define SZ_KV_ROW_MAX 1024  // the longest head an fp16 cache row is rotated in (a stack buffer of fp32)
 
 static bool shapes_fit(const Layer& L, int64_t S, int64_t D, int64_t H, int64_t Hkv, int64_t Dh) {
     const int64_t HD = H * Dh, KVD = Hkv * Dh, F = L.wgu.N / 2;
     return L.wqkv.K == D && L.wqkv.N == HD + 2 * KVD && L.wo.K == HD && L.wo.N == D && L.wgu.K == D &&
-           L.wgu.N == 2 * F && L.wd.K == F && L.wd.N == D && Dh % 2 == 0;
+           L.wgu.N == 2 * F && L.wd.K == F && L.wd.N == D && Dh % 2 == 0 && Dh <= SZ_KV_ROW_MAX;
 }
 
 // The rows' cache slots lie inside the cache: [l0, l0 + S), or each dst[s] when dst is given.
@@ -166,9 +168,9 @@ static inline bool quantizes(const SzLinear& w) { return sz_linear_kpad(w) > 0; 
 // barrier (the down projection's work-shared loop), so the next block may read x at once.
 static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps, const float* cos_k,
                       const float* sin_k, const float* cos_q, const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh,
-                      int64_t C, int64_t l0, const int64_t* dst, const int64_t* lo, const int64_t* hi,
-                      const int64_t* off, const int64_t* idx, int64_t nmax, int32_t* ws, int32_t* slots,
-                      float* scores) {
+                      int64_t C, int64_t kvfmt, int64_t l0, const int64_t* dst, const int64_t* lo,
+                      const int64_t* hi, const int64_t* off, const int64_t* idx, int64_t nmax, int32_t* ws,
+                      int32_t* slots, float* scores) {
     const int64_t HD = H * Dh, KVD = Hkv * Dh, F = L.wgu.N / 2;
     float* h = g_buf;                 // [S, D]
     float* qkv = h + S * D;           // [S, HD + 2 KVD]
@@ -188,12 +190,21 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
         rope_row(row, H, Dh, cos_q + s * Dh, sin_q + s * Dh, q + s * HD);
         const int64_t at = dst ? dst[s] : l0 + s;
         for (int64_t g = 0; g < Hkv; ++g) {
-            float* kslot = L.kc + (g * C + at) * Dh;
-            rope_row(row + HD + g * Dh, 1, Dh, cos_k + s * Dh, sin_k + s * Dh, kslot);
-            memcpy(L.vc + (g * C + at) * Dh, row + HD + KVD + g * Dh, sizeof(float) * Dh);
+            const float* vrow = row + HD + KVD + g * Dh;
+            if (kvfmt == SZ_FMT_F16) {
+                float k[SZ_KV_ROW_MAX];
+                rope_row(row + HD + g * Dh, 1, Dh, cos_k + s * Dh, sin_k + s * Dh, k);
+                uint16_t* kslot = (uint16_t*)L.kc + (g * C + at) * Dh;
+                uint16_t* vslot = (uint16_t*)L.vc + (g * C + at) * Dh;
+                for (int64_t d = 0; d < Dh; ++d) kslot[d] = sz_f16_from_f32(k[d]);
+                for (int64_t d = 0; d < Dh; ++d) vslot[d] = sz_f16_from_f32(vrow[d]);
+            } else {
+                rope_row(row + HD + g * Dh, 1, Dh, cos_k + s * Dh, sin_k + s * Dh, (float*)L.kc + (g * C + at) * Dh);
+                memcpy((float*)L.vc + (g * C + at) * Dh, vrow, sizeof(float) * Dh);
+            }
         }
     }
-    sz_attend_omp(q, S, H, Dh, L.kc, L.vc, Hkv, C, lo, hi, off, idx, nmax, 0.0f, att, slots, scores);
+    sz_attend_omp(q, S, H, Dh, L.kc, L.vc, kvfmt, Hkv, C, lo, hi, off, idx, nmax, 0.0f, att, slots, scores);
     sz_linear_omp(L.wo, att, S, HD, x, D, true, ws);              // x += wo(att)
     rows_omp(S, quantizes(L.wgu.part[0]), [&](int64_t s) { rmsnorm_row(x + s * D, D, L.norm2, eps, h + s * D); });
     runs_omp(L.wgu, h, S, D, gu, ws);
@@ -206,9 +217,10 @@ static void block_omp(const Layer& L, float* x, int64_t S, int64_t D, float eps,
 // -3 (shapes).
 static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64_t D, float eps, const float* cos_k,
                       const float* sin_k, const float* cos_q, const float* sin_q, int64_t H, int64_t Hkv, int64_t Dh,
-                      int64_t C, int64_t l0, const int64_t* dst, const int64_t* lo, const int64_t* hi,
-                      const int64_t* off, const int64_t* idx, int nthreads) {
+                      int64_t C, int64_t kvfmt, int64_t l0, const int64_t* dst, const int64_t* lo,
+                      const int64_t* hi, const int64_t* off, const int64_t* idx, int nthreads) {
     if (S <= 0 || n <= 0) return 0;
+    if (kvfmt != SZ_FMT_F32 && kvfmt != SZ_FMT_F16) return -3;
     if (!slots_fit(S, C, l0, dst)) return -3;
     for (int64_t i = 0; i < n; ++i)
         if (!shapes_fit(layers[i], S, D, H, Hkv, Dh)) return -3;
@@ -230,8 +242,8 @@ static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64
 #pragma omp barrier
         if (!failed)
             for (int64_t i = 0; i < n; ++i)
-                block_omp(layers[i], x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, dst, lo, hi, off,
-                          idx, nmax, ws, slots, scores);
+                block_omp(layers[i], x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, kvfmt, l0, dst, lo, hi,
+                          off, idx, nmax, ws, slots, scores);
         free(ws);
         free(slots);
         free(scores);
@@ -242,22 +254,23 @@ static int run_layers(const Layer* layers, int64_t n, float* x, int64_t S, int64
 // Blocks n in a row over x [S, D] (the residual stream, in place), each with the same arithmetic as a
 // call of its own. layers: n x 7 int64 (pointers as int64): norm1, norm2 [D]; lin: 8 x 8 int64 (qkv runs
 // 0-2, wo, gate_up runs 4-5, down, unused; see linear_at and runs_at); kc, vc [Hkv, C, Dh] of that block's
-// layer; qnorm, knorm [Dh] or 0 (no per-head norm of q and k; rmsnorm_row in place, after the qkv bias,
+// layer, fp32 (kvfmt SZ_FMT_F32) or fp16 (SZ_FMT_F16); qnorm, knorm [Dh] or 0 (no per-head norm of q and k; rmsnorm_row in place, after the qkv bias,
 // before the rotation). cos_k/sin_k, cos_q/sin_q [S, Dh] (the query pair has the query scale folded in);
 // row s's key and value go to cache slot l0 + s, or dst[s] when dst is not null; lo/hi/off/idx: the key plan
 // of kernels/attention.py (read after every row of the block is written). Returns 0; -1 when scratch could
-// not be allocated; -2 on an invalid key plan; -3 when a block's shapes do not fit together or the cache.
+// not be allocated; -2 on an invalid key plan; -3 when a block's shapes do not fit together or the cache, or
+// kvfmt is neither.
 SZ_API int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* layers, float eps,
                               const float* cos_k, const float* sin_k, const float* cos_q, const float* sin_q,
-                              int64_t H, int64_t Hkv, int64_t Dh, int64_t C, int64_t l0, const int64_t* dst,
-                              const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
-                              int nthreads) {
+                              int64_t H, int64_t Hkv, int64_t Dh, int64_t C, int64_t kvfmt, int64_t l0,
+                              const int64_t* dst, const int64_t* lo, const int64_t* hi, const int64_t* off,
+                              const int64_t* idx, int nthreads) {
     if (n <= 0) return 0;
     Layer* ls = (Layer*)malloc(sizeof(Layer) * n);
     if (!ls) return -1;
     for (int64_t i = 0; i < n; ++i) ls[i] = layer_at(layers + 7 * i);
-    const int rc = run_layers(ls, n, x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, dst, lo, hi, off,
-                              idx, nthreads);
+    const int rc = run_layers(ls, n, x, S, D, eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, kvfmt, l0, dst, lo, hi,
+                              off, idx, nthreads);
     free(ls);
     return rc;
 }

@@ -62,7 +62,7 @@
 #define SZ_KBLOCK (SZ_ABLOCK / 4)
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 12; }
+SZ_API int sz_abi_version(void) { return 13; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;
@@ -484,17 +484,35 @@ SZ_API int sz_q4_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const
 //   l = fixed tree over 16 lane sums, lane t summing p_j for j = t mod 16 in key order;
 //   out[d] = (sum_j p_j * v_j[d], one fma chain in key order) / l.
 // One thread computes one (kv-head, row) pair for all q-heads of the group, so neither S, the other rows
-// nor the thread count can change a result. K/V: [Hkv, C, Dh] per layer (cache.py), fp32.
+// nor the thread count can change a result. K/V: [Hkv, C, Dh] per layer (cache.py), fp32 or fp16: an fp16
+// element is widened to fp32 exactly as it is loaded (v_load_f16: the same lanes on every path), so the
+// arithmetic above is the fp32 one over the stored values, whatever the storage.
+
+// A cache element type: loadn(p, n) = its first min(n, 16) values as fp32 lanes, zero past n.
+struct KvF32 {
+    typedef float T;
+    static V16 loadn(const float* p, int n) { return v_loadn(p, n); }
+};
+struct KvF16 {
+    typedef uint16_t T;
+    static V16 loadn(const uint16_t* p, int n) {
+        if (n >= 16) return v_load_f16(p);
+        uint16_t t[16] = {0};  // fp16 +0.0
+        memcpy(t, p, sizeof(uint16_t) * (n > 0 ? n : 0));
+        return v_load_f16(t);
+    }
+};
 
 // scores[h][j] = q_h . k_j for the G heads and n keys: per key, one fma chain over the 16-lane chunks of
 // Dh in order (a last partial chunk zero-filled), then v_sum_tree.
-static void attend_scores(const float* qh, const float* kh, int64_t Dh, int64_t G, const int32_t* slots, int64_t n,
-                          float* scores, int64_t n16) {
+template <class E>
+static void attend_scores(const float* qh, const typename E::T* kh, int64_t Dh, int64_t G, const int32_t* slots,
+                          int64_t n, float* scores, int64_t n16) {
     const int64_t nc = (Dh + 15) / 16;
 #if defined(SZ_PATH_AVX512VNNI)
     if (Dh % 16 == 0) {
         for (int64_t j0 = 0; j0 < n; j0 += 16) {
-            const float* kp[16];
+            const typename E::T* kp[16];
             for (int t = 0; t < 16; ++t) kp[t] = kh + (int64_t)slots[j0 + t < n ? j0 + t : j0] * Dh;
             for (int64_t h = 0; h < G; ++h) {
                 __m512 acc[16];
@@ -503,7 +521,7 @@ static void attend_scores(const float* qh, const float* kh, int64_t Dh, int64_t 
                 for (int64_t c = 0; c < nc; ++c) {
                     const __m512 qv = _mm512_loadu_ps(q + 16 * c);
 #pragma GCC unroll 16
-                    for (int t = 0; t < 16; ++t) acc[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kp[t] + 16 * c), acc[t]);
+                    for (int t = 0; t < 16; ++t) acc[t] = _mm512_fmadd_ps(qv, E::loadn(kp[t] + 16 * c, 16).v, acc[t]);
                 }
                 _mm512_storeu_ps(scores + h * n16 + j0, lane_sums16(acc));
             }
@@ -512,13 +530,13 @@ static void attend_scores(const float* qh, const float* kh, int64_t Dh, int64_t 
     }
 #endif
     for (int64_t j = 0; j < n; ++j) {
-        const float* k = kh + (int64_t)slots[j] * Dh;
+        const typename E::T* k = kh + (int64_t)slots[j] * Dh;
         for (int64_t h = 0; h < G; ++h) {
             const float* q = qh + h * Dh;
             V16 acc = v_zero();
             for (int64_t c = 0; c < nc; ++c) {
                 const int rem = (int)(Dh - 16 * c);
-                acc = v_fma(v_loadn(q + 16 * c, rem), v_loadn(k + 16 * c, rem), acc);
+                acc = v_fma(v_loadn(q + 16 * c, rem), E::loadn(k + 16 * c, rem), acc);
             }
             scores[h * n16 + j] = v_sum_tree(acc);
         }
@@ -527,9 +545,10 @@ static void attend_scores(const float* qh, const float* kh, int64_t Dh, int64_t 
 
 // One (kv-head, row): G q-heads qh[G][Dh] -> oh[G][Dh]. slots[n]; scores: scratch [G][n16] then lsum [G].
 // softcap > 0: each score s becomes softcap * tanh(s / softcap) before the softmax (v_softcap).
-static void attend_task(const float* qh, const float* kh, const float* vh, int64_t Dh, int64_t G,
+template <class E>
+static void attend_task(const float* qh, const typename E::T* kh, const typename E::T* vh, int64_t Dh, int64_t G,
                         const int32_t* slots, int64_t n, float* scores, int64_t n16, float* oh, float softcap) {
-    attend_scores(qh, kh, Dh, G, slots, n, scores, n16);
+    attend_scores<E>(qh, kh, Dh, G, slots, n, scores, n16);
     if (softcap > 0.0f) {
         const V16 cap = v_set1(softcap);
         for (int64_t h = 0; h < G; ++h)
@@ -564,7 +583,7 @@ static void attend_task(const float* qh, const float* kh, const float* vh, int64
             V16 acc[8];
             for (int h = 0; h < 8; ++h) acc[h] = v_zero();
             for (int64_t j = 0; j < n; ++j) {
-                const V16 v = v_loadn(vh + (int64_t)slots[j] * Dh + 16 * c, rem);
+                const V16 v = E::loadn(vh + (int64_t)slots[j] * Dh + 16 * c, rem);
                 for (int h = 0; h < gh; ++h) acc[h] = v_fma(v_set1(scores[(h0 + h) * n16 + j]), v, acc[h]);
             }
             for (int h = 0; h < gh; ++h) v_storen(oh + (h0 + h) * Dh + 16 * c, v_div(acc[h], v_set1(lsum[h0 + h])), rem);
@@ -595,9 +614,11 @@ int64_t sz_attend_scores_len(int64_t nmax, int64_t G) {
 
 // Inside a parallel region: every (kv-head, row) task, work-shared; ends with the loop's barrier.
 // slots, scores: this thread's scratch of sz_attend_slots_len / sz_attend_scores_len(nmax, G) entries.
-void sz_attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc, int64_t Hkv,
-                   int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
-                   int64_t nmax, float softcap, float* out, int32_t* slots, float* scores) {
+template <class E>
+static void attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const typename E::T* kc,
+                       const typename E::T* vc, int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi,
+                       const int64_t* off, const int64_t* idx, int64_t nmax, float softcap, float* out,
+                       int32_t* slots, float* scores) {
     const int64_t G = H / Hkv, n16 = sz_attend_slots_len(nmax);
 #pragma omp for schedule(static)
     for (int64_t task = 0; task < Hkv * S; ++task) {  // kv-head outermost: its K/V stay in cache
@@ -605,17 +626,46 @@ void sz_attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const float
         int64_t n = 0;
         for (int64_t s = lo[i]; s < hi[i]; ++s) slots[n++] = (int32_t)s;
         for (int64_t t = off[i]; t < off[i + 1]; ++t) slots[n++] = (int32_t)idx[t];
-        attend_task(q + (i * H + g * G) * Dh, kc + g * C * Dh, vc + g * C * Dh, Dh, G, slots, n, scores, n16,
-                    out + (i * H + g * G) * Dh, softcap);
+        attend_task<E>(q + (i * H + g * G) * Dh, kc + g * C * Dh, vc + g * C * Dh, Dh, G, slots, n, scores, n16,
+                       out + (i * H + g * G) * Dh, softcap);
     }
 }
 
-// q, out: [S, H, Dh]; kc, vc: [Hkv, C, Dh]; lo, hi: [S]; off: [S + 1]; idx: [off[S]] (all int64);
+void sz_attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const void* kc, const void* vc, int64_t kvfmt,
+                   int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off,
+                   const int64_t* idx, int64_t nmax, float softcap, float* out, int32_t* slots, float* scores) {
+    if (kvfmt == SZ_FMT_F16)
+        attend_omp<KvF16>(q, S, H, Dh, (const uint16_t*)kc, (const uint16_t*)vc, Hkv, C, lo, hi, off, idx, nmax,
+                          softcap, out, slots, scores);
+    else
+        attend_omp<KvF32>(q, S, H, Dh, (const float*)kc, (const float*)vc, Hkv, C, lo, hi, off, idx, nmax, softcap,
+                          out, slots, scores);
+}
+
+// fp32 -> fp16, rounded to nearest even as IEEE 754 (and torch's Tensor.half()) round it: overflow to
+// infinity, subnormals rounded like the rest, a NaN kept a quiet NaN of its sign. Integer and exact
+// float steps only (a multiplication by 2^24 and nearbyintf under the default rounding mode), the same on
+// every path: it writes the fp16 KV cache (cpu_block.cpp) and must equal the cache writes PyTorch makes.
+uint16_t sz_f16_from_f32(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u) return sign | 0x7E00u;            // NaN
+    if (ax >= 0x477FF000u) return sign | 0x7C00u;           // >= 65520 (or inf): rounds to infinity
+    if (ax < 0x38800000u)                                    // below 2^-14: a subnormal (or zero, or 2^-14)
+        return sign | (uint16_t)nearbyintf(fabsf(f) * 16777216.0f);  // m * 2^-24, m in [0, 1024]
+    ax += 0xC8000FFFu + ((ax >> 13) & 1u);                   // rebias 127 -> 15, round half to even
+    return sign | (uint16_t)(ax >> 13);
+}
+
+// q, out: [S, H, Dh]; kc, vc: [Hkv, C, Dh] of fp32 (kvfmt SZ_FMT_F32) or fp16 (SZ_FMT_F16); lo, hi: [S]; off: [S + 1]; idx: [off[S]] (all int64);
 // softcap: 0, or the attention logit soft-cap (see attend_task).
-// Returns 0, -1 when scratch could not be allocated, -2 on an invalid slot or an empty row.
-SZ_API int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc,
-                         int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off,
+// Returns 0, -1 when scratch could not be allocated, -2 on an invalid slot or an empty row or format.
+SZ_API int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const void* kc, const void* vc,
+                         int64_t kvfmt, int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off,
                          const int64_t* idx, float softcap, float* out, int nthreads) {
+    if (kvfmt != SZ_FMT_F32 && kvfmt != SZ_FMT_F16) return -2;
     if (S <= 0) return 0;
     const int64_t nmax = sz_attend_plan(S, H, Hkv, C, lo, hi, off, idx);
     if (nmax < 0) return (int)nmax;
@@ -629,9 +679,14 @@ SZ_API int sz_attend(const float* q, int64_t S, int64_t H, int64_t Dh, const flo
             failed = 1;
         }
 #pragma omp barrier
-        if (!failed) sz_attend_omp(q, S, H, Dh, kc, vc, Hkv, C, lo, hi, off, idx, nmax, softcap, out, slots, scores);
+        if (!failed) sz_attend_omp(q, S, H, Dh, kc, vc, kvfmt, Hkv, C, lo, hi, off, idx, nmax, softcap, out, slots, scores);
         free(slots);
         free(scores);
     }
     return failed ? -1 : 0;
+}
+
+// y[i] = x[i] rounded to fp16 (sz_f16_from_f32), i < n: how the compiled blocks write an fp16 KV cache.
+SZ_API void sz_f32_to_f16(const float* x, int64_t n, uint16_t* y) {
+    for (int64_t i = 0; i < n; ++i) y[i] = sz_f16_from_f32(x[i]);
 }

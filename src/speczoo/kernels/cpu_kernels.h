@@ -35,6 +35,7 @@ int64_t sz_attend_plan(int64_t S, int64_t H, int64_t Hkv, int64_t C, const int64
                        const int64_t* off, const int64_t* idx);
 int64_t sz_attend_slots_len(int64_t nmax);
 int64_t sz_attend_scores_len(int64_t nmax, int64_t G);
-void sz_attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const float* kc, const float* vc, int64_t Hkv,
-                   int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
+void sz_attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const void* kc, const void* vc, int64_t kvfmt,
+                   int64_t Hkv, int64_t C, const int64_t* lo, const int64_t* hi, const int64_t* off, const int64_t* idx,
                    int64_t nmax, float softcap, float* out, int32_t* slots, float* scores);
+uint16_t sz_f16_from_f32(float f);                // the fp16 KV cache's rounding (round half to even)

@@ -34,7 +34,7 @@ from speczoo.errors import SpeczooError
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.cpp", "cpu_block.cpp"))
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.h", "cpu_simd.h", "cpu_tiles.h", "cpu_float.h"))
 BASE_FLAGS = ("-O3", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden")
-ABI_VERSION = 12
+ABI_VERSION = 13
 PATH_ENV = "SPECZOO_KERNEL_PATH"
 
 _P = ctypes.c_void_p
@@ -309,12 +309,15 @@ class NativeKernels:
         self._q4.argtypes = [_P, _I, _I, _I, _P, _P, _P, _P, _I, _P, _P, ctypes.c_int]
         self._q4.restype = ctypes.c_int
         self._attend = lib.sz_attend
-        self._attend.argtypes = [_P, _I, _I, _I, _P, _P, _I, _I, _P, _P, _P, _P, ctypes.c_float, _P, ctypes.c_int]
+        self._attend.argtypes = [_P, _I, _I, _I, _P, _P, _I, _I, _I, _P, _P, _P, _P, ctypes.c_float, _P, ctypes.c_int]
         self._attend.restype = ctypes.c_int
         self._blocks = lib.sz_qwen_blocks
-        self._blocks.argtypes = [_P, _I, _I, _I, _P, ctypes.c_float, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P, _P, _P, _P,
-                                 _P, ctypes.c_int]
+        self._blocks.argtypes = [_P, _I, _I, _I, _P, ctypes.c_float, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _P, _P, _P,
+                                 _P, _P, ctypes.c_int]
         self._blocks.restype = ctypes.c_int
+        self._to_f16 = lib.sz_f32_to_f16
+        self._to_f16.argtypes = [_P, _I, _P]
+        self._to_f16.restype = None
 
     @property
     def q8_fn(self):  # (x, S, K, ldx, w8, sw, N, bias, y, nthreads) -> 0, or -1 when scratch allocation failed
@@ -341,16 +344,20 @@ class NativeKernels:
         return self._q4
 
     @property
-    def attend_fn(self):  # (q, S, H, Dh, k, v, Hkv, C, lo, hi, off, idx, softcap, out, nthreads) -> 0, -1 (memory),
-        #                    -2 (bad plan); softcap 0: none
+    def attend_fn(self):  # (q, S, H, Dh, k, v, kvfmt, Hkv, C, lo, hi, off, idx, softcap, out, nthreads) -> 0,
+        #                    -1 (memory), -2 (bad plan or kvfmt); kvfmt: KV_FMT[cache dtype]; softcap 0: none
         return self._attend
 
     @property
-    def blocks_fn(self):  # (x, S, D, n, layers [n, 7], eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, l0, dst, lo,
+    def blocks_fn(self):  # (x, S, D, n, layers [n, 7], eps, cos_k, sin_k, cos_q, sin_q, H, Hkv, Dh, C, kvfmt, l0, dst, lo,
         #                    hi, off, idx, nthreads); dst: [S] cache slots of the rows, or null for l0 + s -> 0, -1 (memory), -2 (bad plan), -3 (bad shapes);
         #                    layers: norm1, norm2, lin (4 x 8 linear descriptors), k, v, q_norm, k_norm (0: none)
         #                    per block
         return self._blocks
+
+    @property
+    def to_f16_fn(self):  # (x fp32 [n], n, y fp16 [n]): the rounding the compiled blocks write an fp16 cache with
+        return self._to_f16
 
 
 _LOADED: dict[KernelPath, NativeKernels] = {}

@@ -12,10 +12,9 @@ the KV bytes of a slot against the memory available. Never parses HTTP and never
 from __future__ import annotations
 
 import logging
-import os
 import queue
-from pathlib import Path
 
+from speczoo.context import available_memory
 from speczoo.events import DoneEvent
 from speczoo.serve.worker import _END, Job, JobFailed, Worker
 
@@ -39,16 +38,6 @@ def default_parallel(slot_bytes: int, available: int | None = None) -> tuple[int
     return n, (f"{n} sequences at once, KV {slot_bytes / 2**20:.0f} MiB per slot, {n * slot_bytes / 2**20:.0f} MiB "
                f"in all ({MEMORY_SHARE:.0%} of the {avail / 2**30:.1f} GiB available bounds it at "
                f"{int(MEMORY_SHARE * avail // slot_bytes)}, the default at {MAX_PARALLEL}; set --parallel)")
-
-
-def available_memory() -> int:
-    """Bytes of memory available to new allocations: Linux's MemAvailable, else the free pages."""
-    meminfo = Path("/proc/meminfo")
-    if meminfo.exists():
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 class BatchWorker(Worker):

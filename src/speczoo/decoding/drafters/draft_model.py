@@ -190,8 +190,8 @@ def reduced_head(model, head_vocab: int | None = DRAFTING.head_vocab) -> Reduced
 
 
 def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRAFTING.head_vocab,
-                       rows: CvCurve | float | None = None, guess_max: int = DRAFTING.guess_max
-                       ) -> Callable[[GenerationRequest], DraftModelDrafter]:
+                       rows: CvCurve | float | None = None, guess_max: int = DRAFTING.guess_max,
+                       kv_dtype: torch.dtype = torch.float32) -> Callable[[GenerationRequest], DraftModelDrafter]:
     """A factory the engine calls per request: one draft cache, reused (reset) across requests.
 
     draft, target: loaded models (runtime.LoadedModel: .model, .args, .name) of the same tokenizer (their
@@ -201,12 +201,13 @@ def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRA
     (draft_head.py) when the draft's LM head is a compiled kernel; None: the full head.
     rows: the draft's forward cost over S rows relative to one (its c_v curve), which sizes the
     prompt-lookup guesses (guess.py); None: no guesses. guess_max: the most guessed ids per forward.
+    kv_dtype: the draft cache's element type (the target's, --kv-type).
     """
     from speczoo.cache import KVCache
 
     sizes = (draft.args.vocab_size, target.args.vocab_size)
     vocab = SharedVocab(*sizes) if sizes[0] != sizes[1] else None
-    cache = KVCache(draft.args, max_seq, extra=DRAFTING.draft_cache_margin)
+    cache = KVCache(draft.args, max_seq, extra=DRAFTING.draft_cache_margin, dtype=kv_dtype)
     head = reduced_head(draft.model, head_vocab)
 
     def factory(req: GenerationRequest) -> DraftModelDrafter:

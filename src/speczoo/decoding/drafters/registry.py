@@ -52,6 +52,7 @@ class Loaded(Protocol):
     eagle:         the EAGLE head resolved at load (speczoo/eagle_drafters.py LoadedHead: .head, .step,
                    .tree, .names), or None;
     max_seq:       the longest sequence a request may reach;
+    kv_dtype:      the element type of the KV caches (torch.float16 or torch.float32);
     suffix_memory: the memory of earlier answers the suffix drafter reads and adds to
                    (drafters/suffix_memory.py SuffixMemory), held by the runtime across requests;
     draft_vocab:   the common ids of the reduced LM head the draft model proposes from
@@ -63,6 +64,7 @@ class Loaded(Protocol):
     draft_costs: object | None
     eagle: object | None
     max_seq: int
+    kv_dtype: object
     suffix_memory: object
     draft_vocab: int | None
 
@@ -136,7 +138,7 @@ def _draft_model(loaded: Loaded) -> Bound | None:
 
     costs = loaded.draft_costs
     factory = make_draft_drafter(loaded.draft, loaded.target, loaded.max_seq, head_vocab=loaded.draft_vocab,
-                                 rows=costs.rows)
+                                 rows=costs.rows, kv_dtype=loaded.kv_dtype)
     return Bound(factory, costs.step, (loaded.draft.name,))
 
 
