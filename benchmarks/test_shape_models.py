@@ -59,6 +59,7 @@ def test_the_8b_shape_is_llama_31s():
     assert s["arch"] == "llama" and "output.weight" in names and s["layers"] * s["dim"] == 32 * 4096
 
 
+@pytest.mark.slow                                                         # ~20 s quiet: quantize, bench, pull
 @pytest.mark.skipif(not (LLAMA_BIN / "llama-quantize").exists(), reason="llama.cpp is not built here")
 def test_a_tiny_llama_shape_runs_in_llama_cpp_and_speczoo(tmp_path, monkeypatch):
     monkeypatch.setitem(shape_models.SIZES, "tiny", ("tiny", TINY))
