@@ -43,7 +43,7 @@ def _more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def tensor_plan(kind: str, s: dict[str, int]) -> list[tuple[str, tuple[int, int] | tuple[int], str]]:
+def tensor_plan(kind: str, s: dict) -> list[tuple[str, tuple[int, int] | tuple[int], str]]:
     """(name, torch shape [out, in] or [n], GGUF type) of every tensor, in file order, for shapes `s`."""
     layers = s["layers"]
     d, kv = s["dim"], s["kv_heads"] * s["head_dim"]
