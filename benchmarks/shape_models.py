@@ -107,7 +107,9 @@ class Bench:
         if step not in entry or self.args.fresh:
             entry[step] = measure()
             entry[step]["load"] = os.getloadavg()[0]
-            self.cache_path.write_text(json.dumps(self.cache, indent=1))
+            on_disk = json.loads(self.cache_path.read_text()) if self.cache_path.exists() else {}
+            on_disk.setdefault(key, {})[step] = entry[step]          # keep what a concurrent run wrote
+            self.cache_path.write_text(json.dumps(on_disk, indent=1))
         return entry[step]
 
     def speczoo(self, *argv: str) -> list[str]:
