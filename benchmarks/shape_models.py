@@ -109,7 +109,9 @@ class Bench:
             entry[step]["load"] = os.getloadavg()[0]
             on_disk = json.loads(self.cache_path.read_text()) if self.cache_path.exists() else {}
             on_disk.setdefault(key, {})[step] = entry[step]          # keep what a concurrent run wrote
-            self.cache_path.write_text(json.dumps(on_disk, indent=1))
+            tmp = self.cache_path.with_suffix(f".{os.getpid()}")
+            tmp.write_text(json.dumps(on_disk, indent=1))
+            tmp.replace(self.cache_path)
         return entry[step]
 
     def speczoo(self, *argv: str) -> list[str]:
