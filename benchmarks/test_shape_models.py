@@ -63,7 +63,8 @@ def test_the_8b_shape_is_llama_31s():
 @pytest.mark.skipif(not (LLAMA_BIN / "llama-quantize").exists(), reason="llama.cpp is not built here")
 def test_a_tiny_llama_shape_runs_in_llama_cpp_and_speczoo(tmp_path, monkeypatch):
     monkeypatch.setitem(shape_models.SIZES, "tiny", ("tiny", TINY))
-    args = argparse.Namespace(dir=tmp_path, threads=2, gen=4, repeats=1, fresh=False, llama_bin=LLAMA_BIN)
+    args = argparse.Namespace(dir=tmp_path, threads=2, gen=4, repeats=1, fresh=False, cached_only=False,
+                              llama_bin=LLAMA_BIN)
     bench = shape_models.Bench(args)
     path = bench.shape_file("tiny", "Q4_K_M")
     assert path.exists() and (tmp_path / "tiny-F16.gguf").exists()
