@@ -43,7 +43,7 @@ def _more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def tensor_plan(kind: str, s: dict[str, int]) -> list[tuple[str, tuple[int, int] | tuple[int], str]]:
+def tensor_plan(kind: str, s: dict) -> list[tuple[str, tuple[int, int] | tuple[int], str]]:
     """(name, torch shape [out, in] or [n], GGUF type) of every tensor, in file order, for shapes `s`."""
     layers = s["layers"]
     d, kv = s["dim"], s["kv_heads"] * s["head_dim"]
@@ -53,15 +53,20 @@ def tensor_plan(kind: str, s: dict[str, int]) -> list[tuple[str, tuple[int, int]
             return kind
         return "Q6_K" if role == "output" or (role in ("attn_v", "ffn_down") and _more_bits(i, layers)) else "Q4_K"
 
-    plan = [("token_embd.weight", (s["vocab"], d), lin("embd")), ("output_norm.weight", (d,), "F32"),
-            ("output.weight", (s["vocab"], d), lin("output"))]
+    bias = s.get("arch", "qwen2") == "qwen2"                  # qwen2's q/k/v biases; llama has none
+    hd = s["heads"] * s["head_dim"]
+    plan = [("token_embd.weight", (s["vocab"], d), lin("embd")), ("output_norm.weight", (d,), "F32")]
+    if not s.get("tied"):
+        plan.append(("output.weight", (s["vocab"], d), lin("output")))
+    if "rope_factor" in s:                                    # Llama 3.1's per-frequency RoPE divisors
+        plan.append(("rope_freqs.weight", (s["head_dim"] // 2,), "F32"))
     for i in range(layers):
         p = f"blk.{i}."
         plan += [(p + "attn_norm.weight", (d,), "F32"),
-                 (p + "attn_q.weight", (d, d), lin("attn_q", i)), (p + "attn_q.bias", (d,), "F32"),
-                 (p + "attn_k.weight", (kv, d), lin("attn_k", i)), (p + "attn_k.bias", (kv,), "F32"),
-                 (p + "attn_v.weight", (kv, d), lin("attn_v", i)), (p + "attn_v.bias", (kv,), "F32"),
-                 (p + "attn_output.weight", (d, d), lin("attn_output", i)),
+                 (p + "attn_q.weight", (hd, d), lin("attn_q", i)), *([(p + "attn_q.bias", (hd,), "F32")] * bias),
+                 (p + "attn_k.weight", (kv, d), lin("attn_k", i)), *([(p + "attn_k.bias", (kv,), "F32")] * bias),
+                 (p + "attn_v.weight", (kv, d), lin("attn_v", i)), *([(p + "attn_v.bias", (kv,), "F32")] * bias),
+                 (p + "attn_output.weight", (d, hd), lin("attn_output", i)),
                  (p + "ffn_norm.weight", (d,), "F32"),
                  (p + "ffn_gate.weight", (s["ffn"], d), lin("ffn_gate", i)),
                  (p + "ffn_up.weight", (s["ffn"], d), lin("ffn_up", i)),
@@ -89,31 +94,80 @@ def _data(shape: tuple, kind: str, rng: np.random.Generator, tiles: dict) -> np.
     return np.tile(tile, (n // TILE_ROWS + 1, 1))[:n]
 
 
-def write_gguf(path: Path, kind: str, shapes: dict[str, int] = SHAPES) -> float:
-    """Write a model of `shapes` (default Llama-3.1-8B's) in `kind`; returns its size in bytes."""
+def llama3_rope_factors(s: dict) -> np.ndarray:
+    """rope_freqs of Llama 3.1's "llama3" RoPE scaling, as llama.cpp's converter writes them ([head_dim / 2]
+    fp32 divisors): 1 for short wavelengths, `rope_factor` for long ones, smoothed between."""
+    dim, factor, old = s["head_dim"], s["rope_factor"], s.get("rope_original_context", 8192)
+    low, high = old / 1.0, old / 4.0                          # low_freq_factor 1, high_freq_factor 4
+    wavelen = 2 * np.pi * s.get("rope_theta", 500_000.0) ** (np.arange(0, dim, 2) / dim)
+    smooth = np.clip((old / wavelen - 1.0) / 3.0, 0.0, 1.0)
+    out = 1.0 / ((1.0 - smooth) / factor + smooth)
+    return np.where(wavelen < high, 1.0, np.where(wavelen > low, factor, out)).astype(np.float32)
+
+
+LLAMA3_SPECIAL = {128000: "<|begin_of_text|>", 128001: "<|end_of_text|>", 128004: "<|finetune_right_pad_id|>",
+                  128006: "<|start_header_id|>", 128007: "<|end_header_id|>", 128008: "<|eom_id|>",
+                  128009: "<|eot_id|>", 128010: "<|python_tag|>"}
+LLAMA3_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>"
+                   "\n\n' + m['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+                   "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+
+def _tokenizer(w: gguf.GGUFWriter, arch: str, vocab: int) -> None:
+    """A byte-level BPE vocabulary of `vocab` tokens: the 256 byte symbols, fillers, then the special tokens
+    (qwen2: two ChatML ones; llama: Llama 3's 256 at 128000, its BOS/EOS ids and chat template)."""
+    tokens = [byte_alphabet()[b] for b in range(256)]
+    if arch == "llama":
+        n_special = 256                                       # the last 256 ids, as Llama 3's 128000-128255
+        special = [LLAMA3_SPECIAL.get(128000 + i, f"<|reserved_special_token_{i}|>") for i in range(n_special)]
+    else:
+        special = ["<|endoftext|>", "<|im_end|>"]
+    tokens += [f"x{i}" for i in range(vocab - len(tokens) - len(special))] + special
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("llama-bpe" if arch == "llama" else "qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * (len(tokens) - len(special)) + [3] * len(special))
+    w.add_token_merges(["x 0"])
+    if arch == "llama":
+        w.add_bos_token_id(tokens.index("<|begin_of_text|>"))
+        w.add_eos_token_id(tokens.index("<|eot_id|>"))
+        w.add_chat_template(LLAMA3_TEMPLATE)
+    else:
+        w.add_eos_token_id(len(tokens) - 1)
+
+
+def write_gguf(path: Path, kind: str, shapes: dict = SHAPES) -> float:
+    """Write a model of `shapes` (default Llama-3.1-8B's under qwen2) in `kind`; returns its size in bytes.
+
+    `shapes` may also give arch ("qwen2", the default, or "llama": no q/k/v biases, Llama 3's tokenizer),
+    tied (no output.weight), rope_factor (Llama 3.1's rope_freqs tensor; rope_theta, rope_original_context)
+    and context (the context length; default 8192)."""
     rng = np.random.default_rng(0)
     s = shapes
-    w = gguf.GGUFWriter(str(path), "qwen2")
+    arch = s.get("arch", "qwen2")
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(path.stem)
     w.add_block_count(s["layers"])
-    w.add_context_length(8192)
+    w.add_context_length(s.get("context", 8192))
     w.add_embedding_length(s["dim"])
     w.add_feed_forward_length(s["ffn"])
     w.add_head_count(s["heads"])
     w.add_head_count_kv(s["kv_heads"])
-    w.add_rope_freq_base(500_000.0)
+    w.add_rope_freq_base(s.get("rope_theta", 500_000.0))
     w.add_layer_norm_rms_eps(1e-5)
-    tokens = [byte_alphabet()[b] for b in range(256)]
-    tokens += [f"x{i}" for i in range(s["vocab"] - len(tokens) - 2)] + ["<|endoftext|>", "<|im_end|>"]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types([1] * (len(tokens) - 2) + [3, 3])
-    w.add_token_merges(["x 0"])
-    w.add_eos_token_id(len(tokens) - 1)
+    if arch == "llama":
+        w.add_rope_dimension_count(s["head_dim"])
+        w.add_vocab_size(s["vocab"])
+    _tokenizer(w, arch, s["vocab"])
     plan = tensor_plan(kind, s)
     tiles: dict = {}
+    fixed = {"rope_freqs.weight": llama3_rope_factors(s)} if "rope_factor" in s else {}
+
+    def data(name: str, shape: tuple, t: str) -> np.ndarray:
+        return fixed[name] if name in fixed else _data(shape, t, rng, tiles)
+
     for name, shape, t in plan:
-        probe = _data(shape, t, rng, tiles)[:1] if len(shape) == 2 else _data(shape, t, rng, tiles)
+        probe = data(name, shape, t)[:1] if len(shape) == 2 else data(name, shape, t)
         n = shape[0] if len(shape) == 2 else 1
         nbytes = probe.nbytes * n
         full_shape = (n, probe.shape[-1]) if len(shape) == 2 else probe.shape
@@ -122,7 +176,7 @@ def write_gguf(path: Path, kind: str, shapes: dict[str, int] = SHAPES) -> float:
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     for name, shape, t in plan:
-        w.write_tensor_data(_data(shape, t, rng, tiles))
+        w.write_tensor_data(data(name, shape, t))
     w.close()
     return path.stat().st_size
 

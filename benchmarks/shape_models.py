@@ -1,0 +1,377 @@
+"""speczoo beside llama.cpp from 0.5B to 8B: random-weight models in Llama 3's exact shapes, same file, same CPU.
+
+    python -m benchmarks.shape_models --dir /work/shapes [--sizes 0.5b,1.5b,1b,3b,8b] [--types Q4_K_M,Q4_0]
+                                      [--gen 32] [--repeats 3] [--threads 2] [--pair 8b:1b] [--fresh]
+
+Speed does not depend on the weights' values, so for each of Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-8B
+this writes an F16 GGUF with random weights in the model's exact shapes and hyperparameters (arch llama,
+vocabulary 128256 with Llama 3's special tokens, BOS/EOS and chat template, tied embeddings for 3.2, the
+"llama3" RoPE scaling as the rope_freqs tensor llama.cpp's converter writes; benchmarks/pull_scale.py's
+writer), quantizes it with llama.cpp's own `llama-quantize` to each --types, and pulls each file into a
+speczoo zoo under DIR/home. The rows 0.5b and 1.5b are the real zoo models' GGUFs (~/.cache/speczoo/
+downloads), pulled the same way. Then, per file, each in its own process on the same threads:
+
+* pull time and the pull's peak RSS (`speczoo pull`);
+* greedy decode tok/s: speczoo (`speczoo bench FILE --spec ngram`: its "greedy=" side, a raw prompt) beside
+  llama.cpp (`llama-bench -n GEN`);
+* c_v(2/5/9): speczoo (`speczoo cv FILE --sizes 1,2,5,9`) beside llama.cpp (`llama-bench -p 2,5,9`: the
+  time to process S prompt tokens over the time of one decode step, which is c_v(S));
+* peak memory: the RSS high-water of each process (os.wait4's ru_maxrss: weights mapped or copied, KV,
+  scratch), speczoo at --max-seq 512, llama-bench at its own context (prompt + gen tokens).
+
+"The draft model at scale" (--pair TARGET:DRAFT, default 8b:1b, when both were measured): the cost model's
+(speczoo.decoding.pricing.cost) best K and predicted speedup at α 0.5-0.8 with r = draft step / target step
+and the target's c_v, from speczoo's and from llama.cpp's measured figures, and a measured
+`speczoo bench TARGET --spec draft --draft DRAFT`: with random weights acceptance means nothing, so its
+speedup is set beside the cost model's prediction at the acceptance it saw.
+
+GGUFs, bundles and measured figures (DIR/results.json) are cached in DIR: a rerun writes, quantizes, pulls
+and measures only what is missing (--fresh measures again). Needs llama.cpp's tools on --llama-bin. An 8B
+size needs ~16 GB for its F16 file plus ~5 GB per type and bundle. A measurement script: never imported by
+the package, never writes outside DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.pull_scale import SHAPES, write_gguf
+from speczoo.decoding.pricing.cost import CvCurve, best_k, break_even_alpha, expected_tokens, speedup
+from speczoo.zoo.registry import local_bundle_name
+
+LLAMA_32 = dict(arch="llama", vocab=128256, kv_heads=8, ffn=8192, tied=True, rope_factor=32.0, context=131072)
+SIZES = {
+    "1b": ("Llama-3.2-1B", dict(LLAMA_32, layers=16, dim=2048, heads=32, head_dim=64)),
+    "3b": ("Llama-3.2-3B", dict(LLAMA_32, layers=28, dim=3072, heads=24, head_dim=128)),
+    "8b": ("Llama-3.1-8B", dict(SHAPES, arch="llama", rope_factor=8.0, context=131072)),
+}
+REAL = {"0.5b": "qwen2.5-coder-0.5b", "1.5b": "qwen2.5-coder-1.5b"}   # zoo GGUFs, as downloaded
+ORDER = ["0.5b", "1.5b", "1b", "3b", "8b"]
+CV_SIZES = (2, 5, 9)
+ALPHAS = (0.5, 0.6, 0.7, 0.8)
+PROMPT = ("Write a Python function that parses a CSV file of orders and returns the total per customer, "
+          "then explain how it handles quoted fields.")
+SPEC_STATS = "SPEC STATS "
+PRICED = "PRICED "
+
+
+class NotMeasured(Exception):
+    """--cached-only: a figure results.json does not have."""
+
+
+@dataclass
+class Run:
+    """A child process's output, wall time and RSS high-water (bytes)."""
+    out: str
+    err: str
+    wall: float
+    peak: int
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> Run:
+    """Run `cmd` to completion; its stdout, stderr, wall time and own peak RSS (wait4's ru_maxrss). Raises
+    RuntimeError with the output's tail when it fails."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        run = Run(out.read(), err.read(), wall, usage.ru_maxrss * 1024)
+    if proc.returncode != 0:
+        tail = "\n".join((run.out + run.err).splitlines()[-15:])
+        raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{tail}")
+    return run
+
+
+class Bench:
+    """Measures one GGUF file both ways; `cache` (DIR/results.json) keeps every figure by file and step."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.home = args.dir / "home"
+        self.env = {**os.environ, "SPECZOO_HOME": str(self.home)}
+        self.cache_path = args.dir / "results.json"
+        self.cache = json.loads(self.cache_path.read_text()) if self.cache_path.exists() else {}
+        self.bin = args.llama_bin
+
+    def cached(self, key: str, step: str, measure) -> dict:
+        entry = self.cache.setdefault(key, {})
+        if step not in entry and self.args.cached_only:
+            raise NotMeasured(f"{key}: {step}")
+        if step not in entry or self.args.fresh:
+            entry[step] = measure()
+            entry[step]["load"] = os.getloadavg()[0]
+            on_disk = json.loads(self.cache_path.read_text()) if self.cache_path.exists() else {}
+            on_disk.setdefault(key, {})[step] = entry[step]          # keep what a concurrent run wrote
+            tmp = self.cache_path.with_suffix(f".{os.getpid()}")
+            tmp.write_text(json.dumps(on_disk, indent=1))
+            tmp.replace(self.cache_path)
+        return entry[step]
+
+    def speczoo(self, *argv: str) -> list[str]:
+        return [sys.executable, "-m", "speczoo.cli", *argv]
+
+    def shape_file(self, size: str, kind: str) -> Path:
+        """DIR/<size>-<kind>.gguf, written (F16) and quantized by llama-quantize unless already there."""
+        _, shapes = SIZES[size]
+        f16 = self.args.dir / f"{size}-F16.gguf"
+        out = self.args.dir / f"{size}-{kind}.gguf"
+        if out.exists():
+            return out
+        if self.args.cached_only:
+            raise NotMeasured(f"{out.name} is not written")
+        if not f16.exists():
+            t0 = time.perf_counter()
+            tmp = f16.with_suffix(".part")
+            write_gguf(tmp, "F16", shapes)
+            tmp.rename(f16)
+            print(f"{size}: wrote {f16} ({f16.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.0f} s",
+                  flush=True)
+        if kind != "F16":
+            tmp = out.with_suffix(".part")
+            run = run_measured([str(self.bin / "llama-quantize"), str(f16), str(tmp), kind, str(self.args.threads)])
+            tmp.rename(out)
+            print(f"{size}: llama-quantize {kind} in {run.wall:.0f} s ({out.stat().st_size / 1e9:.2f} GB)", flush=True)
+        return out
+
+    def pull(self, path: Path) -> dict:
+        def measure() -> dict:
+            run = run_measured(self.speczoo("pull", "--quiet", "--force", str(path)), self.env)
+            return {"s": run.wall, "peak": run.peak}
+        if not (self.home / "bundles" / local_bundle_name(path)).is_dir():
+            self.cache.get(path.name, {}).pop("pull", None)
+        return self.cached(path.name, "pull", measure)
+
+    def speczoo_greedy(self, path: Path) -> dict:
+        a = self.args
+
+        def measure() -> dict:
+            run = run_measured(self.speczoo("bench", str(path), "--spec", "ngram", "--runs", str(a.repeats),
+                                            "--gen", str(a.gen), "--prompt", PROMPT, "--raw", "--max-seq", "512",
+                                            "--threads", str(a.threads)), self.env)
+            stats = _spec_stats(run.out)
+            return {"tok_s": stats["greedy"], "peak": run.peak}
+        return self.cached(path.name, "speczoo_greedy", measure)
+
+    def speczoo_cv(self, path: Path) -> dict:
+        def measure() -> dict:
+            run = run_measured(self.speczoo("cv", str(path), "--sizes", ",".join(map(str, (1, *CV_SIZES))),
+                                            "--json", "--repeats", str(self.args.repeats),
+                                            "--threads", str(self.args.threads)), self.env)
+            data = json.loads([line for line in run.out.splitlines() if line.startswith("{")][-1])
+            return {"ms1": data["ms"]["1"], "cv": {int(s): c for s, c in data["cv"].items()}}
+        return _int_keys(self.cached(path.name, "speczoo_cv", measure))
+
+    def llama(self, path: Path) -> dict:
+        a = self.args
+
+        def measure() -> dict:
+            run = run_measured([str(self.bin / "llama-bench"), "-m", str(path), "-p", ",".join(map(str, CV_SIZES)),
+                                "-n", str(a.gen), "-t", str(a.threads), "-r", str(a.repeats), "-o", "json"])
+            return llama_bench_figures(json.loads(run.out), a.gen) | {"peak": run.peak}
+        return _int_keys(self.cached(path.name, "llama", measure))
+
+    def draft_run(self, target: Path, draft: Path, k: int) -> dict:
+        a = self.args
+
+        def measure() -> dict:
+            argv = ["bench", str(target), "--spec", "draft", "--draft", str(draft), "--k", str(k), "--runs", "1",
+                    "--gen", str(a.gen), "--prompt", PROMPT, "--raw", "--max-seq", "512", "--threads", str(a.threads)]
+            run = run_measured([sys.executable, "-c", f"from benchmarks.shape_models import bench_past_the_gate; "
+                                f"bench_past_the_gate({argv!r})"], self.env | {"PYTHONPATH": _pythonpath()})
+            line = next(x for x in run.out.splitlines() if x.startswith(PRICED))
+            return _spec_stats(run.out) | {"peak": run.peak, "priced": json.loads(line[len(PRICED):])}
+        return self.cached(f"{target.name}+{draft.name}", f"draft_k{k}", measure)
+
+
+def bench_past_the_gate(argv: list[str]) -> None:
+    """`speczoo bench ARGV` (in this process) letting a draft through the pair check's first-token gate,
+    which models with random weights never pass (they cannot agree on a probe's continuation); every other
+    check of the pair (tokenizer, vocabulary, special ids) still refuses a bad one. Prints the costs the
+    runtime priced speculation with (r: the draft step in target steps; the target's c_v) as a PRICED line."""
+    from speczoo import cli, runtime
+    from speczoo.decoding import pair
+
+    checked, priced = pair.check_pair, runtime.runtime_costs
+
+    def without_the_gate(draft, target) -> pair.PairReport:
+        report = checked(draft, target)
+        if report.gate_only:
+            report.ok, report.problems = True, []
+        return report
+
+    def reported(*args, **kwargs):
+        costs, draft_costs = priced(*args, **kwargs)
+        print(PRICED + json.dumps({"r": draft_costs.step, "target_ms": costs.step_ms,
+                                   "cv": {s: costs.cv(s) for s in (1, *CV_SIZES)}}), flush=True)
+        return costs, draft_costs
+
+    pair.check_pair, runtime.runtime_costs = without_the_gate, reported
+    sys.exit(cli.main(argv))
+
+
+def _pythonpath() -> str:
+    """The children's PYTHONPATH with this repository's root first (for `benchmarks`)."""
+    return os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])
+
+
+def _int_keys(entry: dict) -> dict:
+    """JSON turned the c_v dict's int keys into strings; give them back."""
+    return {**entry, "cv": {int(s): c for s, c in entry["cv"].items()}}
+
+
+def _spec_stats(out: str) -> dict:
+    """The numbers of `speczoo bench`'s SPEC STATS line: greedy, spec (tok/s), speedup, accepted/round."""
+    line = next((x for x in out.splitlines() if x.startswith(SPEC_STATS)), None)
+    if line is None:
+        raise RuntimeError(f"speczoo bench printed no {SPEC_STATS!r} line:\n{out[-2000:]}")
+    fields = dict(f.split("=", 1) for f in line[len(SPEC_STATS):].split() if "=" in f)
+    return {"greedy": float(fields["greedy"]), "spec": float(fields["spec"]),
+            "speedup": float(fields["speedup"].rstrip("x")), "accepted": float(fields["accepted/round"]),
+            "forwards": int(fields["forwards"])}
+
+
+def llama_bench_figures(tests: list[dict], gen: int) -> dict:
+    """tok/s, decode step (ms) and c_v(S) from llama-bench's JSON: the median sample of each test; c_v(S) is
+    the time of its S-token prompt test over one decode step (the tg test's time / its tokens)."""
+    def median_ns(t: dict) -> float:
+        return statistics.median(t["samples_ns"])
+    tg = next(t for t in tests if t["n_gen"] == gen and t["n_prompt"] == 0)
+    step = median_ns(tg) / gen
+    cv = {t["n_prompt"]: median_ns(t) / step for t in tests if t["n_gen"] == 0 and t["n_prompt"] > 0}
+    return {"tok_s": 1e9 / step, "ms1": step / 1e6, "cv": {1: 1.0, **cv}}
+
+
+def real_file(size: str) -> Path:
+    home = Path(os.environ.get("SPECZOO_HOME", Path.home() / ".cache" / "speczoo"))
+    return home / "downloads" / f"{REAL[size]}.gguf"
+
+
+def measure_all(bench: Bench, sizes: list[str], kinds: list[str]) -> list[dict]:
+    rows = []
+    for size in sizes:
+        for kind in (["as downloaded"] if size in REAL else kinds):
+            label = REAL[size] if size in REAL else f"{SIZES[size][0]} shape"
+            try:
+                path = real_file(size) if size in REAL else bench.shape_file(size, kind)
+                print(f"{label} {kind}: pull, speczoo greedy, speczoo c_v, llama-bench ...", flush=True)
+                row = dict(size=size, label=label, kind=kind, path=path, gb=path.stat().st_size / 1e9,
+                           pull=bench.pull(path), greedy=bench.speczoo_greedy(path), cv=bench.speczoo_cv(path),
+                           llama=bench.llama(path))
+            except NotMeasured as missing:
+                print(f"{label} {kind}: not measured yet ({missing}), left out", flush=True)
+                continue
+            print(table([row]).splitlines()[-1], flush=True)
+            rows.append(row)
+    return rows
+
+
+def _cvs(cv: dict[int, float]) -> str:
+    return "/".join(f"{cv[s]:.2f}" for s in CV_SIZES)
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| model | type | file GB | pull s | decode tok/s speczoo / llama.cpp (×) | c_v(2/5/9) speczoo | "
+            "c_v(2/5/9) llama.cpp | peak GB speczoo / llama.cpp (×) | pull peak GB | load |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        g, ll = r["greedy"], r["llama"]
+        lines.append(f"| {r['label']} | {r['kind']} | {r['gb']:.2f} | {r['pull']['s']:.0f} | "
+                     f"{g['tok_s']:.2f} / {ll['tok_s']:.2f} ({g['tok_s'] / ll['tok_s']:.2f}×) | {_cvs(r['cv']['cv'])} | "
+                     f"{_cvs(ll['cv'])} | {g['peak'] / 1e9:.2f} / {ll['peak'] / 1e9:.2f} "
+                     f"({g['peak'] / ll['peak']:.2f}×) | {r['pull']['peak'] / 1e9:.2f} | {g['load']:.0f} |")
+    return "\n".join(lines)
+
+
+def acceptance_of(accepted_per_round: float, k: int) -> float:
+    """The α at which the cost model's E(α, K) − 1 drafts are accepted per round (bisection)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, k) - 1 < accepted_per_round else (lo, mid)
+    return lo
+
+
+def draft_at_scale(bench: Bench, target: dict, draft: dict, k: int, k_max: int) -> str:
+    """The cost model's predicted speedup of `target` with `draft` (r and c_v as measured, speczoo's and
+    llama.cpp's), and a measured speczoo run with the draft at K = k."""
+    lines = [f"### {target['label']} with {draft['label']} as its draft ({target['kind']})", "",
+             "| r and c_v from | r = draft step / target step | target c_v(2/5/9) | break-even α | "
+             + " | ".join(f"α={a} speedup (best K)" for a in ALPHAS) + " |",
+             "|---|---|---|---|" + "---|" * len(ALPHAS)]
+    m = bench.draft_run(target["path"], draft["path"], k)
+    sides = {"speczoo cv (full-vocabulary draft step)": (draft["cv"]["ms1"] / target["cv"]["ms1"], target["cv"]["cv"]),
+             "speczoo bench, as the runtime priced it": (m["priced"]["r"], _int_keys(m["priced"])["cv"]),
+             "llama.cpp (llama-bench)": (draft["llama"]["ms1"] / target["llama"]["ms1"], target["llama"]["cv"])}
+    for name, (r, cv) in sides.items():
+        curve = CvCurve.measured(cv, source=name)
+        be = break_even_alpha(curve, r, k_max)
+        cells = [f"{b.speedup:.2f}× ({b.k})" for b in (best_k(a, curve, r, k_max) for a in ALPHAS)]
+        lines.append(f"| {name} | {r:.3f} | {_cvs(cv)} | {'never' if be is None else f'{be:.2f}'} | "
+                     + " | ".join(cells) + " |")
+    r, cv = sides["speczoo bench, as the runtime priced it"]
+    alpha = acceptance_of(m["accepted"], k)
+    lines += ["", f"Step times: target {target['cv']['ms1']:.1f} ms, draft {draft['cv']['ms1']:.1f} ms (speczoo cv); "
+              f"target {target['llama']['ms1']:.1f} ms, draft {draft['llama']['ms1']:.1f} ms (llama-bench).",
+              "", f"Measured (`speczoo bench TARGET --spec draft --draft DRAFT --k {k}`, random weights, the pair's "
+              f"first-token gate waived): greedy {m['greedy']:.2f} tok/s, with the draft {m['spec']:.2f} tok/s "
+              f"({m['speedup']:.2f}×), {m['accepted']:.2f} drafts accepted per round, {m['forwards']} target "
+              f"forwards for {bench.args.gen} tokens (the controller stops drafting once acceptance is ~0). The cost "
+              f"model at that acceptance (α ≈ {alpha:.2f}) and K = {k}, always drafting, predicts "
+              f"{speedup(alpha, k, CvCurve.measured(cv), r):.2f}×."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dir", type=Path, required=True, help="GGUFs, the zoo (DIR/home) and results.json (not the repo)")
+    p.add_argument("--sizes", default=",".join(ORDER), help=f"comma-separated, of {', '.join(ORDER)}")
+    p.add_argument("--types", default="Q4_K_M,Q4_0", help="llama-quantize types for the shape models")
+    p.add_argument("--gen", type=int, default=32, help="decoded tokens per timing (both tools)")
+    p.add_argument("--repeats", type=int, default=3, help="repetitions (llama-bench -r, speczoo --runs/--repeats)")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both tools")
+    p.add_argument("--pair", default="8b:1b", help="TARGET:DRAFT sizes for the draft-model section ('' for none)")
+    p.add_argument("--k", type=int, default=4, help="draft tokens per round of the measured draft run")
+    p.add_argument("--kmax", type=int, default=8, help="largest K the cost model considers")
+    p.add_argument("--llama-bin", type=Path, default=Path("/work/peers/llama.cpp/build/bin"),
+                   help="folder of llama-quantize and llama-bench")
+    p.add_argument("--fresh", action="store_true", help="measure again what results.json already has")
+    p.add_argument("--cached-only", action="store_true",
+                   help="write and measure nothing: the tables of what results.json has")
+    args = p.parse_args(argv)
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    unknown = set(sizes) - set(ORDER)
+    if unknown:
+        p.error(f"unknown sizes {sorted(unknown)}; choose from {', '.join(ORDER)}")
+    kinds = [t.strip() for t in args.types.split(",") if t.strip()]
+    args.dir.mkdir(parents=True, exist_ok=True)
+    bench = Bench(args)
+    rows = measure_all(bench, sorted(sizes, key=ORDER.index), kinds)
+    print(f"\n{os.cpu_count()} CPUs, {args.threads} threads, --gen {args.gen}, --repeats {args.repeats}; "
+          f"load average {os.getloadavg()[0]:.1f} now\n")
+    print(table(rows))
+    if args.pair:
+        t, d = args.pair.split(":")
+        for kind in kinds:
+            pair = [next((r for r in rows if r["size"] == s and r["kind"] == kind), None) for s in (t, d)]
+            if None not in pair:
+                try:
+                    print("\n" + draft_at_scale(bench, pair[0], pair[1], args.k, args.kmax))
+                except NotMeasured as missing:
+                    print(f"\nthe draft run of {args.pair} is not measured yet ({missing})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""benchmarks.shape_models: the figures it reads from llama-bench and `speczoo bench`, Llama 3.1's rope_freqs,
+and a tiny Llama-3.2-style shape (tied embeddings, rope_freqs, Llama 3's tokenizer) written by the same
+writer, quantized by llama.cpp's llama-quantize and measured by llama-bench (skipped without llama.cpp), then
+pulled and run by speczoo."""
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import shape_models
+from benchmarks.pull_scale import llama3_rope_factors, tensor_plan
+from speczoo.decoding.pricing.cost import expected_tokens
+
+LLAMA_BIN = Path("/work/peers/llama.cpp/build/bin")
+TINY = dict(shape_models.LLAMA_32, layers=2, dim=256, heads=4, kv_heads=2, head_dim=64, ffn=512, vocab=1280)
+
+
+def _test(n_prompt: int, n_gen: int, samples: list[int]) -> dict:
+    return {"n_prompt": n_prompt, "n_gen": n_gen, "samples_ns": samples}
+
+
+def test_llama_bench_figures_are_median_times_over_one_decode_step():
+    tests = [_test(2, 0, [30, 20, 90]), _test(5, 0, [25, 25, 25]), _test(0, 8, [80, 80, 800])]
+    got = shape_models.llama_bench_figures(tests, 8)                       # a step: median 80 / 8 = 10 ns
+    assert got["cv"] == {1: 1.0, 2: 3.0, 5: 2.5}
+    assert got["tok_s"] == pytest.approx(1e8) and got["ms1"] == pytest.approx(1e-5)
+
+
+def test_spec_stats_are_read_from_the_bench_line():
+    out = "prompt: 9 tokens\nSPEC LOSSLESS 8/8 PASS\nSPEC STATS greedy=4.50 tok/s spec=5.00 tok/s speedup=1.11x " \
+          "accepted/round=0.25 forwards=7\n"
+    assert shape_models._spec_stats(out) == {"greedy": 4.5, "spec": 5.0, "speedup": 1.11, "accepted": 0.25,
+                                             "forwards": 7}
+
+
+def test_the_acceptance_of_a_round_count_inverts_the_cost_model():
+    for alpha in (0.0, 0.3, 0.8):
+        assert shape_models.acceptance_of(expected_tokens(alpha, 4) - 1, 4) == pytest.approx(alpha, abs=1e-6)
+
+
+def test_llama3_rope_factors_keep_short_wavelengths_and_divide_long_ones():
+    f = llama3_rope_factors(dict(head_dim=128, rope_factor=8.0))
+    assert f.shape == (64,) and f.dtype == np.float32
+    assert f[0] == 1.0 and f[-1] == 8.0 and np.all(np.diff(f) >= 0)
+
+
+def test_a_llama_32_plan_has_no_biases_no_output_and_rope_freqs():
+    names = {name for name, _, _ in tensor_plan("F16", TINY)}
+    assert "output.weight" not in names and "rope_freqs.weight" in names
+    assert not any(name.endswith(".bias") for name in names)
+
+
+def test_the_8b_shape_is_llama_31s():
+    _, s = shape_models.SIZES["8b"]
+    names = {name for name, _, _ in tensor_plan("F16", s)}
+    assert s["arch"] == "llama" and "output.weight" in names and s["layers"] * s["dim"] == 32 * 4096
+
+
+@pytest.mark.slow                                                         # ~20 s quiet: quantize, bench, pull
+@pytest.mark.skipif(not (LLAMA_BIN / "llama-quantize").exists(), reason="llama.cpp is not built here")
+def test_a_tiny_llama_shape_runs_in_llama_cpp_and_speczoo(tmp_path, monkeypatch):
+    monkeypatch.setitem(shape_models.SIZES, "tiny", ("tiny", TINY))
+    args = argparse.Namespace(dir=tmp_path, threads=2, gen=4, repeats=1, fresh=False, cached_only=False,
+                              llama_bin=LLAMA_BIN)
+    bench = shape_models.Bench(args)
+    path = bench.shape_file("tiny", "Q4_K_M")
+    assert path.exists() and (tmp_path / "tiny-F16.gguf").exists()
+    figures = bench.llama(path)
+    assert set(figures["cv"]) == {1, *shape_models.CV_SIZES} and figures["tok_s"] > 0 and figures["peak"] > 0
+    assert bench.shape_file("tiny", "Q4_K_M") == path                      # cached: not written again
+
+    monkeypatch.setenv("SPECZOO_HOME", str(tmp_path / "home"))
+    from speczoo.runtime import load
+    from speczoo.zoo.pull import pull
+    pull(str(path), progress=False, log=lambda _: None)
+    m = load(str(path))
+    assert m.args.arch == "llama" and m.tokenizer.bos_id == TINY["vocab"] - 256
+    theta = 500_000.0 ** (torch.arange(0, 64, 2).float() / 64)
+    factors = torch.from_numpy(llama3_rope_factors(TINY))
+    assert torch.allclose(m.model.ropes[False].inv_freq, 1.0 / theta / factors)
+    with torch.inference_mode():
+        from speczoo.cache import KVCache
+        logits = m.model(torch.tensor([1, 2, 3]), torch.arange(3), KVCache(m.args, 8)).logits
+    assert logits.shape == (3, TINY["vocab"]) and torch.isfinite(logits).all()
