@@ -409,26 +409,3 @@ def test_real_tiny_run(family, tmp_path, capsys):
     if family == "speczoo":
         assert all(r["lossless"] for r in rows[1:]), "speczoo's speculative modes must equal its greedy"
     assert f"| {family}:{expected[0]} |" in capsys.readouterr().out
-
-
-def test_llama_cpp_runs_on_its_own_openmp_defaults_not_speczoos_spin(tmp_path, monkeypatch):
-    """speczoo bounds libgomp's spin for itself (openmp_wait); a peer it launches must not inherit that,
-    or the comparison would measure llama.cpp under speczoo's setting."""
-    from speczoo import openmp_wait
-
-    monkeypatch.setattr(openmp_wait, "_state", "not applied yet")
-    env = {}
-    openmp_wait.apply(env, runtime_loaded=False)      # as at import on a machine where the user set none
-    monkeypatch.setenv(openmp_wait.SPIN_ENV, env[openmp_wait.SPIN_ENV])
-    tool = tmp_path / "llama-speculative-simple"
-    tool.write_text("#!/bin/sh\n")
-    seen = []
-
-    def runner(cmd, **kw):
-        seen.append(kw["env"])
-        out, err = _tool_out(cmd[cmd.index("-p") + 1], "ABCDEFG", n=7)
-        return types.SimpleNamespace(returncode=0, stdout=out, stderr=err)
-
-    LlamaCliFamily(settings(llama_cli=str(tool), max_new_tokens=7, k=8), runner=runner).generate(
-        "draft", PROMPTS[0], 7)
-    assert seen and openmp_wait.SPIN_ENV not in seen[0]

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from speczoo.bench.peers import (
     INSTALL_HINT, PeerOutput, PeerError, PeerPrompt, PeerSettings, timed_tokens)
-from speczoo.openmp_wait import environ_of_the_user
 
 TOOL = "llama-speculative-simple"
 BUILD_HINT = (f"{TOOL} is not on PATH: build it from llama.cpp (cmake -B build && cmake --build build "
@@ -186,8 +185,7 @@ class LlamaCliFamily:
         cmd = self.command(method, prompt, max_new_tokens)
         t0 = time.perf_counter()
         try:
-            done = self.runner(cmd, capture_output=True, text=True, errors="replace", timeout=900,
-                               env=environ_of_the_user())
+            done = self.runner(cmd, capture_output=True, text=True, errors="replace", timeout=900)
         except subprocess.TimeoutExpired:
             raise PeerError(f"{TOOL} ({method}) ran over 900 s on question {prompt.question_id}") from None
         total = time.perf_counter() - t0

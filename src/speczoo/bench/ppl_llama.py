@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from speczoo.errors import SpeczooError
-from speczoo.openmp_wait import environ_of_the_user
 from speczoo.paths import home
 
 ENV = "SPECZOO_LLAMA_BIN"
@@ -78,7 +77,7 @@ def find_llama_bin(explicit: str | None = None) -> Path | None:
 
 def _run(cmd: list[str], what: str) -> str:
     """stdout + stderr of a llama.cpp tool; an error that shows its tail when it fails."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=environ_of_the_user())
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise SpeczooError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{out[-2000:]}")

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from speczoo.bench.serve_load import LoadResult, StreamResult, run_clients
-from speczoo.openmp_wait import environ_of_the_user
 
 ENV = "SPECZOO_LLAMA_SERVER"
 TOOL = "llama-server"
@@ -98,7 +97,7 @@ class LlamaServer:
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             self.command(), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent(), env=environ_of_the_user())
+            start_new_session=True, preexec_fn=_die_with_parent())
         try:
             self._wait_healthy()
         except BaseException:
