@@ -81,9 +81,7 @@ def llama_bench_tok_s(stdout: str) -> float:
 
 
 def llama_measure(bin_dir: Path, gguf: Path, tokens: int, threads: int) -> Callable[[], float]:
-    """llama-bench's decode tok/s, run on llama.cpp's own OpenMP defaults (not the spin speczoo sets)."""
-    from speczoo.openmp_wait import environ_of_the_user
-
+    """llama-bench's decode tok/s, in the same environment (the same OpenMP wait policy) as speczoo's runs."""
     exe = bin_dir / "llama-bench"
     if not exe.is_file():
         raise SystemExit(f"{exe} not found: pass the llama.cpp build/bin folder that holds llama-bench")
@@ -92,7 +90,7 @@ def llama_measure(bin_dir: Path, gguf: Path, tokens: int, threads: int) -> Calla
     cmd = [str(exe), "-m", str(gguf), "-p", "0", "-n", str(tokens), "-r", "1", "-t", str(threads), "-o", "json"]
 
     def once() -> float:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=environ_of_the_user())
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr[-800:]}")
         return llama_bench_tok_s(done.stdout)

@@ -6,7 +6,7 @@ sources (PyPI packages carrying GGUF chunks) or from local files the user names.
 
 __version__ = "0.1.0"
 
-# Before anything imports torch: libgomp reads its wait policy once, when torch loads it (openmp_wait.py).
+# Before anything imports torch: what libgomp will read as its wait policy, for `speczoo doctor` (openmp_wait.py).
 from speczoo import openmp_wait as _openmp_wait  # noqa: E402
 
-_openmp_wait.apply()
+_openmp_wait.note()

@@ -1,19 +1,17 @@
-"""How long an idle OpenMP thread spins before it sleeps: a bounded spin, set before the runtime starts.
+"""How long an idle OpenMP thread spins before it sleeps: said, and left to the user.
 
 libgomp (torch's OpenMP runtime on Linux, which the compiled kernels share) reads its environment once,
 when it is loaded, at `import torch`. Left alone, a thread that waits (at a barrier, or for the next
 parallel region) spins for 300,000 pause instructions, milliseconds, before it sleeps. When another
-program holds one of the cores, that spinning takes the time slice the awaited thread needs: with a busy
-loop on one of two cores, decode fell to 0.30x of its quiet speed (issue #32). A bounded spin
-(GOMP_SPINCOUNT=SPIN_COUNT, microseconds) is meant to cover the short waits of a quiet machine, and
-sleeps through the long ones of a contended one. Child processes inherit it; environ_of_the_user() gives
-a peer (llama.cpp) the environment without it.
+program holds one of the cores, that spinning takes the time slice the awaited thread needs (issue #32).
+A bounded spin (GOMP_SPINCOUNT=SPIN_COUNT) keeps more of the speed then, but on a quiet machine every
+kernel call must wake sleeping threads, which costs more than the 3% of quiet speed the issue allows
+(docs/results.md, "One core busy": the measured trade). So speczoo does not set it; it records what the
+runtime will use, `speczoo doctor` shows it, and the README says when to set it.
 
-apply() runs first thing when the package is imported (speczoo/__init__.py), before anything imports
-torch. It never overrides the user: when OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, theirs is used as is.
-When torch was imported before speczoo, libgomp has already read its environment, so setting it would
-change nothing: apply() then leaves the environment alone, and state() says so (`speczoo doctor` shows it).
-This module must never import torch, nor anything that does.
+note() runs first thing when the package is imported (speczoo/__init__.py), before anything imports
+torch, so that what it records is what libgomp reads. This module must never import torch, nor anything
+that does.
 """
 
 from __future__ import annotations
@@ -23,39 +21,29 @@ import sys
 
 SPIN_ENV = "GOMP_SPINCOUNT"
 POLICY_ENV = "OMP_WAIT_POLICY"
-SPIN_COUNT = 1_000  # spins of a pause instruction each; docs/results.md, "One core busy", has the choice
+SPIN_COUNT = 1_000  # the spin the README suggests for a machine where another program keeps a core busy
 
-_SET_BY_US = ", set by speczoo (a bounded spin)"
-_state = "not applied yet"
+_state = "not read yet"
 
 
-def apply(environ: dict[str, str] | None = None, runtime_loaded: bool | None = None) -> str:
-    """Set GOMP_SPINCOUNT=SPIN_COUNT in `environ` (default os.environ) unless the user chose a wait policy
-    or the runtime is already loaded (default: torch is imported). Returns and remembers what happened."""
+def note(environ: dict[str, str] | None = None, runtime_loaded: bool | None = None) -> str:
+    """Record which wait policy the OpenMP runtime uses: the user's OMP_WAIT_POLICY / GOMP_SPINCOUNT from
+    `environ` (default os.environ), else its default; and whether torch was imported before speczoo
+    (default: read sys.modules). Returns and remembers it in words."""
     global _state
     env = os.environ if environ is None else environ
     loaded = "torch" in sys.modules if runtime_loaded is None else runtime_loaded
     chosen = [f"{k}={env[k]}" for k in (POLICY_ENV, SPIN_ENV) if env.get(k, "").strip()]
     if chosen:
         _state = f"yours: {', '.join(chosen)}"
-    elif loaded:
-        _state = (f"the OpenMP runtime's default (torch was imported before speczoo; set {SPIN_ENV}={SPIN_COUNT} "
-                  f"before starting Python, or import speczoo first, for a bounded spin)")
+        if loaded:
+            _state += " (torch was imported before speczoo: it applies if it was set before that import)"
     else:
-        env[SPIN_ENV] = str(SPIN_COUNT)
-        _state = f"{SPIN_ENV}={SPIN_COUNT}{_SET_BY_US}"
+        _state = (f"the OpenMP runtime's default (a long spin); with another program busy on a core, "
+                  f"{SPIN_ENV}={SPIN_COUNT} keeps more speed and costs some when quiet")
     return _state
 
 
-def environ_of_the_user() -> dict[str, str]:
-    """os.environ as the user left it: without the spin count apply() set (for a peer's subprocess, such as
-    llama.cpp, which must run on its own defaults)."""
-    env = dict(os.environ)
-    if _state.endswith(_SET_BY_US):
-        env.pop(SPIN_ENV, None)
-    return env
-
-
 def state() -> str:
-    """What apply() did, in words (for `speczoo doctor`)."""
+    """What note() recorded, in words (for `speczoo doctor`)."""
     return _state
