@@ -20,19 +20,22 @@ from collections.abc import Sequence
 
 import torch
 
+from speczoo.context import DEFAULT_KV_TYPE, kv_dtype
 from speczoo.models.forward import LAST_ROW
 from speczoo.slots import Feed, SlotCache, forward_batch
 
 
 def greedy_many(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                eos_ids: Sequence[int] = ()) -> list[list[int]]:
+                eos_ids: Sequence[int] = (), kv_type: str = DEFAULT_KV_TYPE) -> list[list[int]]:
     """The greedy continuation of each prompt: up to `max_new_tokens` ids, stopping at the first end id
     (left out, as the engine reports a generation). All prompts decode together, one forward per step
     over the unfinished ones.
 
     model:   a decoder with the batched forward contract (speczoo/slots.py forward_batch) and no
              sliding-window layers; prompts: the token ids of each prompt (at least one each);
-    eos_ids: the ids that end a sequence. Returns one list of new ids per prompt, in order.
+    eos_ids: the ids that end a sequence; kv_type: the KV cache's element type, the runtime's (the same
+    stored K/V values are what make the continuations plain greedy's). Returns one list of new ids per
+    prompt, in order.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -41,7 +44,8 @@ def greedy_many(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     if not prompts:
         return []
     ends = set(eos_ids)
-    cache = SlotCache(model.args, len(prompts), max(len(p) for p in prompts) + max_new_tokens)
+    cache = SlotCache(model.args, len(prompts), max(len(p) for p in prompts) + max_new_tokens,
+                      dtype=kv_dtype(kv_type))
     slots = [cache.acquire() for _ in prompts]
     out: list[list[int]] = []
     with torch.no_grad():

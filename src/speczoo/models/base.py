@@ -182,10 +182,11 @@ def plan_keys(keys: attention.KeyRows, invariant: bool) -> AttnPlan:
 
 def write_kv(k_cache: Tensor, v_cache: Tensor, at: int | Tensor, k: Tensor, v: Tensor) -> None:
     """Store this forward's rotated keys and values k, v [S, Hkv, Dh] in a layer's cache [Hkv, C, Dh]: at
-    slots [at, at + S) for an int, or at the slots at[i] (int64 [S]) for rows of several sequences."""
+    slots [at, at + S) for an int, or at the slots at[i] (int64 [S]) for rows of several sequences. A 16-bit
+    cache gets each value rounded once, as a slice copy rounds it (index_put does not convert by itself)."""
     if isinstance(at, Tensor):
-        k_cache[:, at] = k.transpose(0, 1)
-        v_cache[:, at] = v.transpose(0, 1)
+        k_cache[:, at] = k.transpose(0, 1).to(k_cache.dtype)
+        v_cache[:, at] = v.transpose(0, 1).to(v_cache.dtype)
     else:
         k_cache[:, at:at + k.shape[0]] = k.transpose(0, 1)
         v_cache[:, at:at + v.shape[0]] = v.transpose(0, 1)
