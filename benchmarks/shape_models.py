@@ -118,7 +118,7 @@ class _Sampler(threading.Thread):
 def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> Run:
     """Run `cmd` to completion; its stdout, stderr, wall time, own peak RSS (wait4's ru_maxrss) and sampled
     anonymous and file-backed peaks. Raises RuntimeError with the output's tail when it fails."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    with tempfile.TemporaryFile("w+", errors="replace") as out, tempfile.TemporaryFile("w+", errors="replace") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, text=True)
         sampler = _Sampler(proc.pid)
