@@ -155,8 +155,11 @@ def test_parse_systems():
     assert parse_systems(None) == {f: None for f in peers.FAMILIES}
     assert parse_systems("speczoo,hf:lookup,hf:greedy") == {"hf": ["lookup", "greedy"], "speczoo": None}
     assert parse_systems("hf:lookup,hf") == {"hf": None}
+    with pytest.raises(ValueError, match="unknown family 'sglang'"):
+        parse_systems("sglang")
+    # `speczoo peers` offers vllm only with --vllm VENV: without it the family is unknown there
     with pytest.raises(ValueError, match="unknown family 'vllm'"):
-        parse_systems("vllm")
+        parse_systems("vllm", [f for f in peers.FAMILIES if f != "vllm"])
 
 
 def test_missing_peer_is_skipped_with_install_instructions_and_others_run(tmp_path, monkeypatch, capsys):

@@ -80,6 +80,9 @@ class PeerSettings:
     backend: str | None = None          # speczoo's linear backend (None: the runtime's default)
     llama_cli: str | None = None        # path of llama-speculative-simple (None: search PATH)
     tokenizer: object | None = None     # speczoo's Tokenizer of the target: text of id-only systems
+    vllm_venv: Path | None = None       # vLLM's own virtual environment (benchmarks/build_vllm.sh)
+    vllm_head: Path | None = None       # an EAGLE-3 head folder (speculators format) for vllm:eagle3
+    vllm_dtype: str = "bfloat16"        # what vLLM computes in (its weights: the GGUF dequantized)
 
 
 @dataclass
@@ -143,6 +146,7 @@ class FamilyEntry:
     module: str               # where the family class lives (imported only when it runs)
     cls: str
     requires: tuple[str, ...]  # import names that must be present (checked without importing them)
+    serial: bool = False      # one method at a time (a server per method): all prompts of a method, then the next
 
 
 # Run order: the baseline first, then the other peers, speczoo last.
@@ -150,6 +154,7 @@ FAMILIES: dict[str, FamilyEntry] = {
     "llama": FamilyEntry("speczoo.bench.peers_llama", "LlamaCppFamily", ("llama_cpp",)),
     "llama-cli": FamilyEntry("speczoo.bench.peers_llama", "LlamaCliFamily", ()),
     "hf": FamilyEntry("speczoo.bench.peers_hf", "HFFamily", ("transformers", "accelerate", "gguf")),
+    "vllm": FamilyEntry("speczoo.bench.peers_vllm", "VllmFamily", ("openai", "transformers", "gguf"), serial=True),
     "speczoo": FamilyEntry("speczoo.bench.peers", "SpeczooFamily", ()),
 }
 
@@ -312,6 +317,19 @@ def _log(msg: str, quiet: bool) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
+def schedule(methods: list[str], prompts: list[PeerPrompt], serial: bool,
+             warm_up: bool) -> list[tuple[PeerPrompt, str, bool]]:
+    """The family's calls in order, as (prompt, method, timed). Each method first answers the first prompt
+    untimed (warm_up). Interleaved: every warm-up, then each prompt through every method. Serial (a
+    family that runs one server per method and keeps one alive): a method's warm-up and all its prompts,
+    then the next method; its reference method comes first, so a reference row is always there."""
+    if serial:
+        return [c for m in methods
+                for c in ([(prompts[0], m, False)] if warm_up else []) + [(p, m, True) for p in prompts]]
+    return ([(prompts[0], m, False) for m in methods] if warm_up else []) + [
+        (p, m, True) for p in prompts for m in methods]
+
+
 def run_peers(prompts: list[PeerPrompt], settings: PeerSettings, out_dir: str | Path,
               systems: dict[str, list[str] | None] | None = None, baseline: str = BASELINE,
               families: dict[str, PeerFamily] | None = None, quiet: bool = False) -> PeersOutcome:
@@ -355,23 +373,23 @@ def run_peers(prompts: list[PeerPrompt], settings: PeerSettings, out_dir: str | 
         try:
             _log(f"{name}: loading", quiet)
             family.open()
-            if settings.warmup and family.warm_up:
-                for m in methods:      # first-call costs (page faults, packing, JIT) are not timed
-                    family.generate(m, prompts[0], settings.warmup)
-            for p in prompts:
-                for m in methods:
-                    ref = family.reference(m)
-                    gen = family.generate(m, p, settings.max_new_tokens)
-                    ref_row = by_key.get((p.question_id, ref[0])) if ref else None
-                    row = make_row(p, name, m, family.describe(m), gen, settings, ref, ref_row)
-                    rows.append(row)
-                    by_key[(p.question_id, row["system"])] = row
-                    with open(rows_path, "a", encoding="utf-8") as f:
-                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    flag = "" if row["lossless"] is None else ("  lossless" if row["lossless"] else
-                                                               f"  DIFFERS at {row['first_mismatch']}")
-                    _log(f"  {row['system']:<24} q{p.question_id} {p.category}: {gen.new_tokens} tokens, "
-                         f"{row['tok_s']:.2f} tok/s{flag}", quiet)
+            serial = name in FAMILIES and FAMILIES[name].serial
+            for p, m, timed in schedule(methods, prompts, serial, bool(settings.warmup and family.warm_up)):
+                if not timed:          # first-call costs (page faults, packing, JIT) are not timed
+                    family.generate(m, p, settings.warmup)
+                    continue
+                ref = family.reference(m)
+                gen = family.generate(m, p, settings.max_new_tokens)
+                ref_row = by_key.get((p.question_id, ref[0])) if ref else None
+                row = make_row(p, name, m, family.describe(m), gen, settings, ref, ref_row)
+                rows.append(row)
+                by_key[(p.question_id, row["system"])] = row
+                with open(rows_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                flag = "" if row["lossless"] is None else ("  lossless" if row["lossless"] else
+                                                           f"  DIFFERS at {row['first_mismatch']}")
+                _log(f"  {row['system']:<24} q{p.question_id} {p.category}: {gen.new_tokens} tokens, "
+                     f"{row['tok_s']:.2f} tok/s{flag}", quiet)
         except PeerError as exc:
             notes.append(f"{name}: stopped, {exc}")
             _log(notes[-1], quiet)
@@ -402,4 +420,6 @@ def run_notes(settings: PeerSettings, prompts: list[PeerPrompt]) -> list[str]:
         f"K = {settings.k}; {settings.threads} threads everywhere; context {settings.n_ctx}; each method "
         f"first answers the first question untimed ({settings.warmup} tokens of warm-up)",
         f"machine: {os.cpu_count()} logical CPUs; run at {time.strftime('%Y-%m-%d %H:%M')}",
-    ]
+    ] + ([f"vLLM ({settings.vllm_venv}) loads the GGUF's tensors dequantized to float32 in the Hugging Face "
+          f"layout and computes in {settings.vllm_dtype}: not the same weights as the GGUF systems, so its "
+          "equality is judged against its own greedy only"] if settings.vllm_venv else [])

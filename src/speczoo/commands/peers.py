@@ -28,12 +28,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=4,
                    help="new tokens of one untimed answer per method before timing (default 4; 0: none)")
     p.add_argument("--systems",
-                   help="comma-separated families or FAMILY:METHOD (llama, llama-cli, hf, speczoo; e.g. "
+                   help="comma-separated families or FAMILY:METHOD (llama, llama-cli, hf, vllm, speczoo; e.g. "
                         "llama,hf:greedy,hf:lookup,speczoo); default: all that are installed")
     p.add_argument("--baseline", default="llama:greedy",
                    help="system the tok/s ratios are taken against (default llama:greedy)")
     p.add_argument("--backend", help="speczoo's linear backend (default: the runtime's choice)")
     p.add_argument("--llama-cli", help="path of llama-speculative-simple (default: search PATH)")
+    p.add_argument("--vllm", type=Path, metavar="VENV",
+                   help="vLLM's own virtual environment (bash benchmarks/build_vllm.sh): adds the vllm family "
+                        "(greedy, ngram, eagle3 with --vllm-head), one `vllm serve` per method on the GGUF "
+                        "dequantized to the Hugging Face layout")
+    p.add_argument("--vllm-head", metavar="NAME|DIR",
+                   help="an EAGLE-3 head (installed name or folder, speculators format) for vllm:eagle3")
+    p.add_argument("--vllm-dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                   help="what vLLM computes in (default bfloat16)")
     p.add_argument("--out", type=Path, required=True, help="output directory (peers.jsonl is rewritten)")
     p.add_argument("--quiet", action="store_true", help="no per-answer progress lines")
     p.set_defaults(func=run)
@@ -41,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from speczoo.bench.peers import (
-        REPORT_FILE, ROWS_FILE, PeerSettings, build_prompts, context_for, parse_systems, run_peers)
+        FAMILIES, REPORT_FILE, ROWS_FILE, PeerSettings, build_prompts, context_for, parse_systems, run_peers)
     from speczoo.bench.questions import load_questions, select
     from speczoo.tokenizer import Tokenizer
     from speczoo.zoo.bundle import find_bundle, source_gguf
@@ -49,18 +57,25 @@ def run(args: argparse.Namespace) -> int:
 
     if args.gen < 1 or args.k < 1 or args.threads < 1 or args.warmup < 0:
         raise ValueError("--gen, --k and --threads must be >= 1, --warmup >= 0")
-    systems = parse_systems(args.systems)
+    families = [f for f in FAMILIES if f != "vllm" or args.vllm]     # vLLM only where its venv is named
+    systems = parse_systems(args.systems, families)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     questions = select(load_questions(args.questions), categories, args.limit)
     bundle = find_bundle(args.target)
     draft = None if args.no_draft else (args.draft or default_draft(args.target))
     draft_gguf = source_gguf(find_bundle(draft)) if draft else None
     tokenizer = Tokenizer.from_bundle(bundle)
+    head = None
+    if args.vllm_head:
+        from speczoo.zoo.heads import find_head
+
+        head = find_head(args.vllm_head).path
     prompts = build_prompts(questions, tokenizer)
     settings = PeerSettings(target=args.target, target_gguf=source_gguf(bundle), eos_ids=tokenizer.eos_ids,
                             draft=draft, draft_gguf=draft_gguf, max_new_tokens=args.gen,
                             threads=args.threads, k=args.k, warmup=args.warmup,
-                            n_ctx=context_for(prompts, args.gen, args.k), backend=args.backend, llama_cli=args.llama_cli, tokenizer=tokenizer)
+                            n_ctx=context_for(prompts, args.gen, args.k), backend=args.backend, llama_cli=args.llama_cli, tokenizer=tokenizer,
+                            vllm_venv=args.vllm, vllm_head=head, vllm_dtype=args.vllm_dtype)
     import torch
 
     torch.set_num_threads(args.threads)
