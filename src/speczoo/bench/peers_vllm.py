@@ -142,6 +142,7 @@ class VllmServer:
     ready_timeout: float = READY_TIMEOUT_S
     startup_seconds: float = 0.0
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    own_log: bool = field(default=False, repr=False)     # a temporary log: removed after a clean run
 
     @property
     def url(self) -> str:
@@ -154,7 +155,7 @@ class VllmServer:
         if self.log_path is None:
             fd, name = tempfile.mkstemp(prefix=f"speczoo-vllm-{self.spec.mode}-", suffix=".log")
             os.close(fd)
-            self.log_path = Path(name)
+            self.log_path, self.own_log = Path(name), True
         t0 = time.perf_counter()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(server_command(self.spec), env=server_env(self.spec), stdout=log,
@@ -163,6 +164,7 @@ class VllmServer:
         try:
             self._wait_ready()
         except BaseException:
+            self.own_log = False           # the error names the log: keep it
             self.stop()
             raise
         self.startup_seconds = time.perf_counter() - t0
@@ -187,6 +189,8 @@ class VllmServer:
     def stop(self) -> None:
         """SIGINT to the server's process group (vLLM shuts its engine down), then SIGTERM, then SIGKILL."""
         proc, self.proc = self.proc, None
+        if self.own_log and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
         if proc is None or proc.poll() is not None:
             return
         for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 15), (signal.SIGKILL, 15)):
@@ -258,11 +262,12 @@ class VllmFamily:
     name = "vllm"
     warm_up = True
 
-    def __init__(self, settings: PeerSettings):
+    def __init__(self, settings: PeerSettings, model_dir: Path | None = None):
+        """model_dir: a Hugging Face layout to serve as it is (tests); None: the target's GGUF converted."""
         self.settings = settings
         if settings.vllm_venv is None:
             raise PeerError(f"no vLLM venv named: {BUILD_HINT}")
-        self.model_dir: Path | None = None
+        self.model_dir = model_dir
         self.servers: dict[str, VllmServer] = {}
         self.clients: dict[str, object] = {}
 
@@ -284,6 +289,8 @@ class VllmFamily:
         from speczoo.bench.hf_layout import HFLayoutError, convert_gguf, default_dir
 
         s = self.settings
+        if self.model_dir is not None:
+            return
         try:
             self.model_dir = convert_gguf(s.target_gguf, default_dir(s.target)).path
         except HFLayoutError as exc:
