@@ -7,7 +7,8 @@ engine core and worker, in its own process group; answers /v1/models 503 for its
 after; and streams /v1/completions on token ids as vLLM does with `return_token_ids`: one chunk per token
 (two per chunk when started with --speculative-config, as a speculative round emits several), each with
 `text` and `token_ids`, then a finish chunk. The ids are a pure function of the prompt's, so every mode
-answers alike; a prompt holding 999 meets the first of `stop_token_ids` as its fourth token, which vLLM
+answers alike; /metrics counts 4 drafted and 3 accepted tokens per answer on a speculative start, as
+vLLM's Prometheus counters do; a prompt holding 999 meets the first of `stop_token_ids` as its fourth token, which vLLM
 also returns in `token_ids`. Knobs, from the environment: FAKE_VLLM_LOG (a file: one JSON line per start
 with argv, pid, the child's pid and the environment's vLLM variables), FAKE_VLLM_FAIL=1 (print an error
 and exit 3 at start), FAKE_VLLM_NEVER_READY=1 (never answer 200). Standard library only.
@@ -24,6 +25,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STARTED = time.monotonic()
+SERVED = [0]          # answers finished: a speculative start counts 4 drafted and 3 accepted tokens per answer
 ENV_KEYS = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "HF_HUB_OFFLINE", "LD_PRELOAD", "PYTHONPATH")
 
 
@@ -41,6 +43,16 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
+        if self.path == "/metrics":
+            spec = "--speculative-config" in sys.argv
+            body = (f'# HELP x\nvllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="target"}} '
+                    f'{4.0 * SERVED[0]}\nvllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {3.0 * SERVED[0]}\n'
+                    if spec else "# HELP x\nvllm:num_requests_running 0.0\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         ready = (self.path == "/v1/models" and time.monotonic() - STARTED > 0.3
                  and not os.environ.get("FAKE_VLLM_NEVER_READY"))
         body = json.dumps({"object": "list", "data": [{"id": "target"}]} if ready else {"error": "loading"}).encode()
@@ -69,6 +81,7 @@ class Handler(BaseHTTPRequestHandler):
             self._event({**base, "choices": [{"index": 0, "text": "".join(f"<{t}>" for t in part),
                                               "token_ids": part, "finish_reason": None}]})
         finish = "stop" if ids and ids[-1] in (req.get("stop_token_ids") or []) else "length"
+        SERVED[0] += 1
         self._event({**base, "choices": [{"index": 0, "text": "", "token_ids": [], "finish_reason": finish}]})
         self._event("[DONE]")
         self.close_connection = True

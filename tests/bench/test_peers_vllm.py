@@ -18,7 +18,7 @@ from speczoo.bench import peers
 from speczoo.bench.peers import PeerError, PeerPrompt, PeerSettings, run_peers, schedule, timed_tokens
 from speczoo.bench.peers_vllm import (
     EAGLE_TOKENS, NGRAM_MAX, VllmFamily, VllmServer, VllmServerSpec, free_port, server_command, server_env,
-    speculative_config, stream_completion)
+    spec_counters, speculative_config, stream_completion)
 
 FAKE = str(Path(__file__).parents[1] / "fake_vllm_server.py")
 EOS = 7
@@ -97,6 +97,16 @@ def test_server_env_is_offline_bound_and_preloads_intel_openmp(tmp_path):
     assert env["LD_PRELOAD"].split(os.pathsep) == [str(venv / "lib" / "libiomp5.so"), "/x.so"]
     one = server_env(spec(fake_venv(tmp_path / "b", iomp=False), threads=1), base={"PATH": "/usr/bin"})
     assert one["VLLM_CPU_OMP_THREADS_BIND"] == "0" and "LD_PRELOAD" not in one
+
+
+def test_spec_counters_sum_over_labels_and_default_to_zero():
+    text = ('# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n'
+            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="t"} 51.0\n'
+            'vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="t"} 9.0\n'
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="t"} 12.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 7.0\n')
+    assert spec_counters(text) == {"drafted": 60, "accepted": 12}
+    assert spec_counters("vllm:num_requests_running 0.0\n") == {"drafted": 0, "accepted": 0}
 
 
 def test_schedule_serial_runs_a_method_through_every_prompt_before_the_next():
@@ -178,6 +188,7 @@ def test_family_runs_its_methods_serially_one_server_at_a_time(tmp_path, monkeyp
     assert [r["system"] for r in out.rows] == ["vllm:greedy"] * 2 + ["vllm:ngram"] * 2 + ["vllm:eagle3"] * 2
     assert all(r["lossless"] for r in out.rows if r["method"] != "greedy")
     assert [r["finish"] for r in out.rows[:2]] == ["length", "stop"]
+    assert [(r["drafted"], r["accepted"]) for r in out.rows] == [(None, None)] * 2 + [(4, 3)] * 4
     runs = starts(log)
     modes = ["eagle3" if any('"eagle3"' in a for a in s["argv"]) else "ngram" if "--speculative-config" in s["argv"]
              else "greedy" for s in runs]

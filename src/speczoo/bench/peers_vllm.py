@@ -18,7 +18,8 @@ server starts once and only one lives at a time (one holds ~5 GB: weights, a 1 G
 code, three processes). Answers go through the `openai` client's streaming completions endpoint
 with speczoo's prompt ids, greedy (temperature 0), stopping at the target's EOS ids. `return_token_ids`
 gives the ids, so each speculative answer is judged against vLLM's own greedy ids. Timing is
-"first-token": from the first streamed token to the last.
+"first-token": from the first streamed token to the last. Drafted and accepted tokens per answer are the
+change in the server's Prometheus counters (/metrics) across the answer.
 
 `server_command` and `server_env` are pure (tested without vLLM); `VllmServer` owns the process: its own
 process group, output to a log file, readiness polled on /v1/models, stopped with SIGINT, then SIGTERM,
@@ -33,6 +34,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -258,6 +260,27 @@ def stream_completion(client, prompt_ids: list[int], max_new_tokens: int, eos_id
                       tokens=timed_tokens(len(kept), finish), total_seconds=t_end - t0, timing="first-token")
 
 
+SPEC_COUNTERS = {"drafted": "vllm:spec_decode_num_draft_tokens_total",
+                 "accepted": "vllm:spec_decode_num_accepted_tokens_total"}
+
+
+def spec_counters(metrics: str) -> dict[str, int]:
+    """vLLM's speculative-decoding counters ("drafted", "accepted") from its Prometheus text, summed over
+    their labels; a counter that is not there (a greedy server) counts 0."""
+    out = {k: 0.0 for k in SPEC_COUNTERS}
+    for line in metrics.splitlines():
+        for key, name in SPEC_COUNTERS.items():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                out[key] += float(line.rsplit(" ", 1)[1])
+    return {k: int(v) for k, v in out.items()}
+
+
+def read_metrics(api_url: str) -> str:
+    """GET /metrics of the server whose OpenAI API is at api_url (".../v1")."""
+    with urllib.request.urlopen(api_url.removesuffix("/v1") + "/metrics", timeout=30) as r:
+        return r.read().decode("utf-8", errors="replace")
+
+
 class VllmFamily:
     name = "vllm"
     warm_up = True
@@ -308,6 +331,8 @@ class VllmFamily:
             server = VllmServer(self.spec(method, free_port()))
             self.servers[method] = server
             server.start()
+            print(f"vllm:{method}: server up in {server.startup_seconds:.0f} s ({server.url})", file=sys.stderr,
+                  flush=True)
             self.clients[method] = _openai().OpenAI(base_url=server.url, api_key="none", timeout=900.0,
                                                     max_retries=0)
         return self.clients[method]
@@ -315,7 +340,12 @@ class VllmFamily:
     def generate(self, method: str, prompt: PeerPrompt, max_new_tokens: int) -> PeerOutput:
         client = self._client(method)
         s = self.settings
+        url = self.servers[method].url
+        before = spec_counters(read_metrics(url)) if method != "greedy" else None
         out = stream_completion(client, prompt.ids, max_new_tokens, s.eos_ids)
+        if before is not None:     # the counters move when the engine reports the request's last step
+            after = spec_counters(read_metrics(url))
+            out.drafted, out.accepted = after["drafted"] - before["drafted"], after["accepted"] - before["accepted"]
         if s.tokenizer is not None:
             out.text = s.tokenizer.decode(out.ids)
         return out
