@@ -225,7 +225,7 @@ def test_speculators_loads_a_speczoo_head_and_computes_its_logits(tmp_path):
 
     venv = need_venv()
     cfg = HeadConfig(target="tiny", hidden_size=64, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=96,
-                     target_vocab=200, draft_vocab=120, aux_layer_ids=(1, 2, 3), rope_theta=10_000.0)
+                     target_vocab=200, draft_vocab=120, aux_layer_ids=(1, 2, 3), rope_theta=1_000_000.0)
     g = torch.Generator().manual_seed(0)
     embed = torch.randn(200, 64, generator=g)                                   # [V, D]
     head = EagleHead(cfg, embed, seed=1)
