@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -163,8 +162,8 @@ class Runtime:
     name or directory; None: the newest installed for the target, if any); suffix_memory: the earlier answers
     the suffix drafter reads, kept here across requests (default: a SuffixMemory of the default cap, one
     per API key); draft_vocab: the draft model proposes from a reduced LM head over its first draft_vocab
-    ids plus the prompt's own (decoding/drafters/draft_head.py; None: its full head). The stored cost
-    profile prices the draft step at the default draft_vocab, so any other is timed afresh at load.
+    ids plus the prompt's own (decoding/drafters/draft_head.py; None: its full head). The draft's cost
+    profile is stored per draft_vocab: another size is timed once (the draft only) and read after.
     """
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int | None = None,
@@ -186,10 +185,9 @@ class Runtime:
         if draft is not None:
             from speczoo.decoding.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
-        # the draft is priced through the head it proposes from; the stored profile timed the default one
-        remeasure = remeasure_costs or (draft is not None and draft_vocab != DRAFTING.head_vocab)
-        costs, draft_costs = runtime_costs(target, draft, remeasure=remeasure,
-                                           draft_head=partial(reduced_head, head_vocab=draft_vocab))
+        # the draft is priced through the head it proposes from (its profile is keyed by that head's size)
+        costs, draft_costs = runtime_costs(target, draft, remeasure=remeasure_costs, draft_head=reduced_head,
+                                           draft_vocab=draft_vocab)
         # the EAGLE head is resolved, loaded and priced now (errors before any request), never per request
         eagle = load_eagle(target.name, target.model, target.backend, named=eagle_head, tree=eagle_tree)
         self.suffix_memory = SuffixMemory() if suffix_memory is None else suffix_memory
