@@ -9,7 +9,9 @@ and its steering, the OpenMP runtime's own wait policy), then greedy decode of -
 Python, os.sched_setaffinity), alternating quiet and busy so that both see the same background load. Two
 rows, measured one after the other within each quiet and each busy stretch: the default (the thread count
 steered by the decode's own timings, speczoo/thread_pilot.py) and the same count fixed (no steering, as
-`--threads N` gives). The steered row also says how many threads its forwards ran on, on average.
+`--threads N` gives). Each stretch opens with one untimed steered run, in which the steering finds the
+count for the stretch (the forwards it took are printed; --no-settle times that change too), so the rows
+give the speeds it settles on. The steered row also says how many threads its forwards ran on, on average.
 llama.cpp (with --llama-bin): llama-bench on the same GGUF (decode only, -p 0 -n TOKENS, -t the same
 count), the same way. The table gives the median of each and the ratio busy / quiet, with the load
 average before and after.
@@ -41,25 +43,38 @@ def busy_core(cpu: int) -> Iterator[subprocess.Popen]:
     """A subprocess spinning on `cpu` for the duration of the block; killed and reaped after it."""
     hog = subprocess.Popen([sys.executable, "-c", HOG_CODE, str(cpu)])
     try:
-        time.sleep(0.3)  # let it start spinning and the scheduler see it
-        if hog.poll() is not None:
-            raise RuntimeError(f"the busy loop on cpu {cpu} exited at once (status {hog.returncode})")
+        deadline = time.monotonic() + 30.0
+        while True:                                     # a loaded machine starts Python slowly
+            if hog.poll() is not None:
+                raise RuntimeError(f"the busy loop on cpu {cpu} exited at once (status {hog.returncode})")
+            if os.sched_getaffinity(hog.pid) == {cpu}:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the busy loop did not pin itself to cpu {cpu} within 30 s")
+            time.sleep(0.01)
+        time.sleep(0.3)  # let it spin and the scheduler see it
         yield hog
     finally:
         hog.kill()
         hog.wait()
 
 
-def alternate(measures: dict[str, Callable[[], float]], runs: int, cpu: int) -> dict[str, tuple[list[float], list[float]]]:
+def alternate(measures: dict[str, Callable[[], float]], runs: int, cpu: int,
+              settle: Callable[[], object] | None = None) -> dict[str, tuple[list[float], list[float]]]:
     """Per measure, (quiet tok/s, busy tok/s), `runs` of each: a quiet stretch running every measure in
-    turn, then a busy one, quiet, busy, ..."""
+    turn, then a busy one, quiet, busy, ...; `settle` (untimed) opens each stretch."""
     out: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in measures}
-    for _ in range(runs):
+
+    def stretch(col: int) -> None:
+        if settle is not None:
+            settle()
         for name, measure in measures.items():
-            out[name][0].append(measure())
+            out[name][col].append(measure())
+
+    for _ in range(runs):
+        stretch(0)
         with busy_core(cpu):
-            for name, measure in measures.items():
-                out[name][1].append(measure())
+            stretch(1)
     return out
 
 
@@ -90,10 +105,13 @@ class CountingSteer:
 @dataclass
 class SpeczooRuns:
     """The measures of one loaded runtime: its default (steered, when the count is not fixed) and the count
-    fixed; `threads` records the steered runs' mean thread count per run."""
+    fixed; `threads` records the steered runs' mean thread count per run; `settle` is one untimed steered
+    run, and `settled` the forwards each took until the count it ended on ran settled."""
 
     measures: dict[str, Callable[[], float]]
     threads: list[float]
+    settle: Callable[[], object] | None
+    settled: list[int]
 
 
 def speczoo_measures(model: str, tokens: int) -> SpeczooRuns:
@@ -117,6 +135,16 @@ def speczoo_measures(model: str, tokens: int) -> SpeczooRuns:
             threads.append(steer.mean_since(start))
         return done.stats.tok_s
 
+    settled: list[int] = []
+
+    def settle() -> None:
+        start = len(steer.counts)
+        once(steer)
+        threads.pop()
+        seen = steer.counts[start:]
+        last = next((i for i in range(len(seen) - 1, -1, -1) if seen[i] != seen[-1]), -1)
+        settled.append(last + 1)
+
     top = torch.get_num_threads()
     measures = {f"speczoo, {top} threads fixed": lambda: once(None)}
     if steer is not None:
@@ -124,7 +152,7 @@ def speczoo_measures(model: str, tokens: int) -> SpeczooRuns:
     for measure in measures.values():
         measure()  # warm up: kernels built, caches touched, the steering's first look at one thread fewer
     threads.clear()
-    return SpeczooRuns(measures, threads)
+    return SpeczooRuns(measures, threads, settle if steer is not None else None, settled)
 
 
 def llama_bench_tok_s(stdout: str) -> float:
@@ -180,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gguf", type=Path, default=None,
                     help="the GGUF for llama-bench (default: the zoo's download of --model)")
     ap.add_argument("--skip-speczoo", action="store_true", help="measure llama.cpp only")
+    ap.add_argument("--no-settle", action="store_true",
+                    help="time the first run of each stretch too: the steering's change of count then counts")
     args = ap.parse_args(argv)
     if args.tokens < 1 or args.runs < 1:
         ap.error("--tokens and --runs must be at least 1")
@@ -199,12 +229,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if not args.skip_speczoo:
         sz = speczoo_measures(args.model, args.tokens)
-        rows += [(name, *runs) for name, runs in alternate(sz.measures, args.runs, cpu).items()]
+        settle = None if args.no_settle else sz.settle
+        rows += [(name, *runs) for name, runs in alternate(sz.measures, args.runs, cpu, settle).items()]
         print(table(rows), flush=True)
         if sz.threads:
             # each stretch runs the steered measure once: quiet, busy, quiet, busy, ...
             print(f"steered runs' mean threads per forward: quiet {' '.join(f'{t:.2f}' for t in sz.threads[::2])}; "
                   f"busy {' '.join(f'{t:.2f}' for t in sz.threads[1::2])}", flush=True)
+        if sz.settled:
+            print(f"forwards of each stretch's untimed first run before its last change of count: quiet "
+                  f"{' '.join(map(str, sz.settled[::2]))}; busy {' '.join(map(str, sz.settled[1::2]))}", flush=True)
     if args.llama_bin is not None:
         gguf = args.gguf or paths.downloads_dir() / f"{args.model}.gguf"
         runs = alternate({"llama": llama_measure(args.llama_bin, gguf, args.tokens, threads)}, args.runs, cpu)

@@ -23,6 +23,9 @@ def test_quiet_and_busy_stretches_alternate_and_run_every_measure(monkeypatch):
     out = contention.alternate(measures, 2, 0)
     assert seen == ["a", "b", "busy", "a", "b", "idle", "a", "b", "busy", "a", "b", "idle"]
     assert out == {"a": ([1.0, 7.0], [4.0, 10.0]), "b": ([2.0, 8.0], [5.0, 11.0])}
+    seen.clear()
+    contention.alternate(measures, 1, 0, settle=lambda: seen.append("settle"))
+    assert seen == ["settle", "a", "b", "busy", "settle", "a", "b", "idle"]
 
 
 def test_the_counting_steer_passes_everything_through_and_counts_threads():

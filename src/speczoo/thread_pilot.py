@@ -60,7 +60,7 @@ class Piloting:
     abort_factor: float = 1.3
     probe_every: int = 64
     free_cores: float = 0.5
-    free_wait: int = 8
+    free_wait: int = 4
     wait_max: int = 512
 
     def __post_init__(self) -> None:
