@@ -45,6 +45,7 @@ from speczoo.eagle_drafters import LoadedHead, load_eagle
 from speczoo.grammar import Grammars
 from speczoo.slots import SlotCache
 from speczoo.textgen import TextBatch, generate_text
+from speczoo.threads import steer
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
 from speczoo.zoo.policy import PackRow, stale_rows
@@ -164,6 +165,8 @@ class Runtime:
     per API key); draft_vocab: the draft model proposes from a reduced LM head over its first draft_vocab
     ids plus the prompt's own (decoding/drafters/draft_head.py; None: its full head). The draft's cost
     profile is stored per draft_vocab: another size is timed once (the draft only) and read after.
+    The engine steers the thread count while it generates (speczoo/threads.py's `steer()`: None where
+    --threads, $OMP_NUM_THREADS or SPECZOO_ADAPTIVE_THREADS=0 fix it).
     """
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int | None = None,
@@ -196,7 +199,7 @@ class Runtime:
         drafters = [b for spec in BUILTIN if (b := spec.bound(loaded)) is not None]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1, dtype=self.kv_dtype)
         self.engine = Engine(target.model, cache, drafters, eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
-                             costs=costs, grammars=Grammars(self.tokenizer, self.vocab_size))
+                             costs=costs, grammars=Grammars(self.tokenizer, self.vocab_size), steer=steer())
         self.eagle = eagle
 
     @property
