@@ -36,8 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "server per --llama-modes mode (PATH, else $SPECZOO_LLAMA_SERVER, llama-server on "
                         "PATH, /opt/llama-server-*/bin)")
     p.add_argument("--llama-modes",
-                   help="llama-server modes: greedy, ngram-mod, draft (default: all three, draft only when "
+                   help="llama-server modes: greedy, ngram-mod, ngram-simple, draft (default: all, draft only when "
                         "the target has a draft model)")
+    p.add_argument("--llama-draft-max", type=int, default=None, metavar="N",
+                   help="--spec-draft-n-max of llama-server's draft mode (default 7, llama.cpp's own recipe)")
     p.add_argument("--out", type=Path, required=True, help="output directory (resumed if it has rows)")
     p.add_argument("--no-plot", action="store_true", help="skip speedup.png (no matplotlib needed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -73,8 +75,9 @@ def questions_of(source: str):
 
 def llama_settings(args: argparse.Namespace):
     """What llama-server runs with (binary, GGUFs, threads, modes); None without --llama-server."""
+    from speczoo.bench.llama_modes import DRAFT_N_MAX, default_modes, parse_modes
     from speczoo.bench.serve_load_llama import find_llama_server
-    from speczoo.bench.suite_llama import LlamaSuiteSettings, parse_modes
+    from speczoo.bench.suite_llama import LlamaSuiteSettings
     from speczoo.threads import resolve_threads
     from speczoo.zoo.bundle import find_bundle, source_gguf
     from speczoo.zoo.registry import default_draft
@@ -86,11 +89,11 @@ def llama_settings(args: argparse.Namespace):
         raise FileNotFoundError("--llama-server: no llama-server found (give its PATH, or set "
                                 "$SPECZOO_LLAMA_SERVER; build llama.cpp's llama-server target to compare)")
     draft = args.draft or default_draft(args.target)
-    modes = parse_modes(args.llama_modes or ("greedy,ngram-mod,draft" if draft else "greedy,ngram-mod"),
-                        has_draft=draft is not None)
+    modes = parse_modes(args.llama_modes or default_modes(draft is not None), has_draft=draft is not None)
     return LlamaSuiteSettings(
         binary=binary, gguf=source_gguf(find_bundle(args.target)), threads=resolve_threads(args.threads),
-        modes=modes, draft_gguf=source_gguf(find_bundle(draft)) if "draft" in modes else None)
+        modes=modes, draft_gguf=source_gguf(find_bundle(draft)) if "draft" in modes else None,
+        draft_max=args.llama_draft_max or DRAFT_N_MAX)
 
 
 def run(args: argparse.Namespace) -> int:
