@@ -5,8 +5,6 @@ peer."""
 import importlib.util
 import json
 import math
-import sys
-import types
 from pathlib import Path
 
 import pytest
