@@ -141,12 +141,16 @@ def turn_ids(tokenizer, question: Question, answers: list[str]) -> list[int]:
 
 def converse(runtime: SuiteRuntime, question: Question, method: str, settings: SuiteSettings
              ) -> Conversation:
-    """Generate every turn of `question` with `method`, answers fed back as assistant messages."""
+    """Generate every turn of `question` with `method`, answers fed back as assistant messages.
+
+    Each method drafts from the suffix memory of its own earlier answers only (its own tenant): the
+    methods answer the same turns, so one method's memory of another's identical answers would be a
+    free, unreal speedup."""
     conv = Conversation(pos_drafted=[0] * settings.k, pos_accepted=[0] * settings.k)
     for _ in question.turns:
         request = GenerationRequest(prompt_ids=turn_ids(runtime.tokenizer, question, conv.texts),
                                     max_new_tokens=settings.max_new_tokens, spec=method,
-                                    k=settings.k, ngram=settings.ngram)
+                                    k=settings.k, ngram=settings.ngram, tenant=f"suite:{method}")
         done = None
         for event in runtime.generate(request):
             if isinstance(event, DoneEvent):
