@@ -11,19 +11,19 @@ Timing (one definition for every system; each row names how its seconds were tak
 * tok/s = timed tokens / timed seconds. The first new token comes out of the prefill, so the timed
   tokens are the decode steps after it: new tokens − 1, plus 1 when the output ended at EOS (the EOS
   step was paid for but is not part of the output).
-* "first-token": seconds from the first new token to the last one (llama.cpp, HF greedy);
+* "first-token": seconds from the first new token to the last one (HF greedy);
   "engine": speczoo's own decode seconds (after prefill); "total-minus-prefill": HF's assisted modes
   do not separate prefill, so their seconds are the whole `generate` call minus the prefill time HF
   greedy took on the same prompt ("total", prefill included, when machine noise made that difference
-  under a tenth of the call); "reported": a llama.cpp tool's own decode line (its token count).
+  under a tenth of the call); "reported": llama-server's own `predicted_ms` (first new token to last).
 * The ratio of a system to the baseline (llama.cpp greedy by default) pairs the two on the questions
   both ran, per category; overall = geometric mean over categories (speczoo.bench.report's rules;
   the table: peers_summary.py).
 
-Peers are optional extras (`pip install -e '.[peers]'`); a family whose package or tool is missing is
-skipped with a note that says how to get it, and the others still run. This module never installs
-anything, never downloads weights, and never imports transformers or llama_cpp itself (the family
-modules do, lazily). Rows go to OUT/peers.jsonl as they finish; a run is not resumable (a rerun starts
+Peers are optional: transformers comes with `pip install -e '.[peers]'`, llama.cpp's llama-server from
+`bash benchmarks/build_llama.sh`; a family whose package or tool is missing is skipped with a note that
+says how to get it, and the others still run. This module never installs anything, never downloads
+weights, and never imports transformers itself (the family modules do, lazily). Rows go to OUT/peers.jsonl as they finish; a run is not resumable (a rerun starts
 the file again), so keep runs short.
 """
 
@@ -49,8 +49,7 @@ from speczoo.errors import SpeczooError
 
 ROWS_FILE = "peers.jsonl"
 REPORT_FILE = "peers.md"
-INSTALL_HINT = ("pip install -e '.[peers]' (transformers + llama-cpp-python; llama-cpp-python builds "
-                "llama.cpp from source, about 8 minutes on 2 cores)")
+INSTALL_HINT = "pip install -e '.[peers]' (transformers, accelerate)"
 
 
 class PeerError(SpeczooError):
@@ -78,7 +77,7 @@ class PeerSettings:
     n_ctx: int = 512          # context for every system: longest prompt + max_new_tokens + margin
     warmup: int = 4           # new tokens of an untimed answer per method before timing (0: none)
     backend: str | None = None          # speczoo's linear backend (None: the runtime's default)
-    llama_cli: str | None = None        # path of llama-speculative-simple (None: search PATH)
+    llama_server: str | None = None     # path of llama-server (None: serve_load_llama.find_llama_server's search)
     tokenizer: object | None = None     # speczoo's Tokenizer of the target: text of id-only systems
     vllm_venv: Path | None = None       # vLLM's own virtual environment (benchmarks/build_vllm.sh)
     vllm_head: Path | None = None       # an EAGLE-3 head folder (speculators format) for vllm:eagle3
@@ -151,8 +150,7 @@ class FamilyEntry:
 
 # Run order: the baseline first, then the other peers, speczoo last.
 FAMILIES: dict[str, FamilyEntry] = {
-    "llama": FamilyEntry("speczoo.bench.peers_llama", "LlamaCppFamily", ("llama_cpp",)),
-    "llama-cli": FamilyEntry("speczoo.bench.peers_llama", "LlamaCliFamily", ()),
+    "llama": FamilyEntry("speczoo.bench.peers_llama", "LlamaServerFamily", ()),
     "hf": FamilyEntry("speczoo.bench.peers_hf", "HFFamily", ("transformers", "accelerate", "gguf")),
     "vllm": FamilyEntry("speczoo.bench.peers_vllm", "VllmFamily", ("openai", "transformers", "gguf"), serial=True),
     "speczoo": FamilyEntry("speczoo.bench.peers", "SpeczooFamily", ()),
@@ -165,9 +163,7 @@ def missing_modules(names: tuple[str, ...]) -> list[str]:
 
 def missing_message(family: str, modules: list[str]) -> str:
     """What to tell a user whose environment lacks a peer's packages."""
-    pip_names = {"llama_cpp": "llama-cpp-python", "transformers": "transformers",
-                 "accelerate": "accelerate", "gguf": "gguf"}
-    names = ", ".join(pip_names.get(m, m) for m in modules)
+    names = ", ".join(modules)
     return f"{family}: skipped, {names} not installed; to run it: {INSTALL_HINT}"
 
 

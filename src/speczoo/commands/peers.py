@@ -9,12 +9,12 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "peers", help="compare speczoo with llama.cpp and transformers on the same GGUF and prompts",
-        description="Run the first turn of each question through llama-cpp-python (greedy, prompt lookup), "
-                    "llama.cpp's llama-speculative-simple when it is on PATH (draft model, n-gram), "
-                    "transformers in bf16 (greedy, prompt lookup, assistant model) and speczoo (off, ngram, "
-                    "draft, auto), all on the GGUF the bundle was pulled from, with the same prompt ids, "
-                    "greedy, the same threads. Writes OUT/peers.jsonl and OUT/peers.md and prints the "
-                    "table. Peers are an optional extra: pip install -e '.[peers]'.")
+        description="Run the first turn of each question through llama.cpp's llama-server (greedy, "
+                    "--spec-type ngram-mod, ngram-simple, and a draft model: one server per mode; build it with "
+                    "benchmarks/build_llama.sh), transformers in bf16 (greedy, prompt lookup, assistant model) and "
+                    "speczoo (off, ngram, draft, auto), all on the GGUF the bundle was pulled from, with the same "
+                    "prompt ids, greedy, the same threads. Writes OUT/peers.jsonl and OUT/peers.md and prints the "
+                    "table. transformers is an optional extra: pip install -e '.[peers]'.")
     p.add_argument("target", help="zoo name of the target model (pulled)")
     p.add_argument("--questions", default="builtin",
                    help="Spec-Bench JSON-lines file, or 'builtin' (default); only the first turn is run")
@@ -28,12 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=4,
                    help="new tokens of one untimed answer per method before timing (default 4; 0: none)")
     p.add_argument("--systems",
-                   help="comma-separated families or FAMILY:METHOD (llama, llama-cli, hf, vllm, speczoo; e.g. "
-                        "llama,hf:greedy,hf:lookup,speczoo); default: all that are installed")
+                   help="comma-separated families or FAMILY:METHOD (llama, hf, vllm, speczoo; e.g. "
+                        "llama:greedy,llama:ngram-mod,hf:greedy,speczoo); default: all that are installed")
     p.add_argument("--baseline", default="llama:greedy",
                    help="system the tok/s ratios are taken against (default llama:greedy)")
     p.add_argument("--backend", help="speczoo's linear backend (default: the runtime's choice)")
-    p.add_argument("--llama-cli", help="path of llama-speculative-simple (default: search PATH)")
+    p.add_argument("--llama-server", metavar="PATH", help="llama.cpp's llama-server (default: $SPECZOO_LLAMA_SERVER, "
+                   "else llama-server on PATH, else /opt/llama-server-*/bin)")
     p.add_argument("--vllm", type=Path, metavar="VENV",
                    help="vLLM's own virtual environment (bash benchmarks/build_vllm.sh): adds the vllm family "
                         "(greedy, ngram, eagle3 with --vllm-head), one `vllm serve` per method on the GGUF "
@@ -74,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     settings = PeerSettings(target=args.target, target_gguf=source_gguf(bundle), eos_ids=tokenizer.eos_ids,
                             draft=draft, draft_gguf=draft_gguf, max_new_tokens=args.gen,
                             threads=args.threads, k=args.k, warmup=args.warmup,
-                            n_ctx=context_for(prompts, args.gen, args.k), backend=args.backend, llama_cli=args.llama_cli, tokenizer=tokenizer,
+                            n_ctx=context_for(prompts, args.gen, args.k), backend=args.backend,
+                            llama_server=args.llama_server, tokenizer=tokenizer,
                             vllm_venv=args.vllm, vllm_head=head, vllm_dtype=args.vllm_dtype)
     import torch
 
