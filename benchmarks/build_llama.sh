@@ -5,14 +5,14 @@
 #
 #   bash benchmarks/build_llama.sh [DIR]        # default DIR: ~/.cache/speczoo/peers/llama.cpp
 #
-# Prints the binaries' folder at the end (llama-tokenize, llama-perplexity, llama-cli, llama-server,
+# Prints the binaries' folder at the end (llama-tokenize, llama-perplexity, llama-cli, llama-completion, llama-server,
 # llama-bench, llama-quantize, llama-speculative-simple); point SPECZOO_LLAMA_BIN at it. Idempotent: an
 # existing build is reused and only brought up to date.
 set -euo pipefail
 VERSION=11434.0.0
 SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 DIR=${1:-${SPECZOO_HOME:-$HOME/.cache/speczoo}/peers/llama.cpp}
-TARGETS=(llama-tokenize llama-perplexity llama-cli llama-server llama-bench llama-quantize llama-speculative-simple)
+TARGETS=(llama-tokenize llama-perplexity llama-cli llama-completion llama-server llama-bench llama-quantize llama-speculative-simple)
 
 mkdir -p "$(dirname "$DIR")"
 if [ ! -f "$DIR/CMakeLists.txt" ]; then

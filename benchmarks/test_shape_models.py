@@ -4,6 +4,7 @@ writer, quantized by llama.cpp's llama-quantize and measured by llama-bench (ski
 pulled and run by speczoo."""
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,22 @@ def test_spec_stats_are_read_from_the_bench_line():
           "accepted/round=0.25 forwards=7\n"
     assert shape_models._spec_stats(out) == {"greedy": 4.5, "spec": 5.0, "speedup": 1.11, "accepted": 0.25,
                                              "forwards": 7}
+
+
+def test_a_child_s_anonymous_and_file_backed_memory_are_told_apart(tmp_path):
+    f = tmp_path / "data"
+    f.write_bytes(bytes(64 << 20))
+    code = (f"import mmap, time; fh = open({str(f)!r}, 'rb'); m = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ); "
+            "s = sum(m[i] for i in range(0, len(m), 4096)); a = bytearray(96 << 20); time.sleep(0.5)")
+    run = shape_models.run_measured([sys.executable, "-c", code])
+    assert run.anon > 96 << 20 and run.file > 64 << 20 and run.peak >= (96 + 64) << 20
+
+
+def test_the_memory_table_puts_both_systems_side_by_side():
+    row = dict(label="m", kind="Q4_K_M", gb=1.0, bundle_gb=1.1,
+               memory={"peak": 2e9, "anon": 0.5e9, "file": 1.5e9}, llama_memory={"peak": 1e9, "anon": 0.2e9, "file": 0.8e9})
+    line = shape_models.memory_table([row], 4096).splitlines()[-1]
+    assert line == "| m | Q4_K_M | 1.00 | 1.10 | 2.00 / 1.00 (2.00×) | 0.50 / 0.20 | 1.50 / 0.80 |"
 
 
 def test_the_acceptance_of_a_round_count_inverts_the_cost_model():

@@ -20,7 +20,7 @@ import json
 import threading
 
 import llguidance
-import llguidance.torch
+import llguidance.numpy   # not llguidance.torch: it imports torch._dynamo (~120 MB resident, seconds) for a kernel unused here
 import numpy as np
 import torch
 from torch import Tensor
@@ -63,14 +63,14 @@ class TokenGrammar:
 
     def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int):
         self.matcher, self.vocab_size = matcher, vocab_size
-        self._bits = llguidance.torch.allocate_token_bitmask(1, vocab_size)     # [1, W = ceil(V / 32)] int32
+        self._bits = llguidance.numpy.allocate_token_bitmask(1, vocab_size)     # [1, W = ceil(V / 32)] int32
 
     def allowed(self) -> Tensor:
         """[V] bool: bit j of word w allows token 32 w + j (little-endian words: byte 4 w + j // 8, bit j % 8;
         numpy unpacks them in about 0.1 ms at V = 152k, where torch's shifts take tens)."""
-        llguidance.torch.fill_next_token_bitmask(self.matcher, self._bits, 0)
+        llguidance.numpy.fill_next_token_bitmask(self.matcher, self._bits, 0)
         self._raise_if_error()
-        bits = np.unpackbits(self._bits[0].numpy().view(np.uint8), bitorder="little")     # [32 W] uint8
+        bits = np.unpackbits(self._bits[0].view(np.uint8), bitorder="little")     # [32 W] uint8
         return torch.from_numpy(bits[:self.vocab_size].view(np.bool_))
 
     def consume(self, token: int) -> None:

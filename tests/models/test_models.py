@@ -12,6 +12,7 @@ from torch import nn
 from speczoo.cache import KVCache
 from speczoo.kernels import backends, linear
 from speczoo.kernels.attention import KeyRows
+from speczoo.models import base
 from speczoo.models.forward import LAST_ROW, Packed, Readout, Tree
 from speczoo.models.loader import build_model, linear_weight_sources, load_model
 from hand_tree import PARENT, tree_inputs, tree_paths
@@ -230,6 +231,36 @@ def test_batch_invariance_across_forward_sizes(arch, backend):
         assert at == 40
         assert torch.equal(torch.cat(logits), whole.logits), sizes
         assert torch.equal(torch.cat(hidden), whole.hidden[0]), sizes
+
+
+@pytest.mark.parametrize("backend", [INVARIANT, "q8"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_long_prefill_runs_in_chunks_to_the_same_bits(arch, backend, monkeypatch):
+    """A chain of more than PREFILL_ROWS rows runs that many at a time (bounded kernel scratch): the same
+    logits, hidden states and cache, bit for bit, as one forward of every row; a tree never splits."""
+    model, args = tiny_model(arch, backend=backend)
+    t = toks(40)
+    readout = Readout(hidden_layers=[1, -1])
+    whole_cache = KVCache(args, 64)
+    whole = model(t, torch.arange(40), whole_cache, readout=readout)
+    calls = []
+    run = model._run_layers
+    monkeypatch.setattr(model, "_run_layers", lambda tokens, *a: calls.append(len(tokens)) or run(tokens, *a))
+    monkeypatch.setattr(base, "PREFILL_ROWS", 16)
+    c = KVCache(args, 64)
+    model(t[:3], torch.arange(3), c)                                 # a prefix already in the cache
+    calls.clear()
+    out = model(t[3:], torch.arange(3, 40), c, readout=readout)
+    assert calls == [16, 16, 5] and c.length == 40
+    ref = model(t[:3], torch.arange(3), KVCache(args, 64))
+    assert torch.equal(torch.cat((ref.logits, out.logits)), whole.logits)
+    for k in range(2):
+        assert torch.equal(out.hidden[k], whole.hidden[k][3:])
+    assert torch.equal(c._k[:, :, :40], whole_cache._k[:, :, :40]) and torch.equal(c._v[:, :, :40], whole_cache._v[:, :, :40])
+    calls.clear()
+    tree = Tree(torch.ones(20, 20, dtype=torch.bool).tril())
+    model(t[:20], torch.arange(40, 60), c, attend=tree)
+    assert calls == [20]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

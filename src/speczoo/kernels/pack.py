@@ -374,6 +374,29 @@ def unpack_q4(packed: dict[str, Tensor]) -> Q4Codes:
                    d=dd[:n, 0].contiguous(), dm=dd[:n, 1].contiguous())
 
 
+def join_rows(parts: list[Tensor]) -> Tensor:
+    """torch.cat(parts) along dim 0, as a view when the parts already lie end to end in one storage (a
+    bundle's packing, memory-mapped whole, stores a joined run's parts so: zoo/pull.py, models/mapped.py),
+    else a copy. The values are the same either way; the view shares the parts' memory, which packed
+    weights never write."""
+    first = parts[0]
+    if len(parts) > 1 and _end_to_end(parts):
+        rows = sum(p.shape[0] for p in parts)
+        shape = (rows, *first.shape[1:])
+        return first.as_strided(shape, torch.empty(shape, device="meta").stride(), first.storage_offset())
+    return torch.cat(parts)
+
+
+def _end_to_end(parts: list[Tensor]) -> bool:
+    """Whether contiguous `parts` of one dtype and row shape follow each other in one storage, in order."""
+    first = parts[0]
+    storage = first.untyped_storage().data_ptr()
+    if any(p.dtype != first.dtype or p.shape[1:] != first.shape[1:] or not p.is_contiguous()
+           or p.untyped_storage().data_ptr() != storage for p in parts):
+        return False
+    return all(b.data_ptr() == a.data_ptr() + a.numel() * a.element_size() for a, b in zip(parts, parts[1:]))
+
+
 def concat_rows(parts: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     """One packing of the rows of several, in order: every part but the last must hold whole 16-row strips
     (its N a multiple of STRIP) and all the same K. Packing rows in blocks and joining them gives the bytes

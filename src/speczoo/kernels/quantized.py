@@ -22,8 +22,8 @@ from torch import Tensor, nn
 
 from speczoo.kernels import native
 from speczoo.kernels.linear import LinearBackend
-from speczoo.kernels.pack import (ABLOCK, GROUP, STRIP, SUPER, check_packed, compact_q4, pack_q4, pack_q8,
-                                  unpack_q4, unpack_q8)
+from speczoo.kernels.pack import (ABLOCK, GROUP, STRIP, SUPER, check_packed, compact_q4, join_rows, pack_q4,
+                                  pack_q8, unpack_q4, unpack_q8)
 from speczoo.kernels.pack_float import FLOAT_DTYPES, FLOAT_KALIGN, GROUPS, float_part, pack_float
 from speczoo.kernels.pack_q6 import pack_q6, unpack_q6
 from speczoo.kernels.pack_q8b import Q8B_GROUP, Q8bCodes, pack_q8b, pack_q8bm, unpack_q8b
@@ -280,13 +280,15 @@ def joinable(mods: list[nn.Module]) -> bool:
 def concat_native(mods: list[nn.Module]) -> nn.Module | None:
     """One compiled module computing the outputs of `mods` side by side ([S, sum N]), or None when there are
     fewer than two or they cannot share one call (`joinable`). Each output column is computed exactly as
-    before (the activation quantization does not depend on N), so the fused result is bit-identical."""
+    before (the activation quantization does not depend on N), so the fused result is bit-identical. Each
+    packed part is a view of the modules' memory when theirs lie end to end (`join_rows`: a bundle stores
+    them so), else a copy."""
     if len(mods) < 2 or not joinable(mods):
         return None
     n = sum(m.n for m in mods)
     bias = None if mods[0].bias is None else torch.cat([m.bias for m in mods])
     meta = torch.tensor([n, mods[0].k], dtype=torch.int64)
-    packed = {name: torch.cat([getattr(m, name) for m in mods]) for name in _STRIP_PARTS[type(mods[0])]}
+    packed = {name: join_rows([getattr(m, name) for m in mods]) for name in _STRIP_PARTS[type(mods[0])]}
     packed["meta"] = meta
     return type(mods[0])(packed, bias, mods[0].lib)
 

@@ -7,7 +7,8 @@ give the same result up to round-off:
   * row by row (`invariant=True`): each query row attends with shapes that depend only on the keys it
     sees, never on S, and a tree row gathers exactly the keys a sequential decode of its path would see,
     in the same order. With a batch-invariant linear backend the whole forward is then bit-identical
-    for 1, K + 1 or a whole prefill of rows; this is what makes speculative decoding exactly lossless.
+    for 1, K + 1 or a whole prefill of rows; this is what makes speculative decoding exactly lossless,
+    and what lets a long prefill run PREFILL_ROWS rows at a time, in bounded scratch, to the same bits.
 Nothing here may branch on the linear backend or touch tensors beyond the cache slots it is given.
 """
 
@@ -23,7 +24,11 @@ from torch import Tensor, nn
 
 from speczoo.kernels import attention
 from speczoo.kernels.linear import LinearBackend
-from speczoo.models.forward import CHAIN, EVERY_ROW, Attend, Packed, Readout, Tree
+from speczoo.models.forward import CHAIN, EVERY_ROW, Attend, Chain, Packed, Readout, Tree
+
+# a batch-invariant chain forward of more rows runs this many at a time (DecoderBase._in_order): llama.cpp's
+# default batch, past which a prefill's rows are no faster together and its scratch only grows
+PREFILL_ROWS = 512
 
 
 @dataclass
@@ -304,14 +309,12 @@ class DecoderBase(nn.Module):
         readout: which rows' logits [R, V], through which head, and which layers' hidden states [S, D].
         """
         self._check(tokens, positions, cache, attend)
-        l0 = cache.length
         slots = self._hidden_slots(readout.hidden_layers)
-        hidden: list[Tensor | None] = [None] * len(readout.hidden_layers)
-        packed = isinstance(attend, Packed)
-        at = attend.dest if packed else l0
-        x = self._run_layers(tokens, positions, cache, at, attend, slots, hidden)   # [S, D]
-        if not packed:
-            cache.length = l0 + tokens.shape[0]
+        if isinstance(attend, Packed):
+            hidden: list[Tensor | None] = [None] * len(readout.hidden_layers)
+            x = self._run_layers(tokens, positions, cache, attend.dest, attend, slots, hidden)   # [S, D]
+        else:
+            x, hidden = self._in_order(tokens, positions, cache, attend, slots, len(readout.hidden_layers))
         if readout.logit_rows is not None:
             x = x[readout.logit_rows]
         logits = (readout.head if readout.head is not None else self.lm_head)(self.norm(x))   # [R, V]
@@ -319,6 +322,34 @@ class DecoderBase(nn.Module):
         if cap > 0:
             logits = torch.tanh(logits / cap) * cap
         return ForwardOut(logits=logits, hidden=hidden)  # type: ignore[arg-type]
+
+    def _in_order(self, tokens: Tensor, positions: Tensor, cache, attend: Attend, slots: dict[int, list[int]],
+                  n_hidden: int) -> tuple[Tensor, list[Tensor | None]]:
+        """Chain or Tree rows written at slots [L0, L0 + S), cache.length advanced by S: the residual stream
+        after the last block [S, D] and the `n_hidden` hidden states asked for ([S, D] each).
+
+        A chain of more than PREFILL_ROWS rows (a long prompt's prefill) on a batch-invariant model runs
+        PREFILL_ROWS rows at a time: each row attends row by row to the slots before it, all written by then,
+        and the linears compute each row alone, so every K/V, hidden state and logit is the one a single
+        forward gives, bit for bit, while the scratch the kernels keep (a few hundred KB a row for an 8B, kept
+        at its largest) stays that of PREFILL_ROWS rows, as llama.cpp's compute buffer is sized by its batch."""
+        s, l0 = tokens.shape[0], cache.length
+        step = PREFILL_ROWS if isinstance(attend, Chain) and self.invariant else s
+        xs: list[Tensor] = []
+        hiddens: list[list[Tensor | None]] = []
+        try:
+            for a in range(0, s, step):
+                hidden: list[Tensor | None] = [None] * n_hidden
+                xs.append(self._run_layers(tokens[a:a + step], positions[a:a + step], cache, l0 + a, attend, slots,
+                                           hidden))                                                # [step, D]
+                hiddens.append(hidden)
+                cache.length = l0 + min(s, a + step)
+        except BaseException:
+            cache.length = l0
+            raise
+        if len(xs) == 1:
+            return xs[0], hiddens[0]
+        return torch.cat(xs), [torch.cat([h[k] for h in hiddens]) for k in range(n_hidden)]   # type: ignore[misc]
 
     def _run_layers(self, tokens, positions, cache, at, attend: Attend, slots, hidden) -> Tensor:
         """The blocks over the embedded tokens; at: l0, or the rows' cache slots [S] (Packed's dest)."""

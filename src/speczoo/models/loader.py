@@ -9,7 +9,8 @@ and decodes the rows it looks up: models/embedding.py). An older bundle holds we
 backend without a stored packing needs is not in a lean bundle: the caller passes `reference`, a callable
 that builds it (speczoo.zoo.weights does, from the bundle's source). A tied LM head whose packing is
 cheap to make (q8) is not stored either: it is packed at load from the embedding (`with_tied_head`).
-Files are memory-mapped where they can be. This module never picks a backend or an architecture silently, and never reads a source model
+Files are memory-mapped where they can be, a packing as one mapping (models/mapped.py) so that the parts a
+model joins at load (q|k|v, gate|up), stored end to end, stay views of it. This module never picks a backend or an architecture silently, and never reads a source model
 itself: an unknown name, a missing file or a missing reference is an error that says what to do.
 """
 
@@ -32,6 +33,7 @@ from speczoo.kernels.pack import PACK_LAYOUT, concat_rows
 from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding, RowDecoder
 from speczoo.models.gguf_blocks import BLOCK_BYTES, BLOCK_VALUES, TORCH_TYPES, decode
+from speczoo.models.mapped import read_mapped
 from speczoo.models.registry import LINEAR_WEIGHT_PATTERN, arch_class
 
 CONFIG_FILE = "config.json"
@@ -219,7 +221,7 @@ def load_model(bundle_dir: Path, backend: str = "fp32",
             f"bundle was pulled without it; re-pull with that backend or choose another")
     _check_layout(packed_file)
     tensors = load_file(legacy) if legacy.is_file() else read_unpacked(unpacked, encoded=ROW_LOOKUP)
-    return build_model(args, tensors, backend, with_tied_head(load_file(packed_file), tensors, impl))
+    return build_model(args, tensors, backend, with_tied_head(read_mapped(packed_file), tensors, impl))
 
 
 def _check_layout(packed_file: Path) -> None:

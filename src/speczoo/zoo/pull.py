@@ -15,7 +15,8 @@ each mapping measured into the manifest's packing table), every other tensor is 
 encoding (zoo/weights.py); fp32 weights are never written. A zoo model's assembled GGUF is removed once
 its bundle is made (zoo/source.py assembles it again when something needs the file) unless `keep_gguf`.
 A second pull of a verified bundle converts nothing: it slims a format-1 bundle, drops a stored tied LM
-head that its backend now packs at load (format 2), adds a missing packing (replacing the old default's
+head that its backend now packs at load (format 2), lays out a packing written before the weights a
+model joins at load went end to end (zoo/layout.py: a byte copy, no re-packing), adds a missing packing (replacing the old default's
 q4 by the default's, when no backend is named), and removes a GGUF left in the downloads. The temporary
 directory of a pull killed midway is removed by the next pull of that model. This module never holds all
 of a model's tensors in memory and never skips a check.
@@ -51,6 +52,7 @@ from speczoo.models.registry import arch_class
 from speczoo.tokenizer import BUILTIN_CHAT_TEMPLATES, Tokenizer
 from speczoo.zoo import bundle as B
 from speczoo.zoo import source as S
+from speczoo.zoo.layout import PackedWriter, joined_end_to_end, lay_out
 from speczoo.zoo.registry import ZooModel, resolve
 from speczoo.zoo.policy import PackedTensor, PackReport, PackRow, check_types, pack_tensor, stale_rows
 from speczoo.zoo.weights import (SourceTensor, UnpackedWriter, bundle_source, iter_reader, iter_source,
@@ -65,7 +67,8 @@ OLD_DEFAULT_BACKEND = "q4"
 class PullResult:
     name: str
     bundle: Path
-    action: str          # "pulled" | "already" | "packed" (a backend's packing added) | "slimmed" (format 1 or 2 -> 3)
+    action: str          # "pulled" | "already" | "packed" (a backend's packing added) | "slimmed" (format 1 or 2 -> 3,
+                         # or a packing laid out for joins in place: zoo/layout.py)
     seconds: float
     message: str
     packing: dict[str, list[PackRow]] = field(default_factory=dict)   # backend -> its packing table (manifest)
@@ -89,12 +92,13 @@ def _pack_plan(tensor_names: list[str], backend: LinearBackend) -> dict[str, lis
 def write_weights(tensors: Iterator[SourceTensor], tensor_names: list[str], out_dir: Path,
                   backend: LinearBackend | None, progress: bool = True) -> PackReport:
     """Stream a source into unpacked.safetensors and weights-<backend>.safetensors: a linear weight is
-    packed (policy.pack_tensor, on worker threads, written in source order), any other tensor copied in
+    packed (policy.pack_tensor, on worker threads, written in source order but for the weights a model
+    joins at load, which go end to end: zoo/layout.py), any other tensor copied in
     its source encoding. Returns the packing table (source type -> kernel format, measured error)."""
     plan = _pack_plan(tensor_names, backend) if backend is not None else {}
     keep = set(unpacked_names(tensor_names))
     unpacked = UnpackedWriter(out_dir / B.UNPACKED_FILE)
-    packed = B.SafetensorsWriter(out_dir / B.packed_weights_file(backend.name)) if backend is not None else None
+    packed = _packed_writer(out_dir / B.packed_weights_file(backend.name), plan) if backend is not None else None
     report = PackReport()
     try:
         with tqdm(total=len(tensor_names), desc="converting", unit="tensor", disable=not progress) as bar, \
@@ -114,6 +118,11 @@ def write_weights(tensors: Iterator[SourceTensor], tensor_names: list[str], out_
     return report
 
 
+def _packed_writer(path: Path, plan: dict[str, list[str]]) -> PackedWriter:
+    """The writer of a packing of `plan`'s names: the weights a model joins at load end to end (zoo/layout.py)."""
+    return PackedWriter(B.SafetensorsWriter(path), [k for keys in plan.values() for k in keys])
+
+
 class _OrderedPacker:
     """Packs tensors on worker threads and writes their parts in the order they were added.
 
@@ -126,7 +135,7 @@ class _OrderedPacker:
     """
 
     def __init__(self, backend: LinearBackend | None, plan: dict[str, list[str]],
-                 writer: B.SafetensorsWriter | None, bar: tqdm, report: PackReport):
+                 writer: PackedWriter | None, bar: tqdm, report: PackReport):
         self.backend, self.plan, self.writer, self.bar, self.report = backend, plan, writer, bar, report
         self.workers = max(1, torch.get_num_threads())
         self.pending: deque[Future | None] = deque()      # one entry per added tensor, in order
@@ -151,8 +160,7 @@ class _OrderedPacker:
             st, packed = job.result()
             keys = self.plan[st.name]
             for key in keys:
-                for part, v in packed.parts.items():
-                    self.writer.add(f"{key}.{part}", v)
+                self.writer.add(key, packed.parts)
             for _ in keys:
                 self.report.add(st.encoding, packed)
         self.bar.update(1)
@@ -309,7 +317,7 @@ def pack_bundle(bundle_dir: Path, backend: LinearBackend, progress: bool = True)
     report = PackReport()
     with bundle_source(m) as (kind, path):
         plan = _pack_plan(source_names(kind, path), backend)
-        writer = B.SafetensorsWriter(tmp)
+        writer = _packed_writer(tmp, plan)
         try:
             with tqdm(total=len(plan), desc=f"packing {backend.name}", disable=not progress) as bar, \
                     _OrderedPacker(backend, plan, writer, bar, report) as packer:
@@ -465,6 +473,11 @@ def _reuse(src, final: Path, impl: LinearBackend | None, keep_gguf: bool, progre
             done.append(f"dropped its stored {name} LM head, packed at load from the embedding now "
                         f"(freed {freed / 1e9:.2f} GB)")
             action = "slimmed"
+    for name in m.packed_backends:
+        if _lay_out(final, name):
+            done.append(f"laid out its {name} packing so that a load joins q|k|v and gate|up in place, not in a "
+                        "copy (less memory)")
+            action = "slimmed"
     stale = stale_rows(packing_tables(final).get(impl.name, [])) if isinstance(impl, MixedBackend) else []
     if stale:                # a packing an earlier table made (format 4 before q8b/q6: Q6_K, Q8_0 ... -> q8)
         pack_bundle(final, impl, progress)
@@ -485,6 +498,18 @@ def _reuse(src, final: Path, impl: LinearBackend | None, keep_gguf: bool, progre
     else:
         message = f"{src.name} is already pulled and verified ({final})" + (tail or "; nothing to do")
     return PullResult(src.name, final, action, time.perf_counter() - t0, message, packing_tables(final))
+
+
+def _lay_out(bundle_dir: Path, backend: str) -> bool:
+    """Rewrite a packing written before its joined weights went end to end (zoo/layout.py); whether it did."""
+    f = bundle_dir / B.packed_weights_file(backend)
+    if not f.is_file() or joined_end_to_end(f):
+        return False
+    lay_out(f)
+    m = B.read_manifest(bundle_dir)
+    m.files[f.name] = f.stat().st_size
+    m.write(bundle_dir)
+    return True
 
 
 def packing_tables(bundle_dir: Path) -> dict[str, list[PackRow]]:
