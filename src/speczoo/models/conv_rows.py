@@ -107,9 +107,13 @@ class ConvRows:
         slots = torch.arange(n - self.width, n) + segment * self.segment
         return self.rows[:, torch.where(slots < segment * self.segment, self.zero, self._ring(slots.clamp(min=0)))]
 
+    def holds(self, segment: int, n: int) -> bool:
+        """Whether the ring of `segment` holds the state after n rows."""
+        return not 0 < n < self.floor[segment]
+
     def check(self, segment: int, n: int) -> None:
         """Raise unless the ring of `segment` holds the state after n rows."""
-        if 0 < n < self.floor[segment]:
+        if not self.holds(segment, n):
             raise CacheFullError(
                 f"the short-convolution state after {n} rows is no longer held: the cache keeps the inputs of "
                 f"the last {self.ring} rows of a sequence, so a rollback may go back to length "
@@ -119,6 +123,14 @@ class ConvRows:
         """Cache slots `src` (ascending, one segment) move to dst, dst + 1, ... (KVCache.compact's rows)."""
         to = self._ring(torch.arange(dst, dst + len(src)))
         self.rows[:, to] = self.rows[:, self._ring(torch.tensor(src))]           # index_select copies first
+
+    def copy_state(self, src: int, dst: int, n: int) -> None:
+        """Segment `dst` takes the state after n rows of segment `src` (a shared prompt prefix, slots.py); it
+        holds no earlier one."""
+        self.check(src, n)
+        slots = torch.arange(max(0, n - self.width), n)
+        self.rows[:, self._ring(slots + dst * self.segment)] = self.rows[:, self._ring(slots + src * self.segment)]
+        self.floor[dst] = n
 
     def reset(self, segment: int | None = None) -> None:
         """A sequence starts afresh in `segment` (None: every one); its rows are rewritten before read."""
