@@ -32,11 +32,16 @@ MIN_REACH = 128     # rows a rollback may undo at least: a verify (MAX_K + 1 = 6
 class ConvPlan:
     """Where one forward's rows read their windows and write their inputs (the same for every layer).
 
-    gather: [W, S] int64 rows of cat(ring, this forward's inputs): row i's predecessors, oldest first
-    to, src: [M] ring rows written and the forward rows written there (the last writer of each ring row)
+    held, own: [H] ring rows and [O] forward rows that the windows read; pos: [W * S] where window k of
+    row i (at k * S + i) lies in cat(held rows, own rows). to, src: [M] ring rows written and the forward
+    rows written there (the last writer of each ring row). Index vectors only: a window is two
+    index_selects and a permutation, whatever S is (no elementwise masking, which torch would spread over
+    threads for nothing).
     """
 
-    gather: Tensor
+    held: Tensor
+    own: Tensor
+    pos: Tensor
     to: Tensor
     src: Tensor
 
@@ -64,41 +69,49 @@ class ConvRows:
         """Cache slots (int64, >= 0) -> their ring rows."""
         return (slots // self.segment) * self.ring + (slots % self.segment) % self.ring
 
-    def plan(self, prev: Tensor, dest: Tensor) -> ConvPlan:
-        """The plan of a forward whose row i goes to cache slot dest[i] ([S] int64) and reads the slots
-        prev[i] ([S, W] int64, oldest first, -1 before its sequence's start); a predecessor among this
-        forward's rows is read from the forward itself. The forward is about to run: each written
-        segment's floor rises past the rows its ring gives up."""
-        s = dest.shape[0]
-        ordered, order = dest.sort()
-        at = torch.searchsorted(ordered, prev).clamp(max=s - 1)                   # [S, W]
-        own = ordered[at] == prev
-        gather = torch.where(prev < 0, self.zero, self._ring(prev.clamp(min=0)))
-        gather = torch.where(own, self.zero + 1 + order[at], gather)
-        last: dict[int, int] = {}                                                 # ring row -> its last writer
-        for row, r in zip(order.tolist(), self._ring(ordered).tolist()):
-            last[r] = row
-        for seg, top in self._tops(ordered).items():
-            self.floor[seg] = max(self.floor[seg], top - self.ring + self.width + 1)
-        return ConvPlan(gather=gather.t().contiguous(), to=torch.tensor(list(last), dtype=torch.int64),
-                        src=torch.tensor(list(last.values()), dtype=torch.int64))
+    def _row(self, slot: int) -> int:
+        """One cache slot's ring row (-1, before a sequence's start: the row of zeros)."""
+        return self.zero if slot < 0 else (slot // self.segment) * self.ring + (slot % self.segment) % self.ring
 
-    def _tops(self, ordered: Tensor) -> dict[int, int]:
-        """Segment -> the furthest position written in it, of sorted cache slots."""
-        tops: dict[int, int] = {}
-        for slot in ordered.tolist():
-            tops[slot // self.segment] = slot % self.segment
-        return tops
+    def plan(self, prev: list[list[int]], dest: list[int]) -> ConvPlan:
+        """The plan of a forward whose row i goes to cache slot dest[i] and reads the slots prev[i] (W of
+        them, oldest first, -1 before its sequence's start); a predecessor among this forward's rows is read
+        from the forward itself. The forward is about to run: each written segment's floor rises past the
+        rows its ring gives up. Plain Python over S * W ints: cheaper than a dozen small tensor ops for a
+        verify's rows, and a prefill's are few beside its forward."""
+        row_of = {slot: i for i, slot in enumerate(dest)}
+        held: list[int] = []
+        own: list[int] = []
+        pos: list[int] = []                              # held: its index; own: -1 - its index (fixed below)
+        for k in range(self.width):
+            for i in range(len(dest)):
+                j = row_of.get(prev[i][k])
+                if j is None:
+                    pos.append(len(held))
+                    held.append(self._row(prev[i][k]))
+                else:
+                    pos.append(-1 - len(own))
+                    own.append(j)
+        pos = [p if p >= 0 else len(held) - 1 - p for p in pos]
+        last: dict[int, int] = {}                        # ring row -> its last writer (a prefill may wrap)
+        top: dict[int, int] = {}                         # segment -> its furthest slot written
+        for slot in sorted(row_of):
+            last[self._row(slot)] = row_of[slot]
+            top[slot // self.segment] = slot % self.segment
+        for seg, at in top.items():
+            self.floor[seg] = max(self.floor[seg], at - self.ring + self.width + 1)
+        return ConvPlan(held=torch.tensor(held, dtype=torch.int64), own=torch.tensor(own, dtype=torch.int64),
+                        pos=torch.tensor(pos, dtype=torch.int64), to=torch.tensor(list(last), dtype=torch.int64),
+                        src=torch.tensor(list(last.values()), dtype=torch.int64))
 
     def window(self, layer: int, u: Tensor, plan: ConvPlan) -> Tensor:
         """The W predecessors' inputs of each row, [W, S, D] oldest first; u: this forward's inputs [S, D]."""
-        own = plan.gather > self.zero                                             # [W, S]
-        held = self.rows[layer][plan.gather.clamp(max=self.zero)]                 # [W, S, D]
-        return torch.where(own[..., None], u[(plan.gather - self.zero - 1).clamp(min=0)], held)
+        rows = torch.cat((self.rows[layer].index_select(0, plan.held), u.index_select(0, plan.own)))
+        return rows.index_select(0, plan.pos).view(self.width, u.shape[0], u.shape[1])
 
     def store(self, layer: int, u: Tensor, plan: ConvPlan) -> None:
         """Keep this forward's inputs u [S, D] in the layer's ring (after every row has read its window)."""
-        self.rows[layer, plan.to] = u[plan.src]
+        self.rows[layer].index_copy_(0, plan.to, u.index_select(0, plan.src))
 
     def state(self, n: int, segment: int = 0) -> Tensor:
         """The convolution state after n rows of `segment`: every layer's last W inputs [L, W, D], oldest

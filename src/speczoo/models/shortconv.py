@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import torch
 from torch import Tensor, nn
 
 from speczoo.kernels.attention import KeyRows
@@ -61,37 +60,34 @@ class ShortConvBlock(nn.Module):
         return x + self.mlp(self.ffn_norm(x))
 
 
-def predecessors(attend: Attend, at: int | Tensor, n: int, width: int) -> tuple[Tensor, Tensor]:
-    """(prev [S, W] int64, dest [S] int64): the cache slots of each row's W predecessors on its own path,
-    oldest first (-1 before its sequence's start), and the slot each row is written to. A chain's rows
-    follow the prefix [0, at); a tree row follows the prefix, then its ancestors; a Packed row follows
-    the key slots it attends to before its own (its sequence's, in order)."""
+def predecessors(attend: Attend, at: int | Tensor, n: int, width: int) -> tuple[list[list[int]], list[int]]:
+    """(prev, dest): the cache slots of each row's W predecessors on its own path, oldest first (-1 before
+    its sequence's start), and the slot each row is written to. A chain's rows follow the prefix [0, at); a
+    tree row follows the prefix, then its ancestors; a Packed row follows the key slots it attends to
+    before its own (its sequence's, in order)."""
     if isinstance(attend, Packed):
-        return _from_keys(attend.keys, attend.dest, width), attend.dest
+        dest = attend.dest.tolist()
+        return _from_keys(attend.keys, dest, width), dest
     l0 = int(at)
-    dest = torch.arange(l0, l0 + n, dtype=torch.int64)
+    dest = list(range(l0, l0 + n))
     if not isinstance(attend, Tree):
-        prev = dest[:, None] - width + torch.arange(width)[None, :]          # [S, W]
-        return prev.clamp(min=-1), dest
-    rows = []
-    for i in range(n):
-        path = (l0 + attend.mask[i, :i].nonzero().flatten()).tolist()        # ancestors, root first
-        rows.append(_last(list(range(max(0, l0 - width), l0)) + path, width))
-    return torch.tensor(rows, dtype=torch.int64).reshape(n, width), dest
+        return [[max(-1, s - width + k) for k in range(width)] for s in dest], dest
+    prefix = list(range(max(0, l0 - width), l0))
+    return [_last(prefix + (l0 + attend.mask[i, :i].nonzero().flatten()).tolist(), width) for i in range(n)], dest
 
 
-def _from_keys(keys: KeyRows, dest: Tensor, width: int) -> Tensor:
+def _from_keys(keys: KeyRows, dest: list[int], width: int) -> list[list[int]]:
     """Each row's W key slots before its last, which must be the row's own slot (Packed rows of slots.py)."""
+    lo, hi, off = keys.lo.tolist(), keys.hi.tolist(), keys.off.tolist()
     rows = []
     for i in range(keys.n_rows):
-        extra = keys.idx[int(keys.off[i]):int(keys.off[i + 1])].tolist()
-        lo, hi = int(keys.lo[i]), int(keys.hi[i])
-        tail = list(range(max(lo, hi - width - 1 + len(extra)), hi)) + extra[-width - 1:]
-        if not tail or tail[-1] != int(dest[i]):
-            raise ValueError(f"row {i}'s keys do not end at its own slot {int(dest[i])}: a short convolution "
-                             "needs each row to see its own sequence's rows in order, itself last")
+        extra = keys.idx[off[i]:off[i + 1]].tolist() if off[i + 1] > off[i] else []
+        tail = list(range(max(lo[i], hi[i] - width - 1 + len(extra)), hi[i])) + extra[-width - 1:]
+        if not tail or tail[-1] != dest[i]:
+            raise ValueError(f"row {i}'s keys do not end at its own slot {dest[i]}: a short convolution needs "
+                             "each row to see its own sequence's rows in order, itself last")
         rows.append(_last(tail[:-1], width))
-    return torch.tensor(rows, dtype=torch.int64).reshape(keys.n_rows, width)
+    return rows
 
 
 def _last(slots: list[int], width: int) -> list[int]:
