@@ -1,6 +1,7 @@
 """What rolling back a hybrid model's state costs per speculative round, beside a plain KV model's.
 
     python -m benchmarks.hybrid_rollback [--dim 512] [--layers 8] [--ffn 2048] [--ks 4,8,16] [--backend q8]
+                                         [--reps 30] [--threads N]
 
 Two random-weight models of one shape: LFM2's layer pattern (two short-convolution layers, then one
 attention layer; speczoo.models.lfm2) and the same layers all attention (Qwen3's block). Per K, over
@@ -156,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="q8")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--max-seq", type=int, default=4096, help="the context the memory line sizes the K/V for")
+    ap.add_argument("--threads", type=int, default=0, help="torch and kernel threads (0: as speczoo sets them)")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     ks = [int(k) for k in args.ks.split(",")]
     rows = measure(args.dim, args.layers, args.ffn, ks, args.backend, args.reps)
     from speczoo.cache import KVCache
