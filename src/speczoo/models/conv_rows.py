@@ -114,7 +114,7 @@ class ConvRows:
         self.rows[layer].index_copy_(0, plan.to, u.index_select(0, plan.src))
 
     def state(self, n: int, segment: int = 0) -> Tensor:
-        """The convolution state after n rows of `segment`: every layer's last W inputs [L, W, D], oldest
+        """The convolution state after n rows of `segment`: every layer's last W inputs [layers, W, D], oldest
         first (zeros before the sequence's start)."""
         self.check(segment, n)
         slots = torch.arange(n - self.width, n) + segment * self.segment

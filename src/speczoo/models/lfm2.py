@@ -70,9 +70,8 @@ class Lfm2(Decoder):
     def _run_layers(self, tokens, positions, cache, at, attend: Attend, slots, hidden) -> Tensor:
         rots, plans = self._attention(positions, at, attend)
         rot, plan = rots[False], plans[False]
-        rows = cache.conv
-        if rows is not None:
-            conv_plan = rows.plan(*predecessors(attend, at, tokens.shape[0], rows.width))
+        rows = cache.conv                                   # None only for an LFM2 without convolution layers
+        conv_plan = None if rows is None else rows.plan(*predecessors(attend, at, tokens.shape[0], rows.width))
         x = self._embed(tokens)
         for li, layer in enumerate(self.layers):
             j = self.index[li]
