@@ -16,12 +16,42 @@ def test_the_busy_loop_spins_on_its_core_and_is_reaped():
     assert hog.returncode is not None
 
 
-def test_quiet_and_busy_runs_alternate(monkeypatch):
+def test_quiet_and_busy_stretches_alternate_and_run_every_measure(monkeypatch):
     seen = []
     monkeypatch.setattr(contention, "busy_core", lambda cpu: _Marker(seen))
-    quiet, busy = contention.alternate(lambda: seen.append("run") or float(len(seen)), 2, 0)
-    assert seen == ["run", "busy", "run", "idle", "run", "busy", "run", "idle"]
-    assert quiet == [1.0, 5.0] and busy == [3.0, 7.0]
+    measures = {name: (lambda name=name: seen.append(name) or float(len(seen))) for name in ("a", "b")}
+    out = contention.alternate(measures, 2, 0)
+    assert seen == ["a", "b", "busy", "a", "b", "idle", "a", "b", "busy", "a", "b", "idle"]
+    assert out == {"a": ([1.0, 7.0], [4.0, 10.0]), "b": ([2.0, 8.0], [5.0, 11.0])}
+    seen.clear()
+    contention.alternate(measures, 1, 0, settle=lambda: seen.append("settle"))
+    assert seen == ["settle", "a", "b", "busy", "settle", "a", "b", "idle"]
+
+
+def test_the_counting_steer_passes_everything_through_and_counts_threads():
+    import torch
+
+    class Steer:
+        def __init__(self):
+            self.calls = []
+
+        def begin(self):
+            self.calls.append("begin")
+
+        def timed(self, s, seconds):
+            self.calls.append(("timed", s, seconds))
+            return False
+
+        def end(self):
+            self.calls.append("end")
+
+    inner = Steer()
+    counting = contention.CountingSteer(inner)
+    counting.begin()
+    assert counting.timed(3, 0.5) is False
+    counting.end()
+    assert inner.calls == ["begin", ("timed", 3, 0.5), "end"]
+    assert counting.counts == [torch.get_num_threads()] and counting.mean_since(0) == torch.get_num_threads()
 
 
 class _Marker:

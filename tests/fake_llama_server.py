@@ -8,7 +8,9 @@ The answer is a pure function of the request's messages and max_tokens. `/comple
 llama-server modes, token ids in and out) answers ids that are a pure function of the prompt's. Knobs, from the environment:
 FAKE_LLAMA_ARGV (a file: its argv as JSON lines, one per start), FAKE_LLAMA_DIVERGE=1 (an answer
 served while another is running ends with a different word, as a non-batch-invariant server might),
-FAKE_LLAMA_FAIL=1 (print a line and exit 3 at start). Standard library only; binds what it is told.
+FAKE_LLAMA_FAIL=1 (print a line and exit 3 at start), FAKE_LLAMA_WRONG=SPEC_TYPE (a server started with
+--spec-type SPEC_TYPE answers a /completion prompt that starts with id 99 with its 4th id off by one, as a
+lossy speculative mode would). Standard library only; binds what it is told.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class Handler(BaseHTTPRequestHandler):
         spec = "--spec-type" in sys.argv
         n = req["n_predict"]
         ids = [100 + (sum(req["prompt"]) + 7 * i) % 50 for i in range(n)]
+        wrong = os.environ.get("FAKE_LLAMA_WRONG")
+        if spec and wrong and sys.argv[sys.argv.index("--spec-type") + 1] == wrong and req["prompt"][0] == 99 and n > 3:
+            ids[3] += 1
         timings = {"prompt_n": len(req["prompt"]), "prompt_ms": 1.0 * len(req["prompt"]), "predicted_n": n,
                    "predicted_ms": (5.0 if spec else 10.0) * n}
         if spec:

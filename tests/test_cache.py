@@ -80,3 +80,37 @@ def test_cache_for_another_model_is_refused():
     other = tiny_args("gemma3")
     with pytest.raises(ValueError, match="different model"):
         model(torch.arange(2), torch.arange(2), KVCache(other, 8))
+
+
+def test_a_hybrids_rollback_equals_recompute_for_every_accepted_length():
+    """LFM2's convolution state rolls back with the integer length: after a verify of K + 1 rows, truncating
+    to base + 1 + j leaves, bit for bit, the state and K/V of decoding those j + 1 tokens one by one."""
+    model, args = tiny_model("lfm2", backend="fp32-rows")
+    prompt, verify = torch.arange(11) * 7 % 128, torch.tensor([5, 9, 2, 33, 60, 1])
+    for j in range(len(verify)):
+        c = KVCache(args, 32)
+        model(prompt, torch.arange(11), c)
+        model(verify, torch.arange(11, 17), c)                     # one forward of K + 1 = 6 rows
+        c.truncate(11 + 1 + j)
+        one = KVCache(args, 32)
+        model(prompt, torch.arange(11), one)
+        for i in range(j + 1):                                     # the accepted rows, one by one
+            model(verify[i:i + 1], torch.tensor([11 + i]), one)
+        assert torch.equal(c.conv.state(c.length), one.conv.state(one.length))
+        assert all(torch.equal(a[:, :c.length], b[:, :c.length]) for a, b in zip(c.k + c.v, one.k + one.v))
+        nxt = torch.tensor([44, 45])                               # and what follows is the same too
+        assert torch.equal(model(nxt, torch.arange(c.length, c.length + 2), c).logits,
+                           model(nxt, torch.arange(one.length, one.length + 2), one).logits)
+
+
+def test_a_hybrid_cache_refuses_a_rollback_past_its_reach():
+    model, args = tiny_model("lfm2")
+    c = KVCache(args, 400, extra=0)
+    reach = c.conv.ring - c.conv.width
+    model(torch.arange(reach + 20) % 128, torch.arange(reach + 20), c)
+    c.truncate(21)                                                 # the furthest row written is reach + 19 back
+    with pytest.raises(CacheFullError, match="no longer held"):
+        c.truncate(19)
+    assert c.length == 21
+    c.truncate(0)                                                  # a fresh start is always possible
+    assert c.conv.nbytes < c.nbytes / 2                            # a few rows per layer beside the K/V

@@ -41,9 +41,10 @@ def random_tree(rng: random.Random, n: int) -> list[int]:
     return [-1] + [rng.randrange(0, i) for i in range(1, n)]
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "lfm2"])              # lfm2: a hybrid, its convolution state per slot
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_batched_rows_equal_each_sequence_alone(backend):
-    model, args = tiny_model("qwen2", backend=backend, seed=3)
+def test_batched_rows_equal_each_sequence_alone(backend, arch):
+    model, args = tiny_model(arch, backend=backend, seed=3)
     rng = random.Random(backend)
     cap = 96
     cache = SlotCache(args, n_slots=4, slot_capacity=cap)
@@ -95,12 +96,13 @@ def test_batched_rows_equal_each_sequence_alone(backend):
                     alone[f.slot].cache.truncate(base + len(path))
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "lfm2"])              # lfm2: a hybrid, its convolution state per slot
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_prompt_prefix_held_by_any_slot_is_reused_with_the_same_bits(backend):
+def test_a_prompt_prefix_held_by_any_slot_is_reused_with_the_same_bits(backend, arch):
     """acquire(prompt) starts a sequence on the rows of its prompt's longest prefix that some slot holds
     (its own kept rows, or a copy from another slot, held or free); what it feeds then gives the logits
     of the same sequence prefilled alone, and the slot's ids follow its rows through rollbacks."""
-    model, args = tiny_model("qwen2", backend=backend, seed=3)
+    model, args = tiny_model(arch, backend=backend, seed=3)
     rng = random.Random(backend + "prefix")
     cap = 64
     cache = SlotCache(args, n_slots=3, slot_capacity=cap)
@@ -150,6 +152,33 @@ def test_kept_conversations_outlive_new_prompts_that_share_only_a_system_prompt(
     assert d == 0 and cache.lengths[d] == 4 and cache.ids[1] == b
     turn = cache.acquire(b + [9, 9])                            # b's next turn: its own slot, in place
     assert turn == 1 and cache.lengths[turn] == len(b)
+
+
+def test_a_hybrid_reuses_a_prefix_only_where_its_state_is_held():
+    """A hybrid slot keeps its convolution state for the last rows it wrote only: a prompt that shares a
+    prefix that lies further back starts afresh (and equals the sequence alone), while one that extends the
+    whole kept sequence (a conversation's next turn) reuses it, state included."""
+    model, args = tiny_model("lfm2", backend="fp32-rows", seed=3)
+    cap = 400
+    cache = SlotCache(args, n_slots=1, slot_capacity=cap)
+    reach = cache.kv.conv.ring - cache.kv.conv.width
+    long = [i % 97 for i in range(reach + 40)]
+    with torch.no_grad():
+        slot = cache.acquire(long)
+        forward_batch(model, cache, [Feed(slot, long)])
+        cache.release(slot)
+        short = long[:20] + [5, 6]                               # shares 20 rows, further back than the reach
+        assert cache.acquire(short) == slot and cache.lengths[slot] == 0
+        out, batch = forward_batch(model, cache, [Feed(slot, short)])
+        assert torch.equal(out.logits[batch.rows[0]], Alone(model, cap).feed(short, None))
+        cache.release(slot)
+        turn = short + [7, 8, 9]
+        assert cache.acquire(turn) == slot and cache.lengths[slot] == len(short)
+        out, batch = forward_batch(model, cache, [Feed(slot, turn[len(short):])])
+        assert torch.equal(out.logits[batch.rows[0]], Alone(model, cap).feed(turn, None)[len(short):])
+        forward_batch(model, cache, [Feed(slot, [i % 97 for i in range(reach + 10)])])
+        with pytest.raises(CacheFullError, match="no longer held"):
+            cache.truncate(slot, len(turn))                     # a rollback further back than the reach
 
 
 def test_rows_of_different_sequences_never_meet():

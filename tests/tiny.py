@@ -71,6 +71,10 @@ TINY_ARGS = {
                    sliding_window=6, sliding_pattern=2, sandwich_norms=True, act="gelu_tanh",
                    embed_scale=math.sqrt(48), query_scale=1.0 / math.sqrt(32), attn_logit_softcap=2.0,
                    final_logit_softcap=5.0, tie_embeddings=True),
+    # a hybrid: short-convolution layers 0 and 2 (no K/V), attention layers 1 and 3 (Qwen3's, with q/k norms)
+    "lfm2": dict(arch="lfm2", vocab_size=128, dim=64, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=16,
+                 ffn_dim=96, norm_eps=1e-5, rope_theta=1_000_000.0, qk_norm=True, act="silu", tie_embeddings=True,
+                 conv_layers=[0, 2], conv_kernel=3),
 }
 ARCHS = list(TINY_ARGS)           # every architecture, for tests parametrized over them
 
@@ -91,7 +95,7 @@ def tiny_tensors(args: ModelArgs, seed: int = 0, tied: bool = True, rope_factors
     d, hd = args.dim, args.head_dim
     qkv_rows = [args.n_heads * hd, args.n_kv_heads * hd, args.n_kv_heads * hd]
     t: dict[str, Tensor] = {"token_embd.weight": torch.randn(args.vocab_size, d, generator=g) * 0.5,
-                            "output_norm.weight": norm(d)}
+                            f"{arch_class(args.arch).OUTPUT_NORM}.weight": norm(d)}
     if not tied:
         t["output.weight"] = lin(args.vocab_size, d)
     if rope_factors:
@@ -101,6 +105,15 @@ def tiny_tensors(args: ModelArgs, seed: int = 0, tied: bool = True, rope_factors
     for i in range(args.n_layers):
         p = f"blk.{i}."
         t[p + layout.attn_norm + ".weight"] = norm(d)
+        if i in args.conv_layers:                      # a short convolution in place of attention
+            t[p + "shortconv.in_proj.weight"] = lin(3 * d, d)
+            t[p + "shortconv.conv.weight"] = torch.randn(d, args.conv_kernel, generator=g) / math.sqrt(args.conv_kernel)
+            t[p + "shortconv.out_proj.weight"] = lin(d, d)
+            t[p + layout.ffn_norm + ".weight"] = norm(d)
+            for name in layout.gate_up:
+                t[p + name + ".weight"] = lin(args.ffn_dim, d)
+            t[p + layout.down + ".weight"] = lin(d, args.ffn_dim)
+            continue
         qkv = list(zip(layout.qkv, qkv_rows if len(layout.qkv) == 3 else [sum(qkv_rows)], strict=True))
         for name, n in qkv:
             t[p + name + ".weight"] = lin(n, d)
@@ -126,6 +139,8 @@ def tiny_args(arch: str, vocab: int | None = None, **overrides) -> ModelArgs:
     if vocab is not None:
         kw["vocab_size"] = vocab
     kw.update(overrides)
+    if "conv_layers" in kw:                            # a hybrid cut to fewer layers keeps those it still has
+        kw["conv_layers"] = [i for i in kw["conv_layers"] if i < kw["n_layers"]]
     return ModelArgs(**kw)
 
 

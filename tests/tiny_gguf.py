@@ -143,7 +143,10 @@ def write_sizes(w: gguf.GGUFWriter, args: ModelArgs, context_length: int) -> Non
     w.add_embedding_length(args.dim)
     w.add_feed_forward_length(args.ffn_dim)
     w.add_head_count(args.n_heads)
-    w.add_head_count_kv(args.n_kv_heads)
+    if args.conv_layers:     # a hybrid's per-layer list, 0 for a layer without attention (llama.cpp's converter)
+        w.add_head_count_kv([0 if i in args.conv_layers else args.n_kv_heads for i in range(args.n_layers)])
+    else:
+        w.add_head_count_kv(args.n_kv_heads)
     w.add_rope_freq_base(args.rope_theta)
     w.add_layer_norm_rms_eps(args.norm_eps)
 
@@ -308,6 +311,9 @@ def _arch_metadata(w: gguf.GGUFWriter, args: ModelArgs, tensors: dict[str, torch
         w.add_sliding_window(args.sliding_window)
         w.add_attn_logit_softcapping(args.attn_logit_softcap)
         w.add_final_logit_softcapping(args.final_logit_softcap)
+    if args.arch == "lfm2":
+        w.add_vocab_size(args.vocab_size)
+        w.add_shortconv_l_cache(args.conv_kernel)
     if args.arch == "phi3":
         w.add_sliding_window(args.sliding_window)
         if "rope_factors_short.weight" in tensors:

@@ -6,6 +6,11 @@ tokens at slots [length, length + S) and advances `length`; speculative decoding
 followed by `truncate`. Capacity is fixed at construction (max_seq + extra slots, the extra covering a
 verify of K + 1 tokens past max_seq) and this module must never reallocate or grow it; running out is a
 `CacheFullError` raised by the model before anything is written.
+
+A hybrid model (ModelArgs.conv_layers: LFM2's short convolutions) keeps K/V for its attention layers only
+(`k[i]`, `v[i]` for the i-th of args.kv_layers) and its convolution state in `conv` (models/conv_rows.py):
+the inputs of each sequence's last rows, so that `truncate` and `compact` roll that state back exactly too,
+still by the integer length; a length further back than its reach is refused (CacheFullError).
 """
 
 from __future__ import annotations
@@ -15,23 +20,30 @@ from torch import Tensor
 
 from speczoo.errors import CacheFullError
 from speczoo.models.args import ModelArgs
+from speczoo.models.conv_rows import ConvRows
 
 
 class KVCache:
-    """Keys and values of every layer: `k[layer]`, `v[layer]` are views [Hkv, C, Dh] (C = capacity)."""
+    """Keys and values of every attention layer: `k[i]`, `v[i]` are views [Hkv, C, Dh] (C = capacity); the
+    convolution state of a hybrid model's other layers in `conv` (None for a model of attention only).
+    segments: sequences of capacity / segments slots each side by side (a SlotCache's), each with its own
+    convolution state."""
 
-    def __init__(self, args: ModelArgs, max_seq: int, extra: int = 64, dtype: torch.dtype = torch.float32):
+    def __init__(self, args: ModelArgs, max_seq: int, extra: int = 64, dtype: torch.dtype = torch.float32,
+                 segments: int = 1):
         if max_seq <= 0 or extra < 0:
             raise ValueError(f"KVCache needs max_seq > 0 and extra >= 0, got max_seq={max_seq}, extra={extra}")
         self.args = args
         self.max_seq = max_seq
         self.capacity = max_seq + extra
         self.dtype = dtype
-        shape = (args.n_layers, args.n_kv_heads, self.capacity, args.head_dim)
+        shape = (len(args.kv_layers), args.n_kv_heads, self.capacity, args.head_dim)
         self._k = torch.zeros(shape, dtype=dtype)   # [L, Hkv, C, Dh]
         self._v = torch.zeros(shape, dtype=dtype)   # [L, Hkv, C, Dh]
         self.k: list[Tensor] = list(self._k.unbind(0))   # per layer [Hkv, C, Dh] views
         self.v: list[Tensor] = list(self._v.unbind(0))
+        self.conv = (ConvRows(len(args.conv_layers), args.dim, args.conv_kernel - 1, self.capacity, extra, segments)
+                     if args.conv_layers else None)
         self.length = 0
 
     def __repr__(self) -> str:
@@ -40,8 +52,8 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of keys and values held (the memory bound of a sequence slot, slots.py)."""
-        return self._k.numel() * self._k.element_size() * 2
+        """Bytes of keys and values held, and of a hybrid model's convolution state (slots.py's memory bound)."""
+        return self._k.numel() * self._k.element_size() * 2 + (0 if self.conv is None else self.conv.nbytes)
 
     def check_room(self, n_new: int) -> None:
         """Raise CacheFullError (before anything is written) when n_new more slots do not fit."""
@@ -55,6 +67,8 @@ class KVCache:
         """Keep the first n slots (0 <= n <= length). O(1): the data past n is simply overwritten later."""
         if not 0 <= n <= self.length:
             raise ValueError(f"KVCache.truncate({n}) needs 0 <= n <= length ({self.length})")
+        if self.conv is not None:
+            self.conv.check(0, n)
         self.length = n
 
     def compact(self, src: list[int], dst: int) -> None:
@@ -79,6 +93,8 @@ class KVCache:
         # index_select makes a copy first, so overlapping ranges are safe.
         self._k[:, :, dst:dst + n] = self._k.index_select(2, idx)   # [L, Hkv, n, Dh]
         self._v[:, :, dst:dst + n] = self._v.index_select(2, idx)
+        if self.conv is not None:
+            self.conv.compact(src, dst)
 
     def copy(self, src: int, dst: int, n: int) -> None:
         """Copy slots [src, src + n) to [dst, dst + n) in every layer (the ranges must not overlap)."""
@@ -91,3 +107,5 @@ class KVCache:
 
     def reset(self) -> None:
         self.length = 0
+        if self.conv is not None:
+            self.conv.reset()

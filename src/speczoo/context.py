@@ -34,8 +34,9 @@ def kv_dtype(name: str) -> torch.dtype:
 
 
 def kv_bytes_per_token(args: ModelArgs, dtype: torch.dtype) -> int:
-    """Bytes of keys and values one token takes in a model's cache (every layer, K and V)."""
-    return 2 * args.n_layers * args.n_kv_heads * args.head_dim * torch.tensor([], dtype=dtype).element_size()
+    """Bytes of keys and values one token takes in a model's cache (every attention layer, K and V; a hybrid's
+    convolution layers keep a fixed few rows per sequence instead, models/conv_rows.py)."""
+    return 2 * len(args.kv_layers) * args.n_kv_heads * args.head_dim * torch.tensor([], dtype=dtype).element_size()
 
 
 def available_memory() -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -47,6 +46,7 @@ from speczoo.grammar import Grammars
 from speczoo.heap import release_free_heap
 from speczoo.slots import SlotCache
 from speczoo.textgen import TextBatch, generate_text
+from speczoo.threads import steer
 from speczoo.tokenizer import Tokenizer
 from speczoo.zoo.bundle import find_bundle, read_manifest
 from speczoo.zoo.policy import PackRow, stale_rows
@@ -166,8 +166,10 @@ class Runtime:
     name or directory; None: the newest installed for the target, if any); suffix_memory: the earlier answers
     the suffix drafter reads, kept here across requests (default: a SuffixMemory of the default cap, one
     per API key); draft_vocab: the draft model proposes from a reduced LM head over its first draft_vocab
-    ids plus the prompt's own (decoding/drafters/draft_head.py; None: its full head). The stored cost
-    profile prices the draft step at the default draft_vocab, so any other is timed afresh at load.
+    ids plus the prompt's own (decoding/drafters/draft_head.py; None: its full head). The draft's cost
+    profile is stored per draft_vocab: another size is timed once (the draft only) and read after.
+    The engine steers the thread count while it generates (speczoo/threads.py's `steer()`: None where
+    --threads, $OMP_NUM_THREADS or SPECZOO_ADAPTIVE_THREADS=0 fix it).
     """
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, max_seq: int | None = None,
@@ -189,10 +191,9 @@ class Runtime:
         if draft is not None:
             from speczoo.decoding.pair import check_pair
             check_pair(draft, target).raise_if_bad(draft.name, target.name)
-        # the draft is priced through the head it proposes from; the stored profile timed the default one
-        remeasure = remeasure_costs or (draft is not None and draft_vocab != DRAFTING.head_vocab)
-        costs, draft_costs = runtime_costs(target, draft, remeasure=remeasure,
-                                           draft_head=partial(reduced_head, head_vocab=draft_vocab))
+        # the draft is priced through the head it proposes from (its profile is keyed by that head's size)
+        costs, draft_costs = runtime_costs(target, draft, remeasure=remeasure_costs, draft_head=reduced_head,
+                                           draft_vocab=draft_vocab)
         # the EAGLE head is resolved, loaded and priced now (errors before any request), never per request
         eagle = load_eagle(target.name, target.model, target.backend, named=eagle_head, tree=eagle_tree)
         self.suffix_memory = SuffixMemory() if suffix_memory is None else suffix_memory
@@ -201,7 +202,7 @@ class Runtime:
         drafters = [b for spec in BUILTIN if (b := spec.bound(loaded)) is not None]
         cache = KVCache(target.args, max_seq, extra=MAX_K + 1, dtype=self.kv_dtype)
         self.engine = Engine(target.model, cache, drafters, eos_ids=self.tokenizer.eos_ids, max_seq=max_seq,
-                             costs=costs, grammars=Grammars(self.tokenizer, self.vocab_size))
+                             costs=costs, grammars=Grammars(self.tokenizer, self.vocab_size), steer=steer())
         self.eagle = eagle
 
     @property

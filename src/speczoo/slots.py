@@ -19,6 +19,11 @@ evicted with care: a free slot is taken in place only when all it keeps is a pre
 (a conversation's next turn), else an empty one, else the one released longest ago, so that a server's
 conversations keep their turns while new ones arrive.
 
+A hybrid model's convolution state (models/conv_rows.py) lives beside each slot's K/V, one ring per slot:
+a rollback checks that the state is held, and a prompt prefix is reused only at a length whose state its
+slot still holds (the length a sequence left it at, or within the last rows it wrote), the state then
+copied with the K/V when the prefix lies in another slot.
+
 This module never runs a model and never grows the cache; a sequence that outgrows its slot is a
 CacheFullError raised by `plan`, before anything is written. Sliding-window models (Gemma 3) are not
 supported: their layers would need a second key plan.
@@ -70,7 +75,7 @@ class SlotCache:
             raise ValueError(f"a SlotCache cannot hold a model with sliding-window layers ({args.arch})")
         self.n_slots = n_slots
         self.slot_capacity = slot_capacity
-        self.kv = KVCache(args, n_slots * slot_capacity, extra=0, dtype=dtype)
+        self.kv = KVCache(args, n_slots * slot_capacity, extra=0, dtype=dtype, segments=n_slots)
         self.kv.length = self.kv.capacity        # rows are addressed explicitly; lengths live per slot
         self.lengths = [0] * n_slots
         self.ids: list[list[int]] = [[] for _ in range(n_slots)]   # the token of each row; kept when free
@@ -96,7 +101,7 @@ class SlotCache:
         if not self._free:
             raise CacheFullError(f"all {self.n_slots} sequence slots are in use")
         cap = max(0, len(prompt) - 1)
-        shared = {s: _shared(self.ids[s], prompt, cap) for s in range(self.n_slots)}
+        shared = {s: self._held(s, _shared(self.ids[s], prompt, cap)) for s in range(self.n_slots)}
         extends = [s for s in self._free if self.ids[s] and shared[s] == len(self.ids[s])]
         if extends:
             slot = max(extends, key=lambda s: (shared[s], -s))
@@ -109,9 +114,17 @@ class SlotCache:
             base, src_base = slot * self.slot_capacity, src * self.slot_capacity
             self.kv.copy(src_base + keep, base + keep, shared[src] - keep)
             keep = shared[src]
+            if self.kv.conv is not None:
+                self.kv.conv.copy_state(src, slot, keep)
+        elif self.kv.conv is not None and keep == 0:
+            self.kv.conv.reset(slot)
         self.lengths[slot] = keep
         self.ids[slot] = list(prompt[:keep])
         return slot
+
+    def _held(self, slot: int, n: int) -> int:
+        """n, or 0 when slot's rows up to n cannot be reused (a hybrid's state after them is not held)."""
+        return n if self.kv.conv is None or self.kv.conv.holds(slot, n) else 0
 
     def release(self, slot: int) -> None:
         """Give a slot back; its rows stay for a later prompt that shares their prefix, until the slot is
@@ -130,6 +143,8 @@ class SlotCache:
         self._check_slot(slot)
         if not 0 <= n <= self.lengths[slot]:
             raise ValueError(f"truncate({slot}, {n}) needs 0 <= n <= the slot's length ({self.lengths[slot]})")
+        if self.kv.conv is not None:
+            self.kv.conv.check(slot, n)
         self.lengths[slot] = n
         del self.ids[slot][n:]
 

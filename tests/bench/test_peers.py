@@ -1,11 +1,10 @@
-"""`speczoo peers`: row and summary arithmetic, the lossless judgement, missing peers, the llama.cpp
-families against fakes, speczoo's family on the fake runtime, and (real) a tiny run through each peer."""
+"""`speczoo peers`: row and summary arithmetic, the lossless judgement, missing peers, llama-server's family
+against tests/fake_llama_server.py, speczoo's family on the fake runtime, and (real) a tiny run through each
+peer."""
 
 import importlib.util
 import json
 import math
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from speczoo.bench.peers import (
     PeerOutput, PeerError, PeerPrompt, PeerSettings, SpeczooFamily, cut_at_eos, judge, make_row,
     parse_systems, run_peers, timed_tokens)
 from speczoo.bench.peers_summary import render_markdown, summarize
-from speczoo.bench.peers_llama import BUILD_HINT, LlamaCliFamily, LlamaCppFamily, parse_tool_output
+from speczoo.bench.peers_llama import BUILD_HINT, LlamaServerFamily
 
 EOS = 256
 
@@ -155,24 +154,32 @@ def test_parse_systems():
     assert parse_systems(None) == {f: None for f in peers.FAMILIES}
     assert parse_systems("speczoo,hf:lookup,hf:greedy") == {"hf": ["lookup", "greedy"], "speczoo": None}
     assert parse_systems("hf:lookup,hf") == {"hf": None}
+    with pytest.raises(ValueError, match="unknown family 'sglang'"):
+        parse_systems("sglang")
+    # `speczoo peers` offers vllm only with --vllm VENV: without it the family is unknown there
     with pytest.raises(ValueError, match="unknown family 'vllm'"):
-        parse_systems("vllm")
+        parse_systems("vllm", [f for f in peers.FAMILIES if f != "vllm"])
 
 
 def test_missing_peer_is_skipped_with_install_instructions_and_others_run(tmp_path, monkeypatch, capsys):
+    from speczoo.bench import serve_load_llama
+
     real = peers.missing_modules
     monkeypatch.setattr(peers, "missing_modules",
-                        lambda names: [n for n in names if n in ("transformers", "llama_cpp")] or real(()))
+                        lambda names: [n for n in names if n == "transformers"] or real(()))
+    monkeypatch.delenv(serve_load_llama.ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(serve_load_llama, "OPT_GLOB", str(tmp_path / "none-*"))
     fam = SpeczooFamily(settings(draft=None, draft_gguf=None), runtime=FakeRuntime(max_seq=4096))
     out = run_peers(PROMPTS[:1], settings(draft=None, draft_gguf=None), tmp_path,
                     systems={"llama": None, "hf": None, "speczoo": None}, families={"speczoo": fam})
     assert [r["system"] for r in out.rows] == ["speczoo:off", "speczoo:ngram", "speczoo:auto"]
     assert any("hf: skipped, transformers not installed" in n and "pip install -e '.[peers]'" in n
                for n in out.notes)
-    assert any("llama: skipped, llama-cpp-python not installed" in n for n in out.notes)
+    assert any("llama: skipped, no llama-server found" in n and "build_llama.sh" in n for n in out.notes)
     assert any("baseline llama:greedy did not run" in n for n in out.notes)
     err = capsys.readouterr().err
-    assert "pip install -e '.[peers]'" in err and "8 minutes" in err
+    assert "pip install -e '.[peers]'" in err and "build_llama.sh" in err
     md = (tmp_path / "peers.md").read_text()
     assert "pip install -e '.[peers]'" in md
     assert len((tmp_path / "peers.jsonl").read_text().splitlines()) == 3
@@ -204,167 +211,70 @@ def test_speczoo_family_on_the_fake_runtime_is_lossless(tmp_path):
     assert out.summary.system("speczoo:draft").lossless == 3
 
 
-# -- llama-cpp-python against a fake -------------------------------------------------------------------
+# -- llama-server against tests/fake_llama_server.py ----------------------------------------------------
 
-class FakeLookup:
-    def __init__(self, max_ngram_size=2, num_pred_tokens=10):
-        self.num_pred_tokens = num_pred_tokens
+FAKE_SERVER = str(Path(__file__).parents[1] / "fake_llama_server.py")
 
 
-class FakeLlama:
-    """Answers are a function of the prompt; with a draft model, prompt [99, ...] goes wrong at token 3."""
-
-    made = []
-
-    def __init__(self, model_path, **kw):
-        self.model_path, self.kw, self.resets, self.closed, self.calls = model_path, kw, 0, False, []
-        FakeLlama.made.append(self)
-
-    def reset(self):
-        self.resets += 1
-
-    def generate(self, tokens, **kw):
-        self.calls.append((list(tokens), kw))
-        seq = [(sum(tokens) + 7 * i) % 200 + 10 for i in range(30)]
-        if tokens[-1] == 3:
-            seq[5] = EOS                                   # question 1 ends at EOS after 5 tokens
-        if self.kw["draft_model"] is not None and tokens[0] == 99:
-            seq[3] += 1
-        yield from seq
-        raise AssertionError("the consumer must stop at EOS or the token limit")
-
-    def detokenize(self, ids):
-        return "".join(chr(65 + i % 26) for i in ids).encode()
-
-    def close(self):
-        self.closed = True
+def fake_completion_ids(prompt_ids: list[int], n: int) -> list[int]:
+    """What tests/fake_llama_server.py answers to prompt ids on /completion."""
+    return [100 + (sum(prompt_ids) + 7 * i) % 50 for i in range(n)]
 
 
-@pytest.fixture
-def fake_llama_cpp(monkeypatch):
-    FakeLlama.made = []
-    mod = types.ModuleType("llama_cpp")
-    mod.Llama = FakeLlama
-    spec_mod = types.ModuleType("llama_cpp.llama_speculative")
-    spec_mod.LlamaPromptLookupDecoding = FakeLookup
-    mod.llama_speculative = spec_mod
-    monkeypatch.setitem(sys.modules, "llama_cpp", mod)
-    monkeypatch.setitem(sys.modules, "llama_cpp.llama_speculative", spec_mod)
-    return mod
+def started(argv_file: Path) -> list[list[str]]:
+    return [json.loads(line)["argv"] for line in argv_file.read_text().splitlines()]
 
 
-def test_llama_family_greedy_and_lookup_against_a_fake(tmp_path, fake_llama_cpp):
-    s = settings(max_new_tokens=12, k=8, threads=2, n_ctx=320)
-    fam = LlamaCppFamily(s)
-    out = run_peers(PROMPTS, s, tmp_path, systems={"llama": None}, families={"llama": fam}, quiet=True)
-    assert [r["system"] for r in out.rows[:2]] == ["llama:greedy", "llama:lookup"]
-    greedy, lookup = FakeLlama.made
-    assert greedy.kw["draft_model"] is None and greedy.kw["logits_all"] is False
-    assert isinstance(lookup.kw["draft_model"], FakeLookup) and lookup.kw["draft_model"].num_pred_tokens == 8
-    assert lookup.kw["logits_all"] is True
-    for llm in (greedy, lookup):
-        assert llm.model_path == "/models/target.gguf"
-        assert (llm.kw["n_threads"], llm.kw["n_threads_batch"], llm.kw["n_ctx"]) == (2, 2, 320)
-        assert llm.resets == 3 and llm.closed
-        prompt_ids, kw = llm.calls[0]
-        assert prompt_ids == PROMPTS[0].ids
-        assert kw["temp"] == 0.0 and kw["top_k"] == 1 and kw["repeat_penalty"] == 1.0
-    by = {(r["question_id"], r["system"]): r for r in out.rows}
-    q1 = by[(1, "llama:greedy")]
-    assert (q1["new_tokens"], q1["finish"], q1["tokens"]) == (5, "stop", 5)
-    assert EOS not in q1["ids"] and q1["text"] == "".join(chr(65 + i % 26) for i in q1["ids"])
-    q2 = by[(2, "llama:greedy")]
-    assert (q2["new_tokens"], q2["finish"], q2["tokens"], q2["timing"]) == (12, "length", 11, "first-token")
-    assert by[(1, "llama:lookup")]["lossless"] is True
-    assert by[(2, "llama:lookup")]["lossless"] is True
-    assert by[(3, "llama:lookup")]["lossless"] is False
-    assert by[(3, "llama:lookup")]["first_mismatch"] == [0, 3]
-    assert out.summary.system("llama:lookup").lossless == 2
-    assert out.summary.system("llama:lookup").judged == 3
+def test_llama_server_family_runs_every_mode_on_its_own_server(tmp_path, monkeypatch):
+    argv_file = tmp_path / "argv.jsonl"
+    monkeypatch.setenv("FAKE_LLAMA_ARGV", str(argv_file))
+    monkeypatch.setenv("FAKE_LLAMA_WRONG", "ngram-simple")
+    s = settings(max_new_tokens=12, k=8, threads=2, n_ctx=320, warmup=2, llama_server=FAKE_SERVER)
+    fam = LlamaServerFamily(s)
+    assert fam.methods() == ["greedy", "ngram-mod", "ngram-simple", "draft"]
+    assert fam.describe("greedy") == "llama-server, plain greedy"
+    assert fam.describe("draft") == "llama-server --spec-type draft-simple -md --spec-draft-n-max 7 -td 2 -tbd 2"
+    out = run_peers(PROMPTS, s, tmp_path / "out", systems={"llama": None}, families={"llama": fam}, quiet=True)
+    assert [r["system"] for r in out.rows[:4]] == ["llama:greedy", "llama:ngram-mod", "llama:ngram-simple",
+                                                   "llama:draft"]
+    starts = started(argv_file)
+    assert len(starts) == 4, "one server per mode, kept across questions"
+    by_mode = {(a[a.index("--spec-type") + 1] if "--spec-type" in a else "none"): a for a in starts}
+    assert set(by_mode) == {"none", "ngram-mod", "ngram-simple", "draft-simple"}
+    draft = by_mode["draft-simple"]
+    assert draft[draft.index("-md") + 1] == "/models/draft.gguf" and draft[draft.index("--spec-draft-n-max") + 1] == "7"
+    for a in starts:
+        assert a[a.index("-m") + 1] == "/models/target.gguf" and a[a.index("--threads") + 1] == "2"
+        assert a[a.index("--parallel") + 1] == "1" and int(a[a.index("-c") + 1]) >= 320 + 64
+    for r in out.rows:
+        prompt = next(p for p in PROMPTS if p.question_id == r["question_id"])
+        expected = fake_completion_ids(prompt.ids, 12)
+        if r["method"] == "ngram-simple" and prompt.ids[0] == 99:
+            expected[3] += 1
+        assert r["ids"] == expected and r["timing"] == "reported" and r["tokens"] == 11
+        assert r["seconds"] == pytest.approx((5.0 if r["method"] != "greedy" else 10.0) * 12 / 1000)
+    by = {(r["question_id"], r["method"]): r for r in out.rows}
+    assert by[(1, "greedy")]["lossless"] is None and by[(1, "ngram-mod")]["lossless"] is True
+    assert by[(3, "ngram-simple")]["lossless"] is False and by[(3, "ngram-simple")]["first_mismatch"] == [0, 3]
+    assert out.summary.system("llama:ngram-simple").lossless == 2 and out.summary.system("llama:draft").lossless == 3
+    assert by[(1, "draft")]["drafted"] == 12 and by[(1, "draft")]["accepted"] == 6
+    assert not fam._servers, "close() stops every server"
 
 
-def test_warm_up_answers_are_untimed_and_not_recorded(tmp_path, fake_llama_cpp):
-    s = settings(warmup=3)
-    out = run_peers(PROMPTS[1:], s, tmp_path, systems={"llama": None}, families={"llama": LlamaCppFamily(s)},
-                    quiet=True)
-    greedy, lookup = FakeLlama.made
-    assert len(greedy.calls) == 1 + 2 and len(lookup.calls) == 1 + 2     # warm-up + the two questions
-    assert greedy.calls[0][0] == PROMPTS[1].ids
-    assert len(out.rows) == 4 and all(r["new_tokens"] == 12 for r in out.rows)
-    assert "3 tokens of warm-up" in out.markdown
+def test_llama_server_family_without_a_draft_and_without_a_binary(tmp_path, monkeypatch):
+    from speczoo.bench import serve_load_llama
 
-
-def test_llama_family_says_how_to_install_when_llama_cpp_is_absent(monkeypatch):
-    monkeypatch.setitem(sys.modules, "llama_cpp", None)      # import raises ImportError
-    with pytest.raises(PeerError, match=r"pip install -e '\.\[peers\]'"):
-        LlamaCppFamily(settings()).open()
-
-
-# -- llama.cpp's tool against a fake runner -----------------------------------------------------------
-
-def _tool_out(prompt_text, answer, n=7, seconds=0.5):
-    stdout = "\n\n" + prompt_text + answer + "\n\n" + "\n\n"
-    stderr = (f"main: encoded   12 tokens in    0.100 seconds, speed:  120.000 t/s\n"
-              f"main: decoded {n:4d} tokens in {seconds:8.3f} seconds, speed: {n / seconds:8.3f} t/s\n\n"
-              "main: n_draft   = 8\nmain: n_predict = 7\nmain: n_drafted = 16\nmain: n_accept  = 5\n")
-    return stdout, stderr
-
-
-def test_parse_tool_output():
-    stdout, stderr = _tool_out("<u>hi</u>", "Hello\n\nthere")
-    assert parse_tool_output(stdout, stderr, "<u>hi</u>") == ("Hello\n\nthere", 7, 0.5, 16, 5)
-    with pytest.raises(PeerError, match="no 'decoded N tokens"):
-        parse_tool_output(stdout, "error: bad flag", "<u>hi</u>")
-    with pytest.raises(PeerError, match="did not echo the prompt"):
-        parse_tool_output("\n\nsomething else", stderr, "<u>hi</u>")
-
-
-def test_llama_cli_family_with_a_fake_tool(tmp_path):
-    tool = tmp_path / "llama-speculative-simple"
-    tool.write_text("#!/bin/sh\n")
-    s = settings(llama_cli=str(tool), max_new_tokens=7, k=8)
-    calls = []
-
-    def runner(cmd, **kw):
-        calls.append(cmd)
-        prompt = cmd[cmd.index("-p") + 1]
-        answer = "ABCDEFG" if "draft-simple" in cmd else "ABCDEFGHIJ"   # the n-gram ones ran past -n
-        if "ngram-mod" in cmd:
-            answer = "ABXDEFG"
-        out, err = _tool_out(prompt, answer, n=9 if "ngram-simple" in cmd else 7)
-        return types.SimpleNamespace(returncode=0, stdout=out, stderr=err)
-
-    fam = LlamaCliFamily(s, runner=runner)
-    assert fam.methods() == ["draft", "ngram-simple", "ngram-mod"]
-    greedy_ref = make_row(PROMPTS[0], "llama", "greedy", "g", _gen([1] * 7, "ABCDEFG", "length"), s, None, None)
-    rows = {m: make_row(PROMPTS[0], "llama-cli", m, fam.describe(m), fam.generate(m, PROMPTS[0], 7), s,
-                        fam.reference(m), greedy_ref) for m in fam.methods()}
-    assert rows["draft"]["lossless"] is True and rows["draft"]["compare"] == "text"
-    assert rows["ngram-simple"]["lossless"] is True            # ran past the limit after greedy's text
-    assert rows["ngram-mod"]["lossless"] is False
-    assert rows["draft"]["timing"] == "reported" and rows["draft"]["tok_s"] == pytest.approx(14.0)
-    assert (rows["draft"]["drafted"], rows["draft"]["accepted"]) == (16, 5)
-    draft_cmd = calls[0]
-    for flag, value in [("-m", "/models/target.gguf"), ("-md", "/models/draft.gguf"), ("-t", "2"),
-                        ("-n", "7"), ("--temp", "0"), ("--top-k", "1"), ("--spec-draft-n-max", "8"),
-                        ("-c", "256")]:
-        assert draft_cmd[draft_cmd.index(flag) + 1] == value
-
-
-def test_llama_cli_failure_and_absence_are_clear(tmp_path, monkeypatch):
-    tool = tmp_path / "tool"
-    tool.write_text("")
-    fam = LlamaCliFamily(settings(llama_cli=str(tool)), runner=lambda cmd, **kw: types.SimpleNamespace(
-        returncode=1, stdout="", stderr="error: invalid argument: --spec-type"))
-    with pytest.raises(PeerError, match="(?s)exited with status 1.*invalid argument"):
-        fam.generate("ngram-simple", PROMPTS[0], 7)
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with pytest.raises(PeerError, match="not on PATH"):
-        LlamaCliFamily(settings())
-    assert "cmake" in BUILD_HINT
-    out = run_peers(PROMPTS[:1], settings(), tmp_path / "o", systems={"llama-cli": None, "speczoo": None},
+    s = settings(draft=None, draft_gguf=None, llama_server=FAKE_SERVER)
+    assert LlamaServerFamily(s).methods() == ["greedy", "ngram-mod", "ngram-simple"]
+    with pytest.raises(PeerError, match="--llama-server /nowhere is neither a file"):
+        LlamaServerFamily(settings(llama_server="/nowhere"))
+    monkeypatch.delenv(serve_load_llama.ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(serve_load_llama, "OPT_GLOB", str(tmp_path / "none-*"))
+    out = run_peers(PROMPTS[:1], settings(), tmp_path / "o", systems={"llama": None, "speczoo": None},
                     families={"speczoo": SpeczooFamily(settings(), runtime=FakeRuntime())}, quiet=True)
-    assert any(n.startswith("llama-cli: skipped") and "not on PATH" in n for n in out.notes)
+    assert any(n.startswith("llama: skipped") and "benchmarks/build_llama.sh" in n for n in out.notes)
+    assert BUILD_HINT in " ".join(out.notes)
 
 
 # -- real: one tiny run through each available peer ---------------------------------------------------
@@ -381,7 +291,7 @@ def _pulled(name):
 
 
 REAL_TARGET = "smollm2-135m"      # the zoo's smallest: a GGUF load is most of a peer's short run
-REAL_FAMILIES = {"llama": ("llama_cpp",), "hf": ("transformers", "accelerate"), "speczoo": ()}
+REAL_FAMILIES = {"llama": (), "hf": ("transformers", "accelerate"), "speczoo": ()}
 
 
 @pytest.mark.real
@@ -390,6 +300,11 @@ def test_real_tiny_run(family, tmp_path, capsys):
     absent = [m for m in REAL_FAMILIES[family] if importlib.util.find_spec(m) is None]
     if absent:
         pytest.skip(f"{family} peer needs {', '.join(absent)}: pip install -e '.[peers]'")
+    if family == "llama":
+        from speczoo.bench.serve_load_llama import find_llama_server
+
+        if find_llama_server() is None:
+            pytest.skip("no llama-server: bash benchmarks/build_llama.sh, then set $SPECZOO_LLAMA_SERVER")
     why = _pulled(REAL_TARGET)
     if why:
         pytest.skip(f"{REAL_TARGET} is not usable ({why})")
@@ -400,7 +315,7 @@ def test_real_tiny_run(family, tmp_path, capsys):
                "--gen", "8", "--draft", REAL_TARGET, "--systems", family, "--out", str(tmp_path), "--quiet"])
     assert rc == 0
     rows = [json.loads(line) for line in (tmp_path / "peers.jsonl").read_text().splitlines()]
-    expected = {"llama": ["greedy", "lookup"], "hf": ["greedy", "lookup", "assistant"],
+    expected = {"llama": ["greedy", "ngram-mod", "ngram-simple", "draft"], "hf": ["greedy", "lookup", "assistant"],
                 "speczoo": ["off", "ngram", "draft", "auto"]}[family]
     assert [r["method"] for r in rows] == expected
     for r in rows:
@@ -408,4 +323,6 @@ def test_real_tiny_run(family, tmp_path, capsys):
         assert r["threads"] == 2 and r["target_gguf"].endswith(".gguf")
     if family == "speczoo":
         assert all(r["lossless"] for r in rows[1:]), "speczoo's speculative modes must equal its greedy"
+    if family == "llama":
+        assert all(r["timing"] == "reported" and r["lossless"] is not None for r in rows[1:])
     assert f"| {family}:{expected[0]} |" in capsys.readouterr().out

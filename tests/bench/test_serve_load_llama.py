@@ -117,19 +117,47 @@ def test_the_command_prints_llamas_lines_after_speczoos(monkeypatch, capsys):
     monkeypatch.setattr(speczoo.zoo.bundle, "find_bundle", lambda name: Path("/bundles") / name)
     monkeypatch.setattr(speczoo.zoo.bundle, "source_gguf", lambda d: Path("/models/fake.gguf"))
     assert main(["serve-load", "fake-model", "--clients", "1,2", "--max-tokens", "8", "--spec", "off",
-                 "--llama-server", FAKE]) == 0
+                 "--llama-server", FAKE, "--llama-modes", "greedy"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("speczoo/llama aggregate: ") for line in out) == 2
     heads = [i for i, line in enumerate(out) if "concurrent streaming clients on fake-model" in line]
     assert out[heads[1] - 1].startswith("speczoo/llama aggregate: "), "llama's lines come after each run"
     assert out[-1].startswith("speczoo/llama aggregate: ")
     assert main(["serve-load", "fake-model", "--clients", "2", "--max-tokens", "4", "--spec", "off,ngram",
-                 "--llama-server", FAKE]) == 0
+                 "--llama-server", FAKE, "--llama-modes", "greedy"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split(" (spec ")[1] for line in out[-2:]] == ["off)", "ngram)"], "one ratio per --spec mode"
     assert sum("LLAMA IDENTICAL" in line for line in out) == 1, "llama runs once per client count"
     assert main(["serve-load", "fake-model", "--clients", "1", "--max-tokens", "4", "--llama-server", "off"]) == 0
     assert "llama" not in capsys.readouterr().out
+
+
+def test_the_command_runs_every_llama_mode_by_default_each_judged_against_llama_greedy(tmp_path, monkeypatch,
+                                                                                      capsys):
+    import speczoo.runtime
+    import speczoo.zoo.bundle
+    from speczoo.cli import main
+
+    argv = tmp_path / "argv.jsonl"
+    monkeypatch.setenv("FAKE_LLAMA_ARGV", str(argv))
+    monkeypatch.setattr(speczoo.runtime, "load_runtime", lambda *a, **kw: FakeRuntime(answer_words=30))
+    monkeypatch.setattr(speczoo.zoo.bundle, "find_bundle", lambda name: Path("/bundles") / name)
+    monkeypatch.setattr(speczoo.zoo.bundle, "source_gguf", lambda d: Path(f"/models/{d.name}.gguf"))
+    assert main(["serve-load", "fake-model", "--clients", "2", "--max-tokens", "4", "--spec", "off",
+                 "--draft", "fake-draft", "--llama-server", FAKE]) == 0
+    out = capsys.readouterr().out
+    modes = ("ngram-mod", "ngram-simple", "draft")
+    for mode in modes:
+        assert f"llama-server {mode} --parallel 1: LLAMA {mode.upper()} IDENTICAL 2/2" in out
+        assert f"speczoo/llama {mode} aggregate: " in out
+    assert out.count("EQUALS LLAMA GREEDY 2/2") == 3
+    spec_types = [a[a.index("--spec-type") + 1] if "--spec-type" in a else None for a in
+                  (start["argv"] for start in started(argv))]
+    assert spec_types == [None, "ngram-mod", "ngram-simple", "draft-simple"], "one fresh server per mode, greedy first"
+    draft = started(argv)[-1]["argv"]
+    assert draft[draft.index("-md") + 1] == "/models/fake-draft.gguf"
+    assert main(["serve-load", "fake-model", "--clients", "1", "--llama-server", FAKE, "--llama-modes", "ngram-mod"]) == 2
+    assert "must include greedy" in capsys.readouterr().err
 
 
 def test_the_command_says_when_there_is_no_llama_server(tmp_path, monkeypatch, capsys):

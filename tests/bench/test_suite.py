@@ -121,6 +121,16 @@ def test_off_runs_first_for_each_question(tmp_path):
         parse_methods("ngram,auto")
 
 
+def test_each_method_drafts_from_its_own_memory_only(tmp_path):
+    """Every method answers the same turns, so each gets its own suffix-memory tenant: a later method must
+    never draft from an earlier method's identical answers (a free, unreal speedup)."""
+    rt = FakeRuntime()
+    run_suite(rt, QUESTIONS, SETTINGS, tmp_path, progress=False, plot=False)
+    tenants = {r.spec: {c.tenant for c in rt.calls if c.spec == r.spec} for r in rt.calls}
+    assert all(len(t) == 1 for t in tenants.values())                 # one tenant a method, every turn
+    assert len({t.pop() for t in tenants.values()}) == len(SETTINGS.methods)   # and none shared
+
+
 @pytest.mark.parametrize("interrupt_after", [1, 5, 7])
 def test_resume_after_interrupt(tmp_path, interrupt_after):
     fresh = tmp_path / "fresh"

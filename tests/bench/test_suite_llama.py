@@ -13,6 +13,8 @@ import pytest
 from fake_runtime import FakeRuntime
 from real_models import QWEN_NAME, gguf_of, real_runtime
 from speczoo.bench import suite_llama as SL
+from speczoo.bench.llama_completion import completion_body
+from speczoo.bench.llama_modes import DRAFT_N_MAX, parse_modes
 from speczoo.bench.agentic import agentic_questions
 from speczoo.bench.questions import select
 from speczoo.bench.serve_load_llama import LlamaServer, find_llama_server
@@ -29,13 +31,13 @@ def settings(modes=("greedy", "ngram-mod", "draft"), binary=FAKE) -> SL.LlamaSui
 
 
 def test_modes_are_checked_and_greedy_comes_first():
-    assert SL.parse_modes("ngram-mod,greedy", has_draft=False) == ["greedy", "ngram-mod"]
+    assert parse_modes("ngram-simple,ngram-mod,greedy", has_draft=False) == ["greedy", "ngram-simple", "ngram-mod"]
     with pytest.raises(ValueError, match="must include greedy"):
-        SL.parse_modes("ngram-mod", has_draft=True)
+        parse_modes("ngram-mod", has_draft=True)
     with pytest.raises(ValueError, match="unknown"):
-        SL.parse_modes("greedy,lookup", has_draft=True)
+        parse_modes("greedy,lookup", has_draft=True)
     with pytest.raises(ValueError, match="needs a draft model"):
-        SL.parse_modes("greedy,draft", has_draft=False)
+        parse_modes("greedy,draft", has_draft=False)
 
 
 def test_each_mode_starts_llama_server_with_its_flags():
@@ -43,7 +45,7 @@ def test_each_mode_starts_llama_server_with_its_flags():
 
     def argv(mode):
         return LlamaServer(s.binary, s.gguf, parallel=1, slot_ctx=4096, threads=s.threads, alias="t",
-                           extra_args=tuple(SL.mode_args(mode, s, k=6))).command()
+                           extra_args=tuple(s.args(mode))).command()
 
     plain = argv("greedy")
     assert "--spec-type" not in plain and "-md" not in plain
@@ -51,11 +53,14 @@ def test_each_mode_starts_llama_server_with_its_flags():
     assert plain[plain.index("-c") + 1] == "4096" and plain[plain.index("--parallel") + 1] == "1"
     ngram = argv("ngram-mod")
     assert ngram[ngram.index("--spec-type") + 1] == "ngram-mod" and "-md" not in ngram
+    simple = argv("ngram-simple")
+    assert simple[simple.index("--spec-type") + 1] == "ngram-simple" and "--spec-draft-n-max" not in simple
     draft = argv("draft")
     assert draft[draft.index("--spec-type") + 1] == "draft-simple"
-    assert draft[draft.index("-md") + 1] == "/models/d.gguf" and draft[draft.index("--spec-draft-n-max") + 1] == "6"
+    assert draft[draft.index("-md") + 1] == "/models/d.gguf"
+    assert draft[draft.index("--spec-draft-n-max") + 1] == str(DRAFT_N_MAX) == "7"   # llama.cpp's recipe
     assert draft[draft.index("-td") + 1] == "3" and draft[draft.index("-tbd") + 1] == "3"
-    body = SL.completion_body([1, 2, 3], 7)
+    body = completion_body([1, 2, 3], 7)
     assert body["prompt"] == [1, 2, 3] and body["n_predict"] == 7 and body["top_k"] == 1
     assert body["temperature"] == 0 and body["return_tokens"] is True
 

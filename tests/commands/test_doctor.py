@@ -40,6 +40,7 @@ def machine(monkeypatch, tmp_path):
     (tmp_path / "bundles").mkdir()
     monkeypatch.delenv("SPECZOO_KERNEL_PATH", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("SPECZOO_ADAPTIVE_THREADS", raising=False)
     monkeypatch.setattr(native, "cpu_info", lambda: native.CpuInfo(
         "x86_64", "AMD EPYC 7B13", FEATURES, 2, 4, "/proc/cpuinfo"))
     monkeypatch.setattr(native, "chosen_path", lambda: m.path)
@@ -68,14 +69,21 @@ def test_reports_cpu_features_path_threads_and_compiler(machine, capsys):
     assert "sse4_2 avx avx2 fma f16c" in out and "not found: avx512f" in out and "avx512_vnni" in out
     assert "avx2 path (SIMD; -march=x86-64-v3)" in out and "library built for avx2, OpenMP threads" in out
     assert "g++ (Debian 12.2.0-14) 12.2.0" in out
-    assert "threads    1, from --threads" in out
+    assert "threads    1, from --threads; fixed by --threads" in out
     assert f"omp wait   {openmp_wait.state()}" in out
     assert "models     none pulled (speczoo pull qwen2.5-coder-0.5b)" in out
     assert "no problems found" in out and "decode" not in out
 
 
-def test_threads_default_to_the_physical_cores(machine, capsys):
-    assert "threads    2, from the physical cores" in doctor_out(capsys, "--no-bench")[1]
+def test_threads_default_to_the_physical_cores_and_adapt_unless_fixed(machine, capsys, monkeypatch):
+    out = doctor_out(capsys, "--no-bench")[1]
+    assert "threads    2, from the physical cores; adapts while generating, 1 to 2," in out
+    assert "(--threads N or SPECZOO_ADAPTIVE_THREADS=0 fix it)" in out
+    monkeypatch.setenv("SPECZOO_ADAPTIVE_THREADS", "0")
+    assert "threads    2, from the physical cores; fixed by SPECZOO_ADAPTIVE_THREADS=0" in doctor_out(
+        capsys, "--no-bench")[1]
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert "threads    2, from $OMP_NUM_THREADS; fixed by $OMP_NUM_THREADS" in doctor_out(capsys, "--no-bench")[1]
 
 
 def test_scalar_path_is_a_problem_with_what_to_do(machine, capsys, monkeypatch):
@@ -104,6 +112,7 @@ def test_json_report(machine, capsys):
     assert report["cpu"]["model"] == "AMD EPYC 7B13" and "avx2" in report["cpu"]["features"]
     assert report["kernels"]["path"] == "avx2" and report["kernels"]["built_for"] == "avx2"
     assert report["threads"]["count"] == 2 and report["threads"]["source"] == "the physical cores"
+    assert report["threads"]["fixed_by"] is None
     assert report["threads"]["openmp_wait"] == openmp_wait.state()
     assert report["models"] == [] and report["bench"] is None and report["problems"] == []
 

@@ -292,9 +292,10 @@ def test_speculation_shrinks_and_turns_off_as_the_batch_grows():
     assert alone > 1.0 > crowded
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "lfm2"])              # lfm2: a hybrid, its convolution state per slot
 @pytest.mark.parametrize("backend", ["fp32-rows", "q8"])
-def test_a_tiny_models_batch_equals_its_solo_runs(backend):
-    model, args = tiny_model("qwen2", backend=backend, seed=3)
+def test_a_tiny_models_batch_equals_its_solo_runs(backend, arch):
+    model, args = tiny_model(arch, backend=backend, seed=3)
     rng = random.Random(backend)
     reqs = [GenerationRequest(prompt_ids=[rng.randrange(16) for _ in range(n)] * 3, max_new_tokens=m, spec=spec,
                               k=4, sampling=s)

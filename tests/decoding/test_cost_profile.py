@@ -16,12 +16,13 @@ from speczoo.decoding.pricing import profile as cv
 from speczoo.decoding.drafters.draft_model import reduced_head
 from speczoo.decoding.pricing.profile import (PROFILE_SIZES, StepBudget, load_or_measure, profile_key, profile_path,
                                               runtime_costs)
+from speczoo.decoding.tuning import DRAFTING
 from speczoo.runtime import LoadedModel
 
 
-def head(model):
-    """The reduced draft head of a tiny model: its first 128 ids (of 512)."""
-    return reduced_head(model, 128)
+def head(model, vocab=DRAFTING.head_vocab):
+    """The reduced draft head of a tiny model: its first 128 ids (of 512) at the default size, else `vocab`."""
+    return reduced_head(model, 128 if vocab == DRAFTING.head_vocab else vocab)
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tests/conftest.py
 
@@ -212,3 +213,21 @@ def test_a_bundle_it_cannot_write_to_still_gets_its_profile(tmp_path, monkeypatc
     monkeypatch.setattr(tempfile, "mkstemp", refuse)
     assert load_or_measure(m)["cv"]["1"] == 1.0 and not profile_path(m).exists()
     assert "could not store readonly's cost profile (read-only file system)" in capsys.readouterr().err
+
+
+def test_another_draft_head_size_is_timed_once_for_the_draft_alone_and_stored(tmp_path, monkeypatch):
+    """A non-default --draft-vocab keys its own stored draft profile: the first load times the draft (never
+    the target, whose profile holds the default size), a later one times nothing; the default's file stays."""
+    target, draft = loaded(tmp_path, "t", "q4"), loaded(tmp_path, "d", "q4")
+    runtime_costs(target, draft, draft_head=head)
+    t_rows, _ = counted(monkeypatch, target)
+    d_rows, _ = counted(monkeypatch, draft)
+    _, small = runtime_costs(target, draft, draft_head=head, draft_vocab=64)
+    assert t_rows == [] and d_rows                                    # the draft alone was timed
+    assert profile_path(draft, 64).name.endswith("-dv64.json") and profile_path(draft, 64).is_file()
+    assert json.loads(profile_path(draft, 64).read_text())["key"] == profile_key(draft, 64)
+    d_rows.clear()
+    again = runtime_costs(target, draft, draft_head=head, draft_vocab=64)[1]
+    assert (again.step, again.rows(9)) == (small.step, small.rows(9)) and d_rows == []
+    assert profile_path(draft).is_file() and profile_path(draft) != profile_path(draft, 64)
+    assert profile_path(draft, None).name.endswith("-dvfull.json")

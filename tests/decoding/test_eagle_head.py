@@ -94,6 +94,21 @@ def test_speculators_round_trip(tmp_path):
     assert torch.equal(a.logits, b.logits)
 
 
+def test_a_full_vocabulary_head_stores_no_vocabulary_map(tmp_path):
+    """Draft vocabulary = the target's: no d2t / t2d in the file (vLLM has nowhere to load them and refuses
+    it), and loading restores the identity map."""
+    head = make_head(draft=V)
+    save_head(head, tmp_path / "h")
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "h" / "model.safetensors"), framework="pt") as f:
+        names = set(f.keys())
+    assert "d2t" not in names and "t2d" not in names and "lm_head.weight" in names
+    back = load_head(tmp_path / "h", head.embed)
+    assert torch.equal(back.d2t, torch.zeros(V, dtype=torch.long)) and bool(back.t2d.all())
+    for k, v in head.state_dict().items():
+        assert torch.equal(back.state_dict()[k], v), k
+
+
 def test_load_refuses_another_target(tmp_path):
     head = make_head()
     save_head(head, tmp_path / "h")

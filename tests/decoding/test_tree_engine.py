@@ -88,9 +88,11 @@ def test_cache_after_tree_rounds_equals_a_fresh_prefill(arch, backend, kv_dtype)
         assert n == len(committed) or (n == len(committed) - 1 and ev.drafted == 0)
         fresh = KVCache(args, 128, dtype=kv_dtype)
         model(torch.tensor(committed[:n]), torch.arange(n), fresh)
-        for layer in range(args.n_layers):
+        for layer in range(len(args.kv_layers)):
             assert torch.equal(eng.cache.k[layer][:, :n], fresh.k[layer][:, :n])
             assert torch.equal(eng.cache.v[layer][:, :n], fresh.v[layer][:, :n])
+        if args.conv_layers:                    # a hybrid's convolution state too
+            assert torch.equal(eng.cache.conv.state(n), fresh.conv.state(n))
         checked += 1
     assert checked > 5
 

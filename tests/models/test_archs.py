@@ -24,7 +24,7 @@ from speczoo.cache import KVCache
 from speczoo.models.loader import build_model
 from speczoo.zoo.gguf import gguf_model_args, iter_gguf_blocks, iter_gguf_tensors, open_gguf
 
-NEW_ARCHS = ["llama", "qwen3", "phi3", "gemma2"]
+NEW_ARCHS = ["llama", "qwen3", "phi3", "gemma2", "lfm2"]
 PROMPT = torch.tensor([5, 80, 12, 255, 3, 9, 100, 42, 7, 1, 33, 260, 64, 18, 90, 2])   # 16 > gemma2's window 6
 
 
@@ -44,6 +44,8 @@ def reference(path, args, **config):
     cfg.pad_token_id = None                      # phi3's default (32000) lies outside a tiny vocabulary
     if args.arch == "qwen3":
         cfg.head_dim = args.head_dim
+    if args.arch == "lfm2":                      # its GGUF reader files the epsilon under rms_norm_eps
+        cfg.norm_eps = args.norm_eps
     if args.arch == "gemma2":
         cfg.query_pre_attn_scalar = args.head_dim
         cfg.attn_logit_softcapping, cfg.final_logit_softcapping = args.attn_logit_softcap, args.final_logit_softcap

@@ -11,19 +11,19 @@ Timing (one definition for every system; each row names how its seconds were tak
 * tok/s = timed tokens / timed seconds. The first new token comes out of the prefill, so the timed
   tokens are the decode steps after it: new tokens − 1, plus 1 when the output ended at EOS (the EOS
   step was paid for but is not part of the output).
-* "first-token": seconds from the first new token to the last one (llama.cpp, HF greedy);
+* "first-token": seconds from the first new token to the last one (HF greedy);
   "engine": speczoo's own decode seconds (after prefill); "total-minus-prefill": HF's assisted modes
   do not separate prefill, so their seconds are the whole `generate` call minus the prefill time HF
   greedy took on the same prompt ("total", prefill included, when machine noise made that difference
-  under a tenth of the call); "reported": a llama.cpp tool's own decode line (its token count).
+  under a tenth of the call); "reported": llama-server's own `predicted_ms` (first new token to last).
 * The ratio of a system to the baseline (llama.cpp greedy by default) pairs the two on the questions
   both ran, per category; overall = geometric mean over categories (speczoo.bench.report's rules;
   the table: peers_summary.py).
 
-Peers are optional extras (`pip install -e '.[peers]'`); a family whose package or tool is missing is
-skipped with a note that says how to get it, and the others still run. This module never installs
-anything, never downloads weights, and never imports transformers or llama_cpp itself (the family
-modules do, lazily). Rows go to OUT/peers.jsonl as they finish; a run is not resumable (a rerun starts
+Peers are optional: transformers comes with `pip install -e '.[peers]'`, llama.cpp's llama-server from
+`bash benchmarks/build_llama.sh`; a family whose package or tool is missing is skipped with a note that
+says how to get it, and the others still run. This module never installs anything, never downloads
+weights, and never imports transformers itself (the family modules do, lazily). Rows go to OUT/peers.jsonl as they finish; a run is not resumable (a rerun starts
 the file again), so keep runs short.
 """
 
@@ -49,8 +49,7 @@ from speczoo.errors import SpeczooError
 
 ROWS_FILE = "peers.jsonl"
 REPORT_FILE = "peers.md"
-INSTALL_HINT = ("pip install -e '.[peers]' (transformers + llama-cpp-python; llama-cpp-python builds "
-                "llama.cpp from source, about 8 minutes on 2 cores)")
+INSTALL_HINT = "pip install -e '.[peers]' (transformers, accelerate)"
 
 
 class PeerError(SpeczooError):
@@ -78,8 +77,11 @@ class PeerSettings:
     n_ctx: int = 512          # context for every system: longest prompt + max_new_tokens + margin
     warmup: int = 4           # new tokens of an untimed answer per method before timing (0: none)
     backend: str | None = None          # speczoo's linear backend (None: the runtime's default)
-    llama_cli: str | None = None        # path of llama-speculative-simple (None: search PATH)
+    llama_server: str | None = None     # path of llama-server (None: serve_load_llama.find_llama_server's search)
     tokenizer: object | None = None     # speczoo's Tokenizer of the target: text of id-only systems
+    vllm_venv: Path | None = None       # vLLM's own virtual environment (benchmarks/build_vllm.sh)
+    vllm_head: Path | None = None       # an EAGLE-3 head folder (speculators format) for vllm:eagle3
+    vllm_dtype: str = "bfloat16"        # what vLLM computes in (its weights: the GGUF dequantized)
 
 
 @dataclass
@@ -143,13 +145,14 @@ class FamilyEntry:
     module: str               # where the family class lives (imported only when it runs)
     cls: str
     requires: tuple[str, ...]  # import names that must be present (checked without importing them)
+    serial: bool = False      # one method at a time (a server per method): all prompts of a method, then the next
 
 
 # Run order: the baseline first, then the other peers, speczoo last.
 FAMILIES: dict[str, FamilyEntry] = {
-    "llama": FamilyEntry("speczoo.bench.peers_llama", "LlamaCppFamily", ("llama_cpp",)),
-    "llama-cli": FamilyEntry("speczoo.bench.peers_llama", "LlamaCliFamily", ()),
+    "llama": FamilyEntry("speczoo.bench.peers_llama", "LlamaServerFamily", ()),
     "hf": FamilyEntry("speczoo.bench.peers_hf", "HFFamily", ("transformers", "accelerate", "gguf")),
+    "vllm": FamilyEntry("speczoo.bench.peers_vllm", "VllmFamily", ("openai", "transformers", "gguf"), serial=True),
     "speczoo": FamilyEntry("speczoo.bench.peers", "SpeczooFamily", ()),
 }
 
@@ -160,9 +163,7 @@ def missing_modules(names: tuple[str, ...]) -> list[str]:
 
 def missing_message(family: str, modules: list[str]) -> str:
     """What to tell a user whose environment lacks a peer's packages."""
-    pip_names = {"llama_cpp": "llama-cpp-python", "transformers": "transformers",
-                 "accelerate": "accelerate", "gguf": "gguf"}
-    names = ", ".join(pip_names.get(m, m) for m in modules)
+    names = ", ".join(modules)
     return f"{family}: skipped, {names} not installed; to run it: {INSTALL_HINT}"
 
 
@@ -312,6 +313,19 @@ def _log(msg: str, quiet: bool) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
+def schedule(methods: list[str], prompts: list[PeerPrompt], serial: bool,
+             warm_up: bool) -> list[tuple[PeerPrompt, str, bool]]:
+    """The family's calls in order, as (prompt, method, timed). Each method first answers the first prompt
+    untimed (warm_up). Interleaved: every warm-up, then each prompt through every method. Serial (a
+    family that runs one server per method and keeps one alive): a method's warm-up and all its prompts,
+    then the next method; its reference method comes first, so a reference row is always there."""
+    if serial:
+        return [c for m in methods
+                for c in ([(prompts[0], m, False)] if warm_up else []) + [(p, m, True) for p in prompts]]
+    return ([(prompts[0], m, False) for m in methods] if warm_up else []) + [
+        (p, m, True) for p in prompts for m in methods]
+
+
 def run_peers(prompts: list[PeerPrompt], settings: PeerSettings, out_dir: str | Path,
               systems: dict[str, list[str] | None] | None = None, baseline: str = BASELINE,
               families: dict[str, PeerFamily] | None = None, quiet: bool = False) -> PeersOutcome:
@@ -355,23 +369,23 @@ def run_peers(prompts: list[PeerPrompt], settings: PeerSettings, out_dir: str | 
         try:
             _log(f"{name}: loading", quiet)
             family.open()
-            if settings.warmup and family.warm_up:
-                for m in methods:      # first-call costs (page faults, packing, JIT) are not timed
-                    family.generate(m, prompts[0], settings.warmup)
-            for p in prompts:
-                for m in methods:
-                    ref = family.reference(m)
-                    gen = family.generate(m, p, settings.max_new_tokens)
-                    ref_row = by_key.get((p.question_id, ref[0])) if ref else None
-                    row = make_row(p, name, m, family.describe(m), gen, settings, ref, ref_row)
-                    rows.append(row)
-                    by_key[(p.question_id, row["system"])] = row
-                    with open(rows_path, "a", encoding="utf-8") as f:
-                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    flag = "" if row["lossless"] is None else ("  lossless" if row["lossless"] else
-                                                               f"  DIFFERS at {row['first_mismatch']}")
-                    _log(f"  {row['system']:<24} q{p.question_id} {p.category}: {gen.new_tokens} tokens, "
-                         f"{row['tok_s']:.2f} tok/s{flag}", quiet)
+            serial = name in FAMILIES and FAMILIES[name].serial
+            for p, m, timed in schedule(methods, prompts, serial, bool(settings.warmup and family.warm_up)):
+                if not timed:          # first-call costs (page faults, packing, JIT) are not timed
+                    family.generate(m, p, settings.warmup)
+                    continue
+                ref = family.reference(m)
+                gen = family.generate(m, p, settings.max_new_tokens)
+                ref_row = by_key.get((p.question_id, ref[0])) if ref else None
+                row = make_row(p, name, m, family.describe(m), gen, settings, ref, ref_row)
+                rows.append(row)
+                by_key[(p.question_id, row["system"])] = row
+                with open(rows_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                flag = "" if row["lossless"] is None else ("  lossless" if row["lossless"] else
+                                                           f"  DIFFERS at {row['first_mismatch']}")
+                _log(f"  {row['system']:<24} q{p.question_id} {p.category}: {gen.new_tokens} tokens, "
+                     f"{row['tok_s']:.2f} tok/s{flag}", quiet)
         except PeerError as exc:
             notes.append(f"{name}: stopped, {exc}")
             _log(notes[-1], quiet)
@@ -402,4 +416,6 @@ def run_notes(settings: PeerSettings, prompts: list[PeerPrompt]) -> list[str]:
         f"K = {settings.k}; {settings.threads} threads everywhere; context {settings.n_ctx}; each method "
         f"first answers the first question untimed ({settings.warmup} tokens of warm-up)",
         f"machine: {os.cpu_count()} logical CPUs; run at {time.strftime('%Y-%m-%d %H:%M')}",
-    ]
+    ] + ([f"vLLM ({settings.vllm_venv}) loads the GGUF's tensors dequantized to float32 in the Hugging Face "
+          f"layout and computes in {settings.vllm_dtype}: not the same weights as the GGUF systems, so its "
+          "equality is judged against its own greedy only"] if settings.vllm_venv else [])

@@ -109,6 +109,6 @@ def render_markdown(summary: PeersSummary, title: str, notes: list[str]) -> str:
             "seconds from the first new token to the last; engine = speczoo's own decode seconds; "
             "total-minus-prefill = the whole generate call minus the prefill time HF greedy took on the same "
             "prompt (total = the whole call, when noise made that difference implausibly small); "
-            "reported = the tool's own decode line. lossless x/y: x answers equal to the system's own "
-            "greedy (token ids; text for llama.cpp's tools, against llama:greedy) of y judged.", ""]
+            "reported = llama-server's own timing of its answer (predicted_ms). lossless x/y: x answers whose "
+            "token ids equal the system's own greedy's (llama:greedy for llama-server's modes), of y judged.", ""]
     return "\n".join(out)

@@ -6,12 +6,14 @@ category, method, tokens, seconds, rounds, accepted, pos_drafted, pos_accepted, 
 Definitions (every figure in summary.md comes from these):
 * tok/s of a group of rows   = Σ tokens / Σ seconds (decode seconds, prefill excluded).
 * speedup of a method in a category = its tok/s / off's tok/s, both over the questions of that
-  category that have a row for the method AND for off (paired); off's own speedup is 1.
+  category that have a row for the method AND for off (paired); off's own speedup is 1. (A summary
+  may name another base than off, e.g. a server's greedy where the suite ran no local method.)
 * overall tok/s = Σ tokens / Σ seconds over every row of the method; overall speedup = the geometric
   mean of the per-category speedups (each category counts once, however many questions it has).
 * accepted per round = Σ accepted / Σ rounds; acceptance at draft position j = Σ rounds whose
   position j was accepted / Σ rounds that drafted a position j.
-* lossless x/y: x rows whose output ids equal off's for that question (all turns), of y rows.
+* lossless x/y: x rows whose output ids equal their reference's for that question (all turns), of y
+  rows: off's for speczoo's methods, their own greedy's for llama-server's modes and servers by URL.
 
 This module must never run a model, read files or time anything.
 """
@@ -55,6 +57,7 @@ class CategorySummary:
 class Summary:
     categories: list[CategorySummary]
     overall: list[MethodSummary]
+    base: str = OFF                   # the method every speedup is taken against
 
     def method(self, name: str, category: str | None = None) -> MethodSummary:
         """The summary of one method overall (category None) or in one category."""
@@ -109,9 +112,9 @@ def summarize_method(method: str, rows: list[dict], off_rows: list[dict]) -> Met
         acceptance_by_position=acceptance_by_position(rows))
 
 
-def ordered_methods(rows: list[dict]) -> list[str]:
+def ordered_methods(rows: list[dict], base: str = OFF) -> list[str]:
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    return ([OFF] if OFF in methods else []) + [m for m in methods if m != OFF]
+    return ([base] if base in methods else []) + [m for m in methods if m != base]
 
 
 def paired_groups(rows: list[dict], categories: list[str] | None, key: str, names: list[str], base: str
@@ -132,36 +135,37 @@ def paired_groups(rows: list[dict], categories: list[str] | None, key: str, name
     return out
 
 
-def summarize(rows: list[dict], categories: list[str] | None = None) -> Summary:
-    """Per category (in the given order, else first seen) and overall, for every method in rows."""
-    methods = ordered_methods(rows)
+def summarize(rows: list[dict], categories: list[str] | None = None, base: str = OFF) -> Summary:
+    """Per category (in the given order, else first seen) and overall, for every method in rows, with
+    speedups against `base` (off unless named)."""
+    methods = ordered_methods(rows, base)
     cats = [CategorySummary(cat, [summarize_method(m, rs, off_rows) for m, rs, off_rows in group])
-            for cat, group in paired_groups(rows, categories, "method", methods, OFF)]
+            for cat, group in paired_groups(rows, categories, "method", methods, base)]
     overall = []
-    all_off = [r for r in rows if r["method"] == OFF]
+    all_off = [r for r in rows if r["method"] == base]
     for m in methods:
         ms = summarize_method(m, [r for r in rows if r["method"] == m], all_off)
         per_cat = [s.speedup for c in cats for s in c.methods if s.method == m and s.speedup]
         ms.speedup = geomean(per_cat) if per_cat else None
         overall.append(ms)
-    return Summary(categories=cats, overall=overall)
+    return Summary(categories=cats, overall=overall, base=base)
 
 
 def _fmt_speedup(s: float | None) -> str:
     return "—" if s is None or math.isnan(s) else f"{s:.2f}x"
 
 
-def _fmt_lossless(m: MethodSummary) -> str:
-    return "reference" if m.method == OFF else f"{m.lossless}/{m.questions}"
+def _fmt_lossless(m: MethodSummary, base: str) -> str:
+    return "reference" if m.method == base else f"{m.lossless}/{m.questions}"
 
 
-def _method_table(groups: list[tuple[str, list[MethodSummary]]]) -> list[str]:
-    lines = ["| category | method | questions | tokens | tok/s | speedup vs off | accepted/round | lossless |",
+def _method_table(groups: list[tuple[str, list[MethodSummary]]], base: str) -> list[str]:
+    lines = [f"| category | method | questions | tokens | tok/s | speedup vs {base} | accepted/round | lossless |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for label, methods in groups:
         for m in methods:
             lines.append(f"| {label} | {m.method} | {m.questions} | {m.tokens} | {m.tok_s:.2f} | "
-                         f"{_fmt_speedup(m.speedup)} | {m.accepted_per_round:.2f} | {_fmt_lossless(m)} |")
+                         f"{_fmt_speedup(m.speedup)} | {m.accepted_per_round:.2f} | {_fmt_lossless(m, base)} |")
     return lines
 
 
@@ -171,7 +175,8 @@ def render_markdown(summary: Summary, title: str = "speczoo suite", notes: list[
     methods = [m.method for m in summary.overall]
     out = [f"# {title}", ""]
     out += [f"- {n}" for n in notes or []]
-    out += ["", "## Speedup vs off (tok/s ratio; overall = geometric mean over categories)", "",
+    base = summary.base
+    out += ["", f"## Speedup vs {base} (tok/s ratio; overall = geometric mean over categories)", "",
             "| category | " + " | ".join(methods) + " |",
             "|---|" + "---:|" * len(methods)]
     for c in summary.categories:
@@ -182,14 +187,15 @@ def render_markdown(summary: Summary, title: str = "speczoo suite", notes: list[
                + " |")
     out += ["", "## Per category and method", ""]
     out += _method_table([(c.category, c.methods) for c in summary.categories]
-                         + [("**overall**", summary.overall)])
+                         + [("**overall**", summary.overall)], base)
     out += ["", "## Acceptance by draft position (overall)", ""]
     for m in summary.overall:
-        if m.method == OFF or not m.acceptance_by_position:
+        if m.method == base or not m.acceptance_by_position:
             continue
         rates = " ".join(f"{r:.2f}" for r in m.acceptance_by_position)
         out.append(f"- {m.method}: {rates}")
     out += ["", "tok/s = Σ tokens / Σ decode seconds (prefill excluded); speedup pairs each method with "
-            "off on the same questions; accepted/round = Σ accepted / Σ rounds; lossless counts outputs "
-            "whose token ids equal off's on every turn.", ""]
+            f"{base} on the same questions; accepted/round = Σ accepted / Σ rounds; lossless counts outputs "
+            "whose token ids equal their reference's on every turn (off's for speczoo's methods, their own "
+            "greedy's for llama-server's modes and servers by URL).", ""]
     return "\n".join(out)

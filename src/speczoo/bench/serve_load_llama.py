@@ -9,9 +9,11 @@ across its slots too), waits for /health, and stops it when the `with` block end
 Ctrl-C as well (terminate, then kill); on Linux the child also dies with its parent.
 `LlamaComparison.compare(ours)` sends the request bodies of speczoo's runs at one client count
 (speczoo-only fields dropped), each alone and then all at once, through `serve_load.run_clients`,
-exactly as speczoo's run, and returns llama's figures to print beside speczoo's: aggregate tok/s
-(completion tokens from llama's own usage chunk over the concurrent wall time, prefill included), TTFT
-and TPOT p50/p95, and how many concurrent answers have the text of llama's own solo answers.
+exactly as speczoo's run, once per llama-server mode (speczoo.bench.llama_modes: greedy first, then
+ngram-mod, ngram-simple, draft; a fresh server each), and returns llama's figures to print beside
+speczoo's: aggregate tok/s (completion tokens from llama's own usage chunk over the concurrent wall time,
+prefill included), TTFT and TPOT p50/p95, how many concurrent answers have the text of llama's own solo
+answers, and, for a speculative mode, how many of its solo answers have the text of llama greedy's.
 
 This module never builds or installs llama.cpp, never binds beyond 127.0.0.1, and never judges
 speczoo by llama's answers: llama's counts are reported, not enforced.
@@ -33,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from speczoo.bench.llama_modes import DRAFT_N_MAX, mode_args
 from speczoo.bench.serve_load import LoadResult, StreamResult, run_clients
 
 ENV = "SPECZOO_LLAMA_SERVER"
@@ -151,7 +154,7 @@ def same_text(a: list[StreamResult], b: list[StreamResult]) -> int:
 
 @dataclass
 class LlamaComparison:
-    """llama-server on the same GGUF and requests as a speczoo run; one fresh server per `compare`."""
+    """llama-server on the same GGUF and requests as a speczoo run; one fresh server per mode per `compare`."""
 
     binary: str
     gguf: Path
@@ -159,37 +162,65 @@ class LlamaComparison:
     slot_ctx: int
     threads: int
     alias: str
-    alone: list[StreamResult] = field(default_factory=list)   # llama's solo answers, reused across runs
+    modes: tuple[str, ...] = ("greedy",)           # greedy first: the others are judged against it
+    draft_gguf: Path | None = None
+    draft_max: int = DRAFT_N_MAX
+    alone: dict[str, list[StreamResult]] = field(default_factory=dict)   # solo answers per mode, reused
 
-    def run(self, bodies: list[dict]) -> LoadResult:
+    def run(self, bodies: list[dict], mode: str = "greedy") -> LoadResult:
         bodies = [llama_body(b) for b in bodies]
-        with LlamaServer(self.binary, self.gguf, self.parallel, self.slot_ctx, self.threads,
-                         self.alias) as server:
-            alone, together, wall = run_clients(server.host, server.port, bodies, None, self.alone)
-        if len(alone) > len(self.alone):
-            self.alone = alone
-        return LoadResult(model=self.alias, spec="llama.cpp", max_tokens=bodies[0]["max_tokens"],
-                          alone=alone, together=together, wall_seconds=wall, parallel=self.parallel,
-                          bodies=bodies)
+        with LlamaServer(self.binary, self.gguf, self.parallel, self.slot_ctx, self.threads, self.alias,
+                         extra_args=tuple(mode_args(mode, self.threads, self.draft_gguf, self.draft_max))
+                         ) as server:
+            alone, together, wall = run_clients(server.host, server.port, bodies, None, self.alone.get(mode))
+        if len(alone) > len(self.alone.get(mode, [])):
+            self.alone[mode] = alone
+        return LoadResult(model=self.alias, spec="llama.cpp" if mode == "greedy" else f"llama.cpp {mode}",
+                          max_tokens=bodies[0]["max_tokens"], alone=alone, together=together,
+                          wall_seconds=wall, parallel=self.parallel, bodies=bodies)
 
     def compare(self, ours: list[LoadResult]) -> list[str]:
-        """Run llama-server on the requests of `ours` (speczoo's runs at one client count, one per
-        --spec mode: the same prompts); its lines and the speczoo/llama ratio of each run."""
-        return comparison_lines(ours, self.run(ours[0].bodies))
+        """Run llama-server in each mode on the requests of `ours` (speczoo's runs at one client count,
+        one per --spec mode: the same prompts); its lines and the speczoo/llama ratio of each run."""
+        greedy = self.run(ours[0].bodies, "greedy")
+        lines = comparison_lines(ours, greedy)
+        for mode in self.modes:
+            if mode != "greedy":
+                lines += mode_lines(ours, self.run(ours[0].bodies, mode), greedy, mode)
+        return lines
+
+
+def _ratios(ours: list[LoadResult], llama: LoadResult, name: str) -> list[str]:
+    lines = []
+    for run in ours:
+        ratio = (f"{run.aggregate_tok_s / llama.aggregate_tok_s:.2f}x" if llama.tokens
+                 else "n/a (llama sent no tokens)")
+        lines.append(f"speczoo/{name} aggregate: {ratio}" + (f" (spec {run.spec})" if len(ours) > 1 else ""))
+    return lines
 
 
 def comparison_lines(ours: list[LoadResult], llama: LoadResult) -> list[str]:
     n = llama.clients
     full = sum(t.completion_tokens == llama.max_tokens for t in llama.together)
-    lines = [
+    return [
         f"llama-server --parallel {llama.parallel}, same GGUF and requests: {full}/{n} used their whole "
         f"budget; LLAMA IDENTICAL {same_text(llama.alone, llama.together)}/{n} (each concurrent answer vs "
         f"llama's own solo answer); llama's solo answers equal speczoo's: {same_text(ours[0].alone, llama.alone)}/{n}",
         f"llama {llama.aggregate_line()}",
         f"llama {llama.percentiles_line()}",
+        *_ratios(ours, llama, "llama"),
     ]
-    for run in ours:
-        ratio = (f"{run.aggregate_tok_s / llama.aggregate_tok_s:.2f}x" if llama.tokens
-                 else "n/a (llama sent no tokens)")
-        lines.append(f"speczoo/llama aggregate: {ratio}" + (f" (spec {run.spec})" if len(ours) > 1 else ""))
-    return lines
+
+
+def mode_lines(ours: list[LoadResult], llama: LoadResult, greedy: LoadResult, mode: str) -> list[str]:
+    """A speculative mode's lines: its concurrent answers vs its solo ones, its solo answers vs llama
+    greedy's (lossless as llama.cpp's own greedy defines it), its figures, speczoo's ratio to it."""
+    n = llama.clients
+    return [
+        f"llama-server {mode} --parallel {llama.parallel}: LLAMA {mode.upper()} IDENTICAL "
+        f"{same_text(llama.alone, llama.together)}/{n} (concurrent vs its solo answers); EQUALS LLAMA GREEDY "
+        f"{same_text(greedy.alone, llama.alone)}/{n} (its solo answers vs llama greedy's)",
+        f"llama {mode} {llama.aggregate_line()}",
+        f"llama {mode} {llama.percentiles_line()}",
+        *_ratios(ours, llama, f"llama {mode}"),
+    ]

@@ -141,12 +141,16 @@ def turn_ids(tokenizer, question: Question, answers: list[str]) -> list[int]:
 
 def converse(runtime: SuiteRuntime, question: Question, method: str, settings: SuiteSettings
              ) -> Conversation:
-    """Generate every turn of `question` with `method`, answers fed back as assistant messages."""
+    """Generate every turn of `question` with `method`, answers fed back as assistant messages.
+
+    Each method drafts from the suffix memory of its own earlier answers only (its own tenant): the
+    methods answer the same turns, so one method's memory of another's identical answers would be a
+    free, unreal speedup."""
     conv = Conversation(pos_drafted=[0] * settings.k, pos_accepted=[0] * settings.k)
     for _ in question.turns:
         request = GenerationRequest(prompt_ids=turn_ids(runtime.tokenizer, question, conv.texts),
                                     max_new_tokens=settings.max_new_tokens, spec=method,
-                                    k=settings.k, ngram=settings.ngram)
+                                    k=settings.k, ngram=settings.ngram, tenant=f"suite:{method}")
         done = None
         for event in runtime.generate(request):
             if isinstance(event, DoneEvent):
@@ -296,10 +300,11 @@ def suite_notes(target: str, settings: SuiteSettings, questions: list[Question])
 
 
 def write_reports(out_dir: Path, rows: list[dict], questions: list[Question], notes: list[str],
-                  plot: bool = True, appendix: Callable[[report.Summary], str] | None = None
+                  plot: bool = True, appendix: Callable[[report.Summary], str] | None = None, base: str = OFF
                   ) -> tuple[report.Summary, Path | None]:
-    """DIR/summary.md (the notes, the rows' tables, then appendix(summary)) and DIR/speedup.png."""
-    summary = report.summarize(rows, categories_of(questions))
+    """DIR/summary.md (the notes, the rows' tables with speedups vs `base`, then appendix(summary)) and
+    DIR/speedup.png."""
+    summary = report.summarize(rows, categories_of(questions), base)
     text = report.render_markdown(summary, "speczoo suite", [*notes, f"rows: {len(rows)}"])
     (out_dir / SUMMARY).write_text(text + (appendix(summary) if appendix else ""), encoding="utf-8")
     return summary, plot_speedup(summary, out_dir / PLOT) if plot else None
@@ -313,7 +318,7 @@ def _progress(total: int, initial: int, enabled: bool):
 
 
 def plot_speedup(summary: report.Summary, path: Path) -> Path:
-    """Grouped bars: speedup vs off per category (and overall), one bar per method other than off."""
+    """Grouped bars: speedup vs the base (off) per category (and overall), one bar per other method."""
     try:
         import matplotlib
     except ImportError:
@@ -322,7 +327,7 @@ def plot_speedup(summary: report.Summary, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = [m.method for m in summary.overall if m.method != OFF]
+    methods = [m.method for m in summary.overall if m.method != summary.base]
     groups = [(c.category, {m.method: m.speedup for m in c.methods}) for c in summary.categories]
     groups.append(("overall", {m.method: m.speedup for m in summary.overall}))
     width = 0.8 / max(1, len(methods))
@@ -334,7 +339,7 @@ def plot_speedup(summary: report.Summary, path: Path) -> Path:
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([name for name, _ in groups], rotation=30, ha="right")
-    ax.set_ylabel("speedup vs off (tok/s ratio)")
+    ax.set_ylabel(f"speedup vs {summary.base} (tok/s ratio)")
     ax.set_title("speczoo suite: speedup by category")
     if methods:
         ax.legend()

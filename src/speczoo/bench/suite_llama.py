@@ -1,8 +1,7 @@
 """llama.cpp's `llama-server` beside the suite: the same questions, the same prompt ids, one server per mode.
 
-Modes: `greedy` (plain), `ngram-mod` (`--spec-type ngram-mod`, llama.cpp's n-gram drafter that remembers
-across requests, at its default sizes) and `draft` (`--spec-type draft-simple -md DRAFT.gguf
---spec-draft-n-max K`, the target's zoo draft model). Each mode gets a fresh server on loopback on the
+Modes (speczoo.bench.llama_modes: their flags, and the draft length llama.cpp's recipe gives): `greedy`,
+`ngram-mod`, `ngram-simple` and `draft` (the target's zoo draft model). Each mode gets a fresh server on loopback on the
 SAME GGUF the speczoo bundle was built from, one slot, the same thread count, temperature 0, its prompt
 cache on as it comes (an agent's server keeps it); one untimed warm-up answer, then every question's
 turns in order through `/completion` with the prompt as token ids: for turn t the ids speczoo's `off`
@@ -21,12 +20,12 @@ never runs a question whose speczoo `off` row is missing (the prompts come from 
 
 from __future__ import annotations
 
-import http.client
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from speczoo.bench import report
+from speczoo.bench.llama_completion import LlamaAnswer, completion_body, post_completion
+from speczoo.bench.llama_modes import DRAFT_N_MAX, NGRAM_N_MAX, mode_args
 from speczoo.bench.questions import Question
 from speczoo.bench.serve_load_llama import LlamaServer
 from speczoo.bench.suite import (
@@ -34,9 +33,7 @@ from speczoo.bench.suite import (
 from speczoo.errors import SpeczooError
 
 PREFIX = "llama:"
-MODES = ("greedy", "ngram-mod", "draft")
 REFERENCE = PREFIX + "greedy"
-TIMEOUT = 1800.0                 # seconds one answer may take on a loaded machine
 
 
 @dataclass
@@ -46,71 +43,26 @@ class LlamaSuiteSettings:
     threads: int
     modes: list[str]
     draft_gguf: Path | None = None
+    draft_max: int = DRAFT_N_MAX       # --spec-draft-n-max of the draft mode
 
-
-def parse_modes(spec: str, has_draft: bool) -> list[str]:
-    """ "greedy,ngram-mod,draft" → the modes, greedy first (the reference of the others, required)."""
-    modes = list(dict.fromkeys(m.strip() for m in spec.split(",") if m.strip()))
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise ValueError(f"unknown llama-server mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
-    if "greedy" not in modes:
-        raise ValueError("--llama-modes must include greedy (the reference of llama-server's other modes)")
-    if "draft" in modes and not has_draft:
-        raise ValueError("the llama-server draft mode needs a draft model: the target has no zoo draft, so "
-                         "pass --draft NAME or leave draft out of --llama-modes")
-    return ["greedy"] + [m for m in modes if m != "greedy"]
-
-
-def mode_args(mode: str, s: LlamaSuiteSettings, k: int) -> list[str]:
-    """llama-server's flags for a mode (besides the ones every start has: serve_load_llama.LlamaServer)."""
-    if mode == "greedy":
-        return []
-    if mode == "ngram-mod":
-        return ["--spec-type", "ngram-mod"]
-    if mode == "draft":
-        t = str(s.threads)
-        return ["--spec-type", "draft-simple", "-md", str(s.draft_gguf), "--spec-draft-n-max", str(k),
-                "-td", t, "-tbd", t]
-    raise ValueError(f"unknown llama-server mode {mode!r}")
-
-
-def completion_body(ids: list[int], max_new_tokens: int) -> dict:
-    """A greedy /completion request on token ids: top-k 1, no penalties, the ids of the answer back."""
-    return {"prompt": ids, "n_predict": max_new_tokens, "temperature": 0.0, "top_k": 1, "top_p": 1.0,
-            "min_p": 0.0, "repeat_penalty": 1.0, "seed": 0, "cache_prompt": True, "return_tokens": True,
-            "stream": False}
-
-
-def post_completion(host: str, port: int, body: dict) -> dict:
-    conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT)
-    try:
-        conn.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        raw = resp.read().decode("utf-8", errors="replace")
-    finally:
-        conn.close()
-    if resp.status != 200:
-        raise SpeczooError(f"llama-server answered /completion with HTTP {resp.status}: {raw[:300]}")
-    return json.loads(raw)
+    def args(self, mode: str) -> list[str]:
+        """The flags of one mode's server."""
+        return mode_args(mode, self.threads, self.draft_gguf, self.draft_max)
 
 
 def add_answer(conv: Conversation, answer: dict, eos_ids: list[int]) -> None:
     """One /completion answer into the conversation's totals (llama-server's own timings). Its ids end
     with the end-of-generation token where it stopped at one; speczoo's answers do not, so it is cut, and
     not counted as a token (its step stays in the seconds, as in speczoo's)."""
-    timings = answer["timings"]
-    ids = [int(t) for t in answer["tokens"]]
-    if answer.get("stop_type") == "eos" and ids and ids[-1] in eos_ids:
-        ids.pop()
-    conv.texts.append(answer["content"])
-    conv.ids.append(ids)
-    conv.tokens += len(ids)
-    conv.seconds += float(timings["predicted_ms"]) / 1000
-    conv.prefill_seconds += float(timings["prompt_ms"]) / 1000
-    conv.drafted += int(timings.get("draft_n", 0))
-    conv.accepted += int(timings.get("draft_n_accepted", 0))
-    conv.finish.append("stop" if answer.get("stop_type") in ("eos", "word") else "length")
+    a = LlamaAnswer.of(answer, eos_ids)
+    conv.texts.append(a.text)
+    conv.ids.append(a.ids)
+    conv.tokens += len(a.ids)
+    conv.seconds += a.predicted_seconds
+    conv.prefill_seconds += a.prompt_seconds
+    conv.drafted += a.drafted
+    conv.accepted += a.accepted
+    conv.finish.append(a.finish)
 
 
 def converse_llama(host: str, port: int, tokenizer, question: Question, off_texts: list[str],
@@ -125,10 +77,11 @@ def converse_llama(host: str, port: int, tokenizer, question: Question, off_text
 
 def context_size(tokenizer, questions: list[Question], off_rows: dict[int, dict], max_new_tokens: int,
                  k: int) -> int:
-    """The slot's context: the longest turn prompt + the answer + a draft's overrun + margin."""
+    """The slot's context: the longest turn prompt + the answer + the longest draft's overrun (K, or an
+    n-gram mode's NGRAM_N_MAX) + margin."""
     longest = max(len(turn_ids(tokenizer, q, off_rows[q.question_id]["texts"][:t]))
                   for q in questions for t in range(len(q.turns)))
-    return longest + max_new_tokens + k + 64
+    return longest + max_new_tokens + max(k, NGRAM_N_MAX) + 64
 
 
 def run_llama_modes(tokenizer, questions: list[Question], settings: SuiteSettings, target: str,
@@ -150,7 +103,7 @@ def run_llama_modes(tokenizer, questions: list[Question], settings: SuiteSetting
             continue
         log(f"llama-server {mode}: {len(todo)} question(s), context {n_ctx}")
         with LlamaServer(llama.binary, llama.gguf, parallel=1, slot_ctx=n_ctx, threads=llama.threads,
-                         alias=target, extra_args=tuple(mode_args(mode, llama, settings.k))) as server:
+                         alias=target, extra_args=tuple(llama.args(mode))) as server:
             post_completion(server.host, server.port, completion_body(turn_ids(tokenizer, todo[0], []), 4))
             for q in todo:
                 conv = converse_llama(server.host, server.port, tokenizer, q, off_rows[q.question_id]["texts"],
@@ -158,8 +111,7 @@ def run_llama_modes(tokenizer, questions: list[Question], settings: SuiteSetting
                 reference = conv.ids if mode == "greedy" else done[(q.question_id, REFERENCE)]["ids"]
                 row = make_row(q, method, conv, settings, target, reference)
                 row.update(system="llama-server", reference=REFERENCE,
-                           equals_off=conv.ids == off_rows[q.question_id]["ids"], server_args=mode_args(
-                               mode, llama, settings.k))
+                           equals_off=conv.ids == off_rows[q.question_id]["ids"], server_args=llama.args(mode))
                 append_row(results, row)
                 done[(q.question_id, method)] = row
     return [done[(q.question_id, PREFIX + m)] for m in llama.modes for q in questions]

@@ -1,5 +1,5 @@
 """`speczoo doctor`: what this machine gives speczoo, on one screen: the CPU and the features found, the
-kernel path in use, the thread count and the compiler, the pulled models, and a measured decode speed of
+kernel path in use, the thread count (and whether it adapts to the cores free) and the compiler, the pulled models, and a measured decode speed of
 the smallest pulled model.
 
 It only reads and measures: it never pulls, packs or deletes anything (a model's first load stores its
@@ -41,6 +41,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from speczoo.threads import ADAPT_ENV
+
     if args.tokens < 1:
         raise ValueError(f"--tokens must be at least 1, got {args.tokens}")
     out = Output(args.json)
@@ -48,7 +50,11 @@ def run(args) -> int:
               "torch": {"version": _torch_version(), "python": platform.python_version()}}
     out.cpu(report["cpu"])
     out.kernels(report["kernels"])
-    out.line("threads", f"{report['threads']['count']}, from {report['threads']['source']}")
+    t = report["threads"]
+    out.line("threads", f"{t['count']}, from {t['source']}; " + (
+        f"fixed by {t['fixed_by']}" if t["fixed_by"] else
+        f"adapts while generating, 1 to {t['count']}, to the cores another program leaves free "
+        f"(--threads N or {ADAPT_ENV}=0 fix it)"))
     out.line("omp wait", report["threads"]["openmp_wait"])
     out.line("torch", f"{report['torch']['version']} (python {report['torch']['python']})")
     report["models"] = models_section(default_known="error" not in report["kernels"])
@@ -101,9 +107,10 @@ def threads_section(flag: int | None) -> dict:
     import torch
 
     from speczoo import openmp_wait
-    from speczoo.threads import threads_source
+    from speczoo.threads import fixed, threads_source
 
-    return {"count": torch.get_num_threads(), "source": threads_source(flag), "openmp_wait": openmp_wait.state()}
+    return {"count": torch.get_num_threads(), "source": threads_source(flag), "fixed_by": fixed(),
+            "openmp_wait": openmp_wait.state()}
 
 
 def models_section(default_known: bool = True) -> list[dict]:

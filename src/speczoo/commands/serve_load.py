@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "and requests with --parallel the same, for a side-by-side figure (default: "
                    "$SPECZOO_LLAMA_SERVER, else llama-server on PATH, else /opt/llama-server-*/bin; "
                    "'off': speczoo only)")
+    p.add_argument("--llama-modes", help="llama-server modes, each a fresh server on the same requests: greedy, "
+                   "ngram-mod, ngram-simple, draft (default: all, draft only when the model has a draft model; "
+                   "greedy is required: the others' answers are checked against it)")
     p.add_argument("--spec", default="auto", help="speculative mode of every request, or a list run in "
                    "turn at each client count with the ratio to the first, e.g. off,auto (default auto)")
     p.add_argument("--category", default=None, help="take the prompts from this category of the built-in "
@@ -42,10 +45,11 @@ def run(args: argparse.Namespace) -> int:
     drafts = {draft_for(args.model, s, args.draft) for s in specs} - {None}
     if len(drafts) > 1:
         raise ValueError(f"--spec {args.spec} needs different drafts ({', '.join(sorted(drafts))}); give one")
+    modes = _llama_modes(args)            # checked before the model loads
     runtime = load_runtime(args.model, draft=next(iter(drafts), None), backend=args.backend,
                            max_seq=args.max_seq, kv_type=args.kv_type, draft_vocab=args.draft_vocab)
     counts = [int(c) for c in str(args.clients).split(",")]
-    llama = _llama_comparison(args, runtime)
+    llama = _llama_comparison(args, runtime, modes)
     alone: dict[str, list] = {}
     ok = True
     for n in counts:
@@ -68,15 +72,25 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _llama_comparison(args: argparse.Namespace, runtime):
+def _llama_modes(args: argparse.Namespace) -> list[str]:
+    from speczoo.bench.llama_modes import default_modes, parse_modes
+    from speczoo.zoo.registry import default_draft
+
+    has_draft = (args.draft or default_draft(args.model)) is not None
+    return parse_modes(args.llama_modes or default_modes(has_draft), has_draft=has_draft)
+
+
+def _llama_comparison(args: argparse.Namespace, runtime, modes: list[str]):
     """llama-server on the model's GGUF, None (and one line that says why) when it cannot run."""
     from speczoo.bench.serve_load_llama import LlamaComparison, find_llama_server
     from speczoo.errors import SpeczooError
     from speczoo.threads import resolve_threads
     from speczoo.zoo.bundle import find_bundle, source_gguf
+    from speczoo.zoo.registry import default_draft
 
     if args.llama_server == "off":
         return None
+    draft = args.draft or default_draft(args.model)
     binary = find_llama_server(args.llama_server)
     if binary is None:
         print("llama-server: none found (--llama-server PATH, $SPECZOO_LLAMA_SERVER, PATH, "
@@ -87,5 +101,15 @@ def _llama_comparison(args: argparse.Namespace, runtime):
     except (SpeczooError, ValueError, FileNotFoundError) as exc:
         print(f"llama-server: not run, {args.model} has no GGUF to give it ({exc}); speczoo only")
         return None
+    draft_gguf = None
+    if "draft" in modes:
+        try:
+            draft_gguf = source_gguf(find_bundle(draft))
+        except (SpeczooError, ValueError, FileNotFoundError) as exc:
+            if args.llama_modes:
+                raise
+            print(f"llama-server: its draft mode not run, the draft {draft} has no GGUF to give it ({exc})")
+            modes.remove("draft")
     return LlamaComparison(binary=binary, gguf=gguf, parallel=args.parallel, slot_ctx=runtime.max_seq,
-                           threads=resolve_threads(args.threads), alias=runtime.name)
+                           threads=resolve_threads(args.threads), alias=runtime.name, modes=tuple(modes),
+                           draft_gguf=draft_gguf)

@@ -19,9 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Spec-Bench JSON-lines file, 'builtin' for the built-in set (default), or 'agentic' for "
                         "agentic traces built now from the standard library's files (edit chains, tool "
                         "results quoted back, JSON tool calls)")
-    p.add_argument("--methods", default="off,ngram,auto",
-                   help="comma-separated: off, ngram, draft, draft:NAME, auto, eagle:NAME "
-                        "(off is required and runs first; default off,ngram,auto)")
+    p.add_argument("--methods",
+                   help="comma-separated: off, ngram, draft, draft:NAME, auto, eagle:NAME (off is required and "
+                        "runs first; default off,ngram,auto; with --endpoint and no --methods, no local run)")
     p.add_argument("--gen", type=int, default=256, help="max new tokens per turn (default 256)")
     p.add_argument("--limit", type=int, help="only the first N questions of each category")
     p.add_argument("--categories", help="comma-separated categories to run (default: all)")
@@ -36,8 +36,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "server per --llama-modes mode (PATH, else $SPECZOO_LLAMA_SERVER, llama-server on "
                         "PATH, /opt/llama-server-*/bin)")
     p.add_argument("--llama-modes",
-                   help="llama-server modes: greedy, ngram-mod, draft (default: all three, draft only when "
+                   help="llama-server modes: greedy, ngram-mod, ngram-simple, draft (default: all, draft only when "
                         "the target has a draft model)")
+    p.add_argument("--llama-draft-max", type=int, default=None, metavar="N",
+                   help="--spec-draft-n-max of llama-server's draft mode (default 7, llama.cpp's own recipe)")
+    p.add_argument("--endpoint", action="append", metavar="URL[,SYSTEM:MODE[,KEY=VALUE...]]",
+                   help="also run an OpenAI-compatible server (llama-server, vLLM, speczoo serve) by URL, repeatable; "
+                        "the label names its rows (default serverN:greedy); a mode greedy or off marks its system's "
+                        "greedy, which the system's other modes must equal; KEY=VALUE are extra request fields "
+                        "(e.g. speculative=ngram for speczoo serve); $OPENAI_API_KEY is sent as its key")
+    p.add_argument("--endpoint-prompt", choices=("text", "ids"), default="text",
+                   help="what a server is sent as the /v1/completions prompt: the chat template's text (default; "
+                        "every server takes it) or its ids by the target's tokenizer")
     p.add_argument("--out", type=Path, required=True, help="output directory (resumed if it has rows)")
     p.add_argument("--no-plot", action="store_true", help="skip speedup.png (no matplotlib needed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -73,8 +83,9 @@ def questions_of(source: str):
 
 def llama_settings(args: argparse.Namespace):
     """What llama-server runs with (binary, GGUFs, threads, modes); None without --llama-server."""
+    from speczoo.bench.llama_modes import DRAFT_N_MAX, default_modes, parse_modes
     from speczoo.bench.serve_load_llama import find_llama_server
-    from speczoo.bench.suite_llama import LlamaSuiteSettings, parse_modes
+    from speczoo.bench.suite_llama import LlamaSuiteSettings
     from speczoo.threads import resolve_threads
     from speczoo.zoo.bundle import find_bundle, source_gguf
     from speczoo.zoo.registry import default_draft
@@ -84,45 +95,86 @@ def llama_settings(args: argparse.Namespace):
     binary = find_llama_server(args.llama_server or None)
     if binary is None:
         raise FileNotFoundError("--llama-server: no llama-server found (give its PATH, or set "
-                                "$SPECZOO_LLAMA_SERVER; build llama.cpp's llama-server target to compare)")
+                                "$SPECZOO_LLAMA_SERVER; bash benchmarks/build_llama.sh builds one)")
     draft = args.draft or default_draft(args.target)
-    modes = parse_modes(args.llama_modes or ("greedy,ngram-mod,draft" if draft else "greedy,ngram-mod"),
-                        has_draft=draft is not None)
+    modes = parse_modes(args.llama_modes or default_modes(draft is not None), has_draft=draft is not None)
     return LlamaSuiteSettings(
         binary=binary, gguf=source_gguf(find_bundle(args.target)), threads=resolve_threads(args.threads),
-        modes=modes, draft_gguf=source_gguf(find_bundle(draft)) if "draft" in modes else None)
+        modes=modes, draft_gguf=source_gguf(find_bundle(draft)) if "draft" in modes else None,
+        draft_max=args.llama_draft_max or DRAFT_N_MAX)
 
 
 def run(args: argparse.Namespace) -> int:
-    from speczoo.bench.questions import select
-    from speczoo.bench.suite import SUMMARY, SuiteSettings, parse_methods, run_suite, suite_notes, write_reports
+    from speczoo.bench import peers_table
+    from speczoo.bench.endpoint import parse_endpoint
+    from speczoo.bench.suite_endpoint import references
+    from speczoo.bench.questions import categories_of, select
+    from speczoo.bench.suite import OFF, SUMMARY, SuiteSettings, parse_methods, suite_notes, write_reports
 
     if args.gen < 1 or args.k < 1 or args.ngram < 1:
         raise ValueError("--gen, --k and --ngram must be >= 1")
-    methods = parse_methods(args.methods)
+    endpoints = [parse_endpoint(spec, i) for i, spec in enumerate(args.endpoint or [], start=1)]
+    references(endpoints)                  # every system has its greedy, before anything runs
+    methods = parse_methods(args.methods or "off,ngram,auto") if args.methods or not endpoints else []
+    if args.llama_server is not None and not methods:
+        raise ValueError("--llama-server is fed the prompt ids speczoo's off was fed: add --methods off (or more)")
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     questions = select(questions_of(args.questions), categories, args.limit)
-    draft = draft_to_load(args.target, methods, args.draft)
-    head = head_to_load(methods)
     llama = llama_settings(args)
+    settings = SuiteSettings(methods=methods, max_new_tokens=args.gen, k=args.k, ngram=args.ngram)
+    target, ran = args.target, 0
+    if methods:
+        runtime, outcome = run_local(args, questions, settings)
+        tokenizer, rows, ran = runtime.tokenizer, list(outcome.rows), outcome.ran
+        notes = suite_notes(runtime.name, settings, questions)
+    else:
+        from speczoo.tokenizer import Tokenizer
+        from speczoo.zoo.bundle import find_bundle
 
-    from speczoo.runtime import load_runtime
-
-    runtime = load_runtime(args.target, draft=draft, backend=args.backend, max_seq=args.max_seq, eagle_head=head)
-    settings = SuiteSettings(methods=methods, max_new_tokens=args.gen, k=args.k, ngram=args.ngram,
-                             backend=runtime.target.backend)
-    outcome = run_suite(runtime, questions, settings, args.out, progress=not args.no_progress,
-                        plot=not args.no_plot)
+        tokenizer, rows = Tokenizer.from_bundle(find_bundle(args.target)), []
+        notes = [f"target: {target} (its chat template renders every server's prompts); questions: "
+                 f"{len(questions)}, max new tokens per turn: {args.gen}"]
+    appendix = []
     if llama is not None:
         from speczoo.bench.suite_llama import render_versus, run_llama_modes
 
-        llama_rows = run_llama_modes(runtime.tokenizer, questions, settings, runtime.name, llama, outcome.out_dir)
-        rows = outcome.rows + llama_rows
-        notes = suite_notes(runtime.name, settings, questions) + [
-            f"llama-server: {llama.binary}, modes {', '.join(llama.modes)}, {llama.threads} threads, "
-            f"GGUF {llama.gguf}" + (f", draft {llama.draft_gguf}" if llama.draft_gguf else "")]
-        write_reports(outcome.out_dir, rows, questions, notes, plot=not args.no_plot,
-                      appendix=lambda summary: render_versus(summary, rows))
-    print((outcome.out_dir / SUMMARY).read_text(encoding="utf-8"))
-    print(f"{outcome.ran} rows generated, {outcome.skipped} resumed; results in {outcome.out_dir}")
+        llama_rows = run_llama_modes(tokenizer, questions, settings, target, llama, args.out)
+        rows += llama_rows
+        notes.append(f"llama-server: {llama.binary}, modes {', '.join(llama.modes)}, {llama.threads} threads, "
+                     f"GGUF {llama.gguf}" + (f", draft {llama.draft_gguf} (--spec-draft-n-max {llama.draft_max})"
+                                             if llama.draft_gguf else ""))
+        appendix.append(lambda summary, rs=list(rows): render_versus(summary, rs))
+    base = OFF
+    if endpoints:
+        from speczoo.bench.suite_endpoint import render_streamed, run_endpoints
+
+        endpoint_rows = run_endpoints(tokenizer, questions, settings, target, endpoints, args.out,
+                                      prompt=args.endpoint_prompt)
+        rows += endpoint_rows
+        notes.append("servers by URL: " + ", ".join(f"{e.label} {e.base_url}" for e in endpoints)
+                     + f"; prompts sent as {args.endpoint_prompt}")
+        appendix.append(lambda summary: render_streamed(endpoint_rows))
+        base = OFF if methods else references(endpoints)[endpoints[0].label]
+    write_reports(args.out, rows, questions, notes, plot=not args.no_plot, base=base,
+                  appendix=lambda summary: "".join(a(summary) for a in appendix))
+    print((args.out / SUMMARY).read_text(encoding="utf-8"))
+    if llama is not None or endpoints:
+        table = peers_table.render(rows, categories_of(questions), notes=notes)
+        tmp = args.out / (peers_table.FILE + ".tmp")
+        tmp.write_text(table, encoding="utf-8")
+        tmp.replace(args.out / peers_table.FILE)
+        print(table)
+    print(f"{ran} rows generated by speczoo here; results in {args.out}")
     return 0
+
+
+def run_local(args: argparse.Namespace, questions, settings):
+    """speczoo's own methods on the loaded target (reports are written once every system has run):
+    (the runtime, the suite's outcome)."""
+    from speczoo.bench.suite import run_suite
+    from speczoo.runtime import load_runtime
+
+    runtime = load_runtime(args.target, draft=draft_to_load(args.target, settings.methods, args.draft),
+                           backend=args.backend, max_seq=args.max_seq, eagle_head=head_to_load(settings.methods))
+    settings.backend = runtime.target.backend
+    return runtime, run_suite(runtime, questions, settings, args.out, progress=not args.no_progress, plot=False)

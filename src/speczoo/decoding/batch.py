@@ -21,7 +21,9 @@ same samples, whatever joins or leaves around it (tests/decoding/test_batch.py).
 
 Pricing: a greedy (or unseeded) sequence's controller sees its round's price on top of the step's
 other rows (decoding/pricing/batch_view.py). A seeded sampled sequence keeps the loaded profile, as alone:
-its samples depend on which draft tokens meet which random numbers, and must not depend on the batch.
+its samples depend on which draft tokens meet which random numbers, and must not depend on the batch. Each step runs
+at the thread count of the engine's steering (speczoo/threads.py), which times the step's decode forward;
+a forward in a try of another count is not priced.
 
 Limits, from each drafter's descriptor (decoding/drafters/registry.py): a batchable drafter that keeps
 its state per request runs in a batch by name (prompt lookup). A batchable one whose factories share one
@@ -186,13 +188,20 @@ class BatchEngine:
             return []
         touched: list[BatchedRequest] = []
         self.rows = self.size = 0
-        work = self._prompt_chunks()
-        self._rounds(work, touched)
-        if work:
-            self._forward(work)
-            for w in work:
-                self._conclude(w)
-                touched.append(w.seq)
+        steer = self.engine.steer          # the thread count for this step's drafting and forward
+        if steer is not None:
+            steer.begin()
+        try:
+            work = self._prompt_chunks()
+            self._rounds(work, touched)
+            if work:
+                self._forward(work)
+                for w in work:
+                    self._conclude(w)
+                    touched.append(w.seq)
+        finally:
+            if steer is not None:
+                steer.end()
         self._leave(s for s in self.running if s.g.finish is not None)
         self.steps += 1
         return list(dict.fromkeys(touched))
@@ -254,9 +263,11 @@ class BatchEngine:
         t = time.perf_counter()
         out, _ = forward_batch(self.engine.target, self.slots, [w.feed for w in work],
                                Readout(logit_rows=torch.tensor(want or [at - 1], dtype=torch.long)))
-        meter = self.engine.meter
-        if meter is not None and not prefill:        # a decode step's time: c_v of the step's rows
-            meter.forward(at, time.perf_counter() - t)
+        seconds = time.perf_counter() - t
+        steer, meter = self.engine.steer, self.engine.meter
+        settled = steer.timed(at, seconds) if steer is not None and not prefill else True
+        if meter is not None and not prefill and settled:   # a decode step's time: c_v of the step's rows
+            meter.forward(at, seconds)
         self.rows, self.size = at, len(work)
         for w in work:
             if w.logits_at >= 0:

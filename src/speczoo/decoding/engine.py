@@ -46,6 +46,18 @@ from speczoo.decoding.verify.tree import TreeLayout
 from speczoo.models.forward import Readout, Tree
 
 
+class ThreadSteer(Protocol):
+    """What the engine needs of speczoo/threads.py's Steer: the thread count set for a generation, told
+    each decode forward's rows and seconds (answering whether it ran at the count in use: the cost meter
+    times only those), and put back when the generation ends."""
+
+    def begin(self) -> None: ...
+
+    def timed(self, s: int, seconds: float) -> bool: ...
+
+    def end(self) -> None: ...
+
+
 class Rollback(Protocol):
     """What `conclude` needs of a cache: positions count from the sequence's own start (a KVCache, or
     one slot of a SlotCache)."""
@@ -108,10 +120,13 @@ class Engine:
               prices, and a drafter that costs something is refused.
     grammars: builds a request's grammar state from its constraint (decoding/constraint.py; the runtime's
               speczoo/grammar.py); None: a request with a constraint is refused.
+    steer:    moves the thread count with the cores actually free while a generation runs (speczoo/threads.py
+              Steer); None: the count stays as it is. Outputs never depend on it.
     """
 
     def __init__(self, target, cache, drafters: Iterable[DrafterSpec], eos_ids: list[int], max_seq: int,
-                 costs: Costs | None = None, grammars: GrammarFactory | None = None):
+                 costs: Costs | None = None, grammars: GrammarFactory | None = None,
+                 steer: ThreadSteer | None = None):
         specs = tuple(drafters)
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
@@ -132,6 +147,7 @@ class Engine:
         self.costs = None if costs is None else costs.priced(priced)   # for the controller
         self.pricing = PRICING        # how `meter` calibrates them (a bench may set another Pricing)
         self.grammars = grammars
+        self.steer = steer
         self._meter: CostMeter | None = None
 
     @property
@@ -150,9 +166,10 @@ class Engine:
         return self.offering([*(s for s in self.drafters.values() if s.name != spec.name), spec])
 
     def offering(self, drafters: Iterable[DrafterSpec]) -> Engine:
-        """A new engine that offers `drafters` instead, on the same target, cache, costs and Pricing; this
-        one is unchanged. The new one calibrates afresh."""
-        engine = Engine(self.target, self.cache, drafters, list(self.eos), self.max_seq, self.costs, self.grammars)
+        """A new engine that offers `drafters` instead, on the same target, cache, costs, Pricing and thread
+        steering; this one is unchanged. The new one calibrates afresh."""
+        engine = Engine(self.target, self.cache, drafters, list(self.eos), self.max_seq, self.costs, self.grammars,
+                        self.steer)
         engine.pricing = self.pricing
         return engine
 
@@ -242,6 +259,15 @@ class Engine:
     def rounds(self, g: Generation) -> Iterator[Round]:
         """Prefill, then one round per target forward until the generation finishes. Closing the
         iterator early ends the generation; its stats then cover what ran."""
+        if self.steer is not None:
+            self.steer.begin()
+        try:
+            yield from self._rounds(g)
+        finally:
+            if self.steer is not None:
+                self.steer.end()
+
+    def _rounds(self, g: Generation) -> Iterator[Round]:
         self.cache.reset()
         t0 = time.perf_counter()
         fwd = self._forward_out(g.context, g.taps.layers, logit_rows=slice(-1, None))  # the last row's logits
@@ -265,12 +291,16 @@ class Engine:
         N + 1 nodes with the tree mask and tree positions), then the shared verify and rollback."""
         base = self.cache.length
         tokens = [g.pending] + plan.draft.tokens
+        t = time.perf_counter()
         if plan.chain:
             fwd = self._forward_out(tokens, g.taps.layers)
-            return conclude(g, plan, fwd.logits, fwd.hidden, self.cache, base)
-        layout = TreeLayout.from_parents(plan.draft.parents)
-        fwd = self.target(torch.tensor(tokens, dtype=torch.long), layout.positions(base), self.cache,
-                          attend=Tree(layout.mask), readout=Readout(hidden_layers=g.taps.layers))   # logits [N+1, V]
+            layout = None
+        else:
+            layout = TreeLayout.from_parents(plan.draft.parents)
+            fwd = self.target(torch.tensor(tokens, dtype=torch.long), layout.positions(base), self.cache,
+                              attend=Tree(layout.mask), readout=Readout(hidden_layers=g.taps.layers))   # logits [N+1, V]
+        if self.steer is not None:
+            g.settled = self.steer.timed(len(tokens), time.perf_counter() - t)
         return conclude(g, plan, fwd.logits, fwd.hidden, self.cache, base, layout)
 
     def _drafter_names(self, spec: str) -> list[str]:

@@ -100,6 +100,8 @@ class Generation:
     draft tokens, then the next a0), and `pending_logprob` carries a0's from the row that chose it.
     grammar:  the request's grammar state (decoding/constraint.py), advanced through context[prompt:] and
               pending between rounds; None: unconstrained.
+    settled:  whether the latest verify ran at the thread count in use; False in a try of another count
+              (speczoo/thread_pilot.py), whose time the meter must not price the count in use with.
     """
 
     drafters: dict[str, Drafter]
@@ -121,6 +123,7 @@ class Generation:
     pending_logprob: TokenLogprob | None = None
     out_logprobs: list[TokenLogprob] = field(default_factory=list)
     ended: bool = False
+    settled: bool = True
 
     @property
     def remaining(self) -> int:
@@ -156,8 +159,9 @@ def run_round(g: Generation, verify: Verifier) -> Round:
     """One round: choose and propose, verify and roll back, commit; the generation `g` advances by it.
 
     verify: whoever owns the target (the engine's forward, or a replay's recording) turns the plan into
-            the verdict and the count of draft tokens judged. The round's time feeds g.meter, which hands
-            the policy re-calibrated costs every Pricing.recalibrate_every rounds.
+            the verdict and the count of draft tokens judged. The round's time feeds g.meter (unless the
+            verify left g.settled False: a try of another thread count), which hands the policy
+            re-calibrated costs every Pricing.recalibrate_every rounds.
     """
     p = plan(g)
     if not p.verify:
@@ -166,7 +170,8 @@ def run_round(g: Generation, verify: Verifier) -> Round:
     verdict, judged = verify(g, p)
     r = settle(g, p, verdict, judged)
     if g.meter is not None:
-        g.meter.forward(1 + p.draft.k, time.perf_counter() - t)
+        if g.settled:
+            g.meter.forward(1 + p.draft.k, time.perf_counter() - t)
         if g.meter.due(g.stats.rounds):
             g.policy.use_costs(g.meter.costs())
     return r

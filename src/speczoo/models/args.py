@@ -39,6 +39,9 @@ class ModelArgs:
     attn_logit_softcap: float = 0.0        # gemma2: scores = cap * tanh(scores / cap) before the softmax; 0: none
     final_logit_softcap: float = 0.0       # 0: none
     tie_embeddings: bool = True            # LM head = token embedding when no output weight exists
+    conv_layers: list[int] = field(default_factory=list)   # lfm2: the short-convolution layers (0-based), which
+                                           # have no attention and no K/V; [] for a model of attention only
+    conv_kernel: int = 0                   # lfm2: taps L of each short convolution (its state: the last L - 1 inputs)
     context_length: int = 32768
     bos_id: int | None = None
     eos_ids: list[int] = field(default_factory=list)
@@ -48,6 +51,12 @@ class ModelArgs:
         if self.sliding_window <= 0 or self.sliding_pattern <= 0:
             return False
         return (layer + 1) % self.sliding_pattern != 0
+
+    @property
+    def kv_layers(self) -> list[int]:
+        """The layers with attention, whose keys and values a KV cache holds, in order."""
+        conv = set(self.conv_layers)
+        return [i for i in range(self.n_layers) if i not in conv]
 
     def to_json(self, path: Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=2))

@@ -282,7 +282,7 @@ class DecoderBase(nn.Module):
         if isinstance(attend, Packed) and attend.keys.n_rows != s:
             raise ValueError(f"the Packed keys have {attend.keys.n_rows} rows for {s} tokens")
         if cache.args.n_layers != self.args.n_layers or cache.args.head_dim != self.args.head_dim \
-                or cache.args.n_kv_heads != self.args.n_kv_heads:
+                or cache.args.n_kv_heads != self.args.n_kv_heads or cache.args.conv_layers != self.args.conv_layers:
             raise ValueError("this KV cache was built for a different model; make one with KVCache(model.args, ...)")
         if not isinstance(attend, Packed):
             cache.check_room(s)

@@ -156,6 +156,7 @@ class Decoder(DecoderBase):
     ARCH: ClassVar[str]                          # the GGUF general.architecture
     LAYOUT: ClassVar[Layout]
     ROPE_FACTORS: ClassVar[str | None] = None    # tensor of per-frequency RoPE divisors, when the file has it
+    OUTPUT_NORM: ClassVar[str] = "output_norm"   # the final norm's tensor (LFM2's converter names it token_embd_norm)
     CHAT_TEMPLATE: ClassVar[str | None] = None   # speczoo's builtin template for a file without one
 
     def __init__(self, args: ModelArgs, tensors: Mapping[str, Tensor], backend: LinearBackend,
@@ -169,9 +170,8 @@ class Decoder(DecoderBase):
         self.embed = tensors["token_embd.weight"]      # [V, D] fp32 rows: a Tensor or an EncodedEmbedding
         # gemma: the embedding times sqrt(D), an fp32 scalar as transformers has it
         self.embed_scale = torch.tensor(args.embed_scale, dtype=torch.float32) if args.embed_scale != 1.0 else None
-        self.layers = nn.ModuleList(Block(self.LAYOUT, args, i, tensors, backend, packed)
-                                    for i in range(args.n_layers))
-        self.norm = RMSNorm(tensors["output_norm.weight"], args.norm_eps)
+        self.layers = nn.ModuleList(self._block(args, i, tensors, backend, packed) for i in range(args.n_layers))
+        self.norm = RMSNorm(tensors[f"{self.OUTPUT_NORM}.weight"], args.norm_eps)
         head_src = "output.weight" if "output.weight" in tensors else "token_embd.weight"
         self.lm_head = make_linear("output.weight", tensors, backend, packed, source=head_src)
         factors = tensors.get(self.ROPE_FACTORS) if self.ROPE_FACTORS is not None else None   # [Dh/2] or None
@@ -181,6 +181,11 @@ class Decoder(DecoderBase):
                       for sliding in sorted({layer.sliding for layer in self.layers})}
         self.q_scale = default_query_scale(args)
         self._stack: NativeStack | None = None
+
+    def _block(self, args: ModelArgs, i: int, tensors: Mapping[str, Tensor], backend: LinearBackend,
+               packed: Mapping[str, Tensor] | None) -> nn.Module:
+        """Layer i: an attention block (a hybrid architecture builds its other layers here)."""
+        return Block(self.LAYOUT, args, i, tensors, backend, packed)
 
     @classmethod
     def args_from_gguf(cls, meta: GGUFMeta) -> ModelArgs:
@@ -207,7 +212,8 @@ class Decoder(DecoderBase):
             self._stack = NativeStack.build(natives)
         return self._stack
 
-    def _run_layers(self, tokens, positions, cache, at, attend: Attend, slots, hidden) -> Tensor:
+    def _attention(self, positions: Tensor, at: int | Tensor, attend: Attend) -> tuple[dict, dict]:
+        """This forward's RoPE rotation and key plan of each kind of attention layer (by `sliding`)."""
         if isinstance(attend, Packed) and True in self.ropes:
             raise ValueError("explicit attention keys (packed sequences) are not supported for models with "
                              f"sliding-window layers ({self.ARCH})")
@@ -222,9 +228,15 @@ class Decoder(DecoderBase):
             else:
                 plans[sliding] = plan_attention(at, pos, positions, tree_mask,
                                                 self.args.sliding_window if sliding else 0, self.invariant)
+        return rots, plans
+
+    def _embed(self, tokens: Tensor) -> Tensor:
         x = self.embed[tokens].float()                                  # [S, D]
-        if self.embed_scale is not None:
-            x = x * self.embed_scale
+        return x if self.embed_scale is None else x * self.embed_scale
+
+    def _run_layers(self, tokens, positions, cache, at, attend: Attend, slots, hidden) -> Tensor:
+        rots, plans = self._attention(positions, at, attend)
+        x = self._embed(tokens)
         stack = self.stack
         if stack is not None and len(self.ropes) == 1:
             (rot,), (plan,) = rots.values(), plans.values()

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from speczoo.models.decoder import Decoder
 from speczoo.models.gemma2 import Gemma2
 from speczoo.models.gemma3 import Gemma3
+from speczoo.models.lfm2 import Lfm2
 from speczoo.models.llama import Llama
 from speczoo.models.phi3 import Phi3
 from speczoo.models.qwen2 import Qwen2
@@ -27,6 +28,7 @@ ARCHS: dict[str, type[Decoder]] = {cls.ARCH: cls for cls in (
     Phi3,
     Gemma2,
     Gemma3,
+    Lfm2,
 )}
 SUPPORTED_ARCHS: tuple[str, ...] = tuple(ARCHS)
 
@@ -45,7 +47,7 @@ _BLOCK_LINEARS = sorted({name for cls in ARCHS.values() for name in cls.linear_w
 # Tensor names that are linear-layer weights (packed by a backend). token_embd.weight is one only when
 # the model has no output.weight (tied LM head); it is then packed under the name "output.weight".
 LINEAR_WEIGHT_PATTERN = re.compile(
-    rf"^(blk\.\d+\.({'|'.join(_BLOCK_LINEARS)})\.weight|output\.weight|token_embd\.weight)$")
+    rf"^(blk\.\d+\.({'|'.join(map(re.escape, _BLOCK_LINEARS))})\.weight|output\.weight|token_embd\.weight)$")
 
 # The linears a block reads from one input and joins at load (kernels/fused.py FusedLinears: one call for
 # q|k|v, one for gate|up), in the order it joins them, over every architecture with separate tensors.

@@ -72,9 +72,14 @@ def gguf_model_args(reader) -> ModelArgs:
 
     dim = int(_require(reader, f"{arch}.embedding_length"))
     n_heads = int(_require(reader, f"{arch}.attention.head_count"))
-    n_kv = a("attention.head_count_kv", n_heads)
-    if isinstance(n_kv, list):
-        raise ValueError("per-layer head_count_kv is not supported")
+    per_layer = a("attention.head_count_kv", n_heads)
+    n_kv = per_layer
+    if isinstance(per_layer, list):          # a hybrid's (lfm2): 0 where a layer has no attention
+        heads = {int(n) for n in per_layer} - {0}
+        if len(heads) != 1:
+            raise ValueError(f"per-layer head_count_kv {per_layer} is not supported (one count for every attention "
+                             "layer, 0 for layers without attention)")
+        n_kv = heads.pop()
     head_dim = int(a("attention.key_length", dim // n_heads))
     if int(a("attention.value_length", head_dim)) != head_dim:
         raise ValueError("GGUF has value_length != key_length; speczoo's attention needs them equal")
@@ -101,7 +106,11 @@ def gguf_model_args(reader) -> ModelArgs:
         bos_id=int(bos) if (bos is not None and add_bos) else None,
         eos_ids=_eos_ids(reader),
     )
-    return cls.args_from_gguf(GGUFMeta(arch, lambda key: _field(reader, key), shapes, common))
+    args = cls.args_from_gguf(GGUFMeta(arch, lambda key: _field(reader, key), shapes, common))
+    if isinstance(per_layer, list) and [i for i, n in enumerate(per_layer) if int(n) == 0] != args.conv_layers:
+        raise ValueError(f"this {arch} file has layers without attention (head_count_kv {per_layer}), which "
+                         f"speczoo runs only for hybrid architectures (lfm2)")
+    return args
 
 
 def _source_rows(reader) -> Callable[[str, int], Tensor | None]:

@@ -3,7 +3,8 @@
 A head directory holds config.json (see `decoding/eagle/config.py`) and model.safetensors with the
 speculators tensor names: fc.weight, layers.0.{input_layernorm,hidden_norm,post_attention_layernorm}
 .weight, layers.0.self_attn.{q,k,v,o}_proj.weight, layers.0.mlp.{gate,up,down}_proj.weight,
-norm.weight, lm_head.weight, d2t (int64 [Vd]) and t2d (bool [V]). The embedding table is not
+norm.weight, lm_head.weight, d2t (int64 [Vd]) and t2d (bool [V]), the last two left out when the draft
+vocabulary is the target's whole vocabulary (as vLLM expects). The embedding table is not
 stored: the head reads its target's (a head from elsewhere that carries its own embed_tokens.weight
 runs on that one instead). Writes are atomic (a temporary directory moved into place);
 nothing is ever pickled.
@@ -28,8 +29,14 @@ WEIGHTS_FILE = "model.safetensors"
 
 
 def head_state(head: EagleHead) -> dict[str, Tensor]:
-    """The head's tensors under their speculators names, on the CPU, contiguous."""
-    return {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    """The head's tensors under their speculators names, on the CPU, contiguous. A head whose draft
+    vocabulary is the target's whole vocabulary stores no d2t / t2d: the map is the identity, and vLLM's
+    Eagle3LlamaForCausalLM then has no draft_id_to_target_id to load it into (it refuses the file:
+    "There is no module or parameter named 'draft_id_to_target_id'")."""
+    state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    if head.cfg.draft_vocab == head.cfg.target_vocab:
+        del state["d2t"], state["t2d"]
+    return state
 
 
 def save_head(head: EagleHead, out_dir: Path, metadata: dict[str, str] | None = None) -> Path:
@@ -64,6 +71,9 @@ def load_head(head_dir: Path, embed: Tensor) -> EagleHead:
     state = load_file(str(weights))
     own = state.pop("embed_tokens.weight", None)
     head = EagleHead(cfg, embed if own is None else own)
+    if cfg.draft_vocab == cfg.target_vocab and "d2t" not in state:     # the whole vocabulary: the identity
+        state["d2t"] = torch.zeros(cfg.draft_vocab, dtype=torch.long)
+        state["t2d"] = torch.ones(cfg.target_vocab, dtype=torch.bool)
     if "t2d" not in state and "d2t" in state:      # some exporters leave the derivable mask out
         t2d = head.t2d.clone()
         t2d[state["d2t"] + torch.arange(cfg.draft_vocab)] = True

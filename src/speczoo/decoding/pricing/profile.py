@@ -38,7 +38,7 @@ from torch import nn
 
 from speczoo.cache import KVCache
 from speczoo.decoding.pricing.cost import Costs, CvCurve
-from speczoo.decoding.tuning import PRICING, Pricing
+from speczoo.decoding.tuning import DRAFTING, PRICING, Pricing
 from speczoo.kernels import native
 from speczoo.models.forward import Readout
 
@@ -238,42 +238,49 @@ DRAFT_SIZES = [1, 2, 3, 5, 9]     # rows of a draft forward: a step with up to 8
 PROFILE_CONTEXT = 64
 PROFILE_REPEATS = 3
 
-# The reduced LM head a model drafts with (drafters/draft_model.py's `reduced_head`), or None: the draft
-# curve is timed through it. Handed in by the caller, since the drafters price themselves with this package.
-HeadFor = Callable[[nn.Module], "nn.Module | None"]
+# The draft head's size (its common ids; None: the full head) a profile's draft curve was timed through.
+DraftVocab = int | None
+
+# The reduced LM head of that size a model drafts with (drafters/draft_model.py's `reduced_head`), or None:
+# the draft curve is timed through it. Handed in by the caller, since the drafters price themselves with
+# this package.
+HeadFor = Callable[[nn.Module, DraftVocab], "nn.Module | None"]
 
 
 # What a stored profile holds and how it is timed: a profile of another format is timed again.
 COST_FORMAT = 2
 
 
-def profile_key(loaded) -> dict:
+def profile_key(loaded, draft_vocab: DraftVocab = DRAFTING.head_vocab) -> dict:
     """What a stored profile is valid for: the bundle it timed (its identity changes when it is pulled or
     packed again), the backend, the kernel path (a forced SPECZOO_KERNEL_PATH, or the bundle on another
-    CPU, measures its own), the thread count and this module's COST_FORMAT. A stored profile of another
-    key is timed again."""
+    CPU, measures its own), the thread count, the draft head's size its draft curve was timed through
+    and this module's COST_FORMAT. A stored profile of another key is timed again."""
     return {"cost_format": COST_FORMAT, "bundle": loaded.bundle_id, "backend": loaded.backend,
-            "kernel_path": native.chosen_path().name, "threads": torch.get_num_threads()}
+            "kernel_path": native.chosen_path().name, "threads": torch.get_num_threads(),
+            "draft_vocab": draft_vocab}
 
 
-def profile_path(loaded) -> Path:
-    """Where the bundle keeps its profile: one per backend, kernel path and thread count, so that
-    switching among them keeps each one's profile (profile_key says what else it must match)."""
-    return loaded.path / f"cost-{loaded.backend}-{native.chosen_path().name}-t{torch.get_num_threads()}.json"
+def profile_path(loaded, draft_vocab: DraftVocab = DRAFTING.head_vocab) -> Path:
+    """Where the bundle keeps its profile: one per backend, kernel path, thread count and (when not the
+    default) draft head size, so that switching among them keeps each one's profile (profile_key says
+    what else it must match)."""
+    head = "" if draft_vocab == DRAFTING.head_vocab else f"-dv{draft_vocab or 'full'}"
+    return loaded.path / f"cost-{loaded.backend}-{native.chosen_path().name}-t{torch.get_num_threads()}{head}.json"
 
 
-def read_profile(loaded) -> tuple[dict | None, str]:
+def read_profile(loaded, draft_vocab: DraftVocab = DRAFTING.head_vocab) -> tuple[dict | None, str]:
     """The stored profile when its key is this runtime's, else None and why not, in words."""
     import json
 
-    path = profile_path(loaded)
+    path = profile_path(loaded, draft_vocab)
     if not path.is_file():
         return None, "none stored"
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         return None, f"{path} is unreadable ({e})"
-    key, stored = profile_key(loaded), data.get("key") if isinstance(data, dict) else None
+    key, stored = profile_key(loaded, draft_vocab), data.get("key") if isinstance(data, dict) else None
     if stored != key:
         old = stored if isinstance(stored, dict) else {}
         diff = [f"{k} {old.get(k, '?')} -> {v}" for k, v in key.items() if old.get(k) != v]
@@ -282,7 +289,7 @@ def read_profile(loaded) -> tuple[dict | None, str]:
 
 
 def load_or_measure(loaded, remeasure: bool = False, budget: StepBudget | None = None,
-                    draft_head: HeadFor | None = None) -> dict:
+                    draft_head: HeadFor | None = None, draft_vocab: DraftVocab = DRAFTING.head_vocab) -> dict:
     """The model's cost profile {"ms": {S: ms}, "cv": {S: c_v}} on its backend, cached in the bundle,
     plus "draft_ms": its decode step when drafting with the reduced-vocabulary head (when it has one).
 
@@ -294,40 +301,45 @@ def load_or_measure(loaded, remeasure: bool = False, budget: StepBudget | None =
     and says so on stderr: `speczoo cv NAME --save` times it all. remeasure=True (benches, `speczoo demo
     --remeasure-costs`: the controller should see the machine as it is now) times it afresh for this
     process only and leaves the stored profile alone, so one run on a loaded machine cannot skew every
-    later run's controller. draft_head: see HeadFor (None: no draft curve is measured).
+    later run's controller. draft_head: see HeadFor (None: no draft curve is measured); draft_vocab: the
+    size draft_head reduces to, which keys the stored profile (another size is timed once and stored
+    beside it).
     """
-    stored, why_not = read_profile(loaded)
+    stored, why_not = read_profile(loaded, draft_vocab)
     if stored is not None and not remeasure:
         return stored
     budget = StepBudget.of(PRICING) if budget is None else budget
-    data, cut = measure_profile(loaded, budget, why=_why(loaded, remeasure, why_not), draft_head=draft_head)
+    path = profile_path(loaded, draft_vocab)
+    data, cut = measure_profile(loaded, budget, why=_why(loaded, remeasure, why_not, path), draft_head=draft_head,
+                                draft_vocab=draft_vocab)
     if cut:
         data["fitted"] = cut
-        kept = "for this run only (not stored)" if remeasure else f"stored so, in {profile_path(loaded)}"
+        kept = "for this run only (not stored)" if remeasure else f"stored so, in {path}"
         print(f"speczoo: {loaded.name}'s forwards were too slow to time everything within {budget.describe()}; "
               f"{'; '.join(cut)}, {kept}. `speczoo cv {loaded.name} --save` times and stores it all.",
               file=sys.stderr, flush=True)
     if remeasure:
         return data
     try:
-        return write_profile(loaded, data)
+        return write_profile(loaded, data, draft_vocab)
     except OSError as e:           # a read-only bundle: this run prices from it all the same
         print(f"speczoo: could not store {loaded.name}'s cost profile ({e}); it is timed again next run",
               file=sys.stderr, flush=True)
         return data
 
 
-def _why(loaded, remeasure: bool, why_not: str) -> str:
+def _why(loaded, remeasure: bool, why_not: str, path: Path) -> str:
     if remeasure:
         return (f"timing {loaded.name} ({loaded.backend}) afresh for this run's cost profile: a bench prices "
                 "speculation at this machine's present speed")
     return (f"timing {loaded.name} ({loaded.backend}) once for its cost profile ({why_not}): speculation is priced "
             f"from what a forward over 1-{max(PROFILE_SIZES)} tokens costs on this machine (stored in "
-            f"{profile_path(loaded)}; later runs read it)")
+            f"{path}; later runs read it)")
 
 
 def measure_profile(loaded, budget: StepBudget | None = None, why: str | None = None,
-                    draft_head: HeadFor | None = None) -> tuple[dict, list[str]]:
+                    draft_head: HeadFor | None = None, draft_vocab: DraftVocab = DRAFTING.head_vocab,
+                    ) -> tuple[dict, list[str]]:
     """Time the profile's target curve and, when draft_head gives the model a reduced draft head, its
     draft curve, in one loop, within budget (None: no budget); `why` (when given) is announced on
     stderr with a progress bar. Returns the profile and what the budget cut short, in words ([] when
@@ -335,7 +347,7 @@ def measure_profile(loaded, budget: StepBudget | None = None, why: str | None = 
     from tqdm import tqdm
 
     series = {"target": Series(tuple(PROFILE_SIZES))}
-    head = draft_head(loaded.model) if draft_head is not None else None
+    head = draft_head(loaded.model, draft_vocab) if draft_head is not None else None
     if head is not None:
         series["draft"] = Series(tuple(DRAFT_SIZES), head)
     if why is not None:
@@ -351,11 +363,12 @@ def measure_profile(loaded, budget: StepBudget | None = None, why: str | None = 
     return _profile(loaded, res["target"], res.get("draft")), cut
 
 
-def profile_data(loaded, res: CvResult, repeats: int = 3, draft_head: HeadFor | None = None) -> dict:
+def profile_data(loaded, res: CvResult, repeats: int = 3, draft_head: HeadFor | None = None,
+                 draft_vocab: DraftVocab = DRAFTING.head_vocab) -> dict:
     """The profile to store: the c_v table `res`, plus, when draft_head gives the model a reduced draft
     head, its draft step ("draft_ms") and that forward's cost over S rows ("draft_cv", which sizes its
     guesses), timed now with `repeats` runs."""
-    head = draft_head(loaded.model) if draft_head is not None else None
+    head = draft_head(loaded.model, draft_vocab) if draft_head is not None else None
     d = None
     if head is not None:
         d = measure_cv(loaded.model, loaded.args, DRAFT_SIZES, context=PROFILE_CONTEXT, repeats=repeats, warmup=1,
@@ -373,15 +386,15 @@ def _profile(loaded, target: CvResult, draft: CvResult | None) -> dict:
     return data
 
 
-def write_profile(loaded, data: dict) -> dict:
+def write_profile(loaded, data: dict, draft_vocab: DraftVocab = DRAFTING.head_vocab) -> dict:
     """Store `data` as the model's profile, under this runtime's profile_key, atomically (a temporary file
     beside it, then renamed over it, so a reader never sees half a profile); returns what it stored."""
     import json
     import os
     import tempfile
 
-    path = profile_path(loaded)
-    data = {**data, "key": profile_key(loaded)}
+    path = profile_path(loaded, draft_vocab)
+    data = {**data, "key": profile_key(loaded, draft_vocab)}
     fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
@@ -409,16 +422,20 @@ class DraftModelCosts:
 
 
 def runtime_costs(target, draft=None, remeasure: bool = False, draft_head: HeadFor | None = None,
-                  pricing: Pricing = PRICING) -> tuple[Costs, DraftModelCosts | None]:
+                  pricing: Pricing = PRICING, draft_vocab: DraftVocab = DRAFTING.head_vocab,
+                  ) -> tuple[Costs, DraftModelCosts | None]:
     """The costs a runtime prices with: the target's profile as Costs (its c_v curve and decode step, the
     round overhead; no drafter's price: each drafter's descriptor carries its own), and the draft
     model's costs (None without one). target, draft: loaded models (see the module docstring);
-    draft_head: see HeadFor."""
+    draft_head: see HeadFor; draft_vocab: the size it reduces the draft's head to. Only the draft's
+    profile depends on it: the target's is read (or timed) with the default size, so another draft head
+    size never times the target again."""
     t = load_or_measure(target, remeasure, draft_head=draft_head)
     costs = Costs(cv=CvCurve.measured(t["cv"], source=str(profile_path(target))),
                   round_overhead=pricing.round_overhead, step_ms=t["ms"]["1"])
     if draft is None:
         return costs, None
-    d = load_or_measure(draft, remeasure, draft_head=draft_head)
+    d = load_or_measure(draft, remeasure, draft_head=draft_head, draft_vocab=draft_vocab)
     step = d.get("draft_ms", d["ms"]["1"]) / t["ms"]["1"]          # profiles before draft_ms: the full head
-    return costs, DraftModelCosts(step, CvCurve.measured(d.get("draft_cv", d["cv"]), source=str(profile_path(draft))))
+    return costs, DraftModelCosts(step, CvCurve.measured(d.get("draft_cv", d["cv"]),
+                                                         source=str(profile_path(draft, draft_vocab))))
