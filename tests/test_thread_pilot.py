@@ -1,7 +1,8 @@
 """The thread pilot's decisions (speczoo/thread_pilot.py) on synthetic forward times, no clock: it stays at
-the top on a quiet machine, drops a thread within a few forwards of another program taking a core, takes
-the core back once it is free, keeps its probes cheap while the core stays taken, and compares forwards
-of different sizes through their own best times."""
+the top on a quiet machine, drops a thread within a few forwards of another program taking a core (also
+when that shows as rare long stalls, as measured on a 2-core Zen 4), takes the core back once it is free,
+keeps its probes cheap while the core stays taken, and compares forwards of different sizes through their
+own best times."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ from collections.abc import Callable
 
 import pytest
 
-from speczoo.thread_pilot import PILOTING, Piloting, ThreadPilot
+from speczoo.thread_pilot import PILOTING, SKIP, Piloting, ThreadPilot
 
 QUIET = {1: 0.034, 2: 0.020}       # seconds of a 1-row forward: two threads 1.7x one, as on two cores
 HOG = {1: 0.055, 2: 0.083}         # a busy loop on one of the two cores: 0.62x and 0.42x of quiet 2 threads
+LOOK = SKIP + 1                    # forwards of a try of a plainly worse count: the change, one judged
+
+
+def stalls(n: int, s: int, i: int) -> float:
+    """A busy loop on one of two cores as the 0.5B's decode met it on a Zen 4 (/work/notes/trace.py's
+    shape): two threads ~1.8x their quiet time and one forward in nine stalled ~6x more; one thread 1.6x,
+    steady. The median of two threads' forwards is near one thread's, their mean 1.5x it."""
+    if n == 1:
+        return 0.033 * (1 + 0.05 * ((i * 7) % 5) / 4)
+    return 0.200 if i % 9 == 4 else 0.036 * (1 + 0.05 * ((i * 3) % 5) / 4)
 
 
 def drive(pilot: ThreadPilot, seconds: Callable[[int, int, int], float], forwards: int,
@@ -42,7 +53,7 @@ def test_a_quiet_machine_stays_at_the_top_after_one_look_at_one_thread_fewer():
     ran = drive(pilot, noisy(QUIET), 3000)
     assert pilot.count == 2 and pilot.switches == 0
     at_one = [i for i, (n, _) in enumerate(ran) if n == 1]
-    assert at_one == list(range(PILOTING.first_trial, PILOTING.first_trial + PILOTING.try_steps))
+    assert at_one == list(range(PILOTING.first_trial, PILOTING.first_trial + LOOK))    # one look, cut short
     assert all(settled for n, settled in ran if n == 2) and not any(settled for n, settled in ran if n == 1)
 
 
@@ -51,14 +62,16 @@ def test_a_core_taken_drops_a_thread_within_a_few_forwards_and_a_core_freed_is_t
     drive(pilot, noisy(QUIET), 100)
     busy = drive(pilot, noisy(HOG, 1), 400, start=100)
     first_at_one = next(i for i, (n, settled) in enumerate(busy) if n == 1 and settled)
-    assert first_at_one <= PILOTING.slow_steps + 2 * PILOTING.try_steps      # slow ones, the trial, back
+    # the slow ones that make the window's median slow, the trial, back
+    assert first_at_one <= PILOTING.window // 2 + 1 + 2 * (SKIP + PILOTING.try_steps)
     assert pilot.count == 1
-    # the probes of two threads under the busy loop: each one forward (aborted), waits doubling
-    probes = [i for i, (n, _) in enumerate(busy) if i > first_at_one and n == 2]
-    assert len(probes) <= 4 and all(not busy[i][1] for i in probes)
+    # the probes of two threads under the busy loop: each the change and one forward (aborted), waits doubling
+    at_two = [i for i, (n, _) in enumerate(busy) if i > first_at_one and n == 2]
+    assert len(at_two) <= 4 * LOOK and all(not busy[i][1] for i in at_two)
+    probes = [i for i in at_two if i - 1 not in at_two]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps == sorted(gaps) and all(g <= PILOTING.wait_max + 1 for g in gaps)
-    freed = drive(pilot, noisy(QUIET, 2), PILOTING.wait_max + 2 * PILOTING.try_steps, start=500)
+    freed = drive(pilot, noisy(QUIET, 2), PILOTING.wait_max + 2 * (SKIP + PILOTING.try_steps), start=500)
     assert pilot.count == 2 and freed[-1] == (2, True)
 
 
@@ -68,7 +81,7 @@ def test_probes_under_a_lasting_load_cost_little():
     ran = drive(pilot, noisy(HOG, 3), 5000, start=100)
     lost = sum(HOG[n] - HOG[1] for n, _ in ran) / (len(ran) * HOG[1])
     assert lost < 0.01                        # the time the probes and the first few forwards cost
-    assert sum(n == 2 for n, _ in ran[100:]) <= 5000 / PILOTING.wait_max + 3
+    assert sum(n == 2 for n, _ in ran[100:]) <= (5000 / PILOTING.wait_max + 3) * LOOK
 
 
 def test_an_idle_core_is_taken_back_within_a_few_forwards_and_a_busy_one_is_not_probed_early():
@@ -76,11 +89,11 @@ def test_an_idle_core_is_taken_back_within_a_few_forwards_and_a_busy_one_is_not_
     drive(pilot, noisy(QUIET), 100)
     busy = drive(pilot, noisy(HOG, 1), 300, start=100, free=lambda n: 0.0)     # both cores busy
     assert pilot.count == 1
-    probes = [i for i, (n, _) in enumerate(busy) if n == 2 and i > 20]
-    assert len(probes) <= 300 // PILOTING.probe_every
+    at_two = [i for i, (n, _) in enumerate(busy) if n == 2 and i > PILOTING.window + 2 * (SKIP + PILOTING.try_steps)]
+    assert len(at_two) <= 300 // PILOTING.probe_every * LOOK
     freed = drive(pilot, noisy(QUIET, 2), 30, start=400, free=lambda n: 1.0 if n == 1 else 0.0)
     back = next(i for i, (n, settled) in enumerate(freed) if n == 2 and settled)
-    assert back <= PILOTING.free_wait + 2 * PILOTING.try_steps and pilot.count == 2
+    assert back <= PILOTING.free_wait + 2 * (SKIP + PILOTING.try_steps) and pilot.count == 2
 
 
 def test_idle_cores_that_one_more_thread_cannot_use_cost_little():
@@ -100,15 +113,36 @@ def test_a_process_started_under_load_finds_the_faster_count():
     assert pilot.count == 1
 
 
-def test_a_noise_burst_on_a_quiet_machine_costs_one_trial_and_backs_off():
+def test_short_noise_bursts_on_a_quiet_machine_cost_nothing_and_a_long_one_one_trial_that_loses():
     pilot = ThreadPilot(2)
     drive(pilot, noisy(QUIET), 100)
-    burst = lambda n, s, i: QUIET[n] * (2.0 if 100 <= i < 103 or 300 <= i < 303 else 1.0)   # noqa: E731
-    ran = drive(pilot, burst, 400, start=100)
-    at_one = [i + 100 for i, (n, _) in enumerate(ran) if n == 1]
-    assert pilot.count == 2
-    assert 103 <= at_one[0] and len(at_one) == 2 * PILOTING.try_steps      # two bursts, two trials
-    assert at_one[-1] >= 300 + PILOTING.slow_steps                         # the second only after its burst
+    short = lambda n, s, i: QUIET[n] * (2.0 if 100 <= i < 103 or 300 <= i < 303 else 1.0)   # noqa: E731
+    assert all(n == 2 for n, _ in drive(pilot, short, 400, start=100))
+    burst = PILOTING.window * 3 // 4
+    long = lambda n, s, i: QUIET[n] * (2.0 if 500 <= i < 500 + burst else 1.0)   # noqa: E731
+    ran = drive(pilot, long, 400, start=500)
+    at_one = [i + 500 for i, (n, _) in enumerate(ran) if n == 1]
+    assert pilot.count == 2 and pilot.switches == 0
+    # one trial, started inside the burst: cut short, or judged against the quiet forwards after it too
+    assert 500 + PILOTING.window // 2 <= at_one[0] and at_one == list(range(at_one[0], at_one[-1] + 1))
+    assert len(at_one) <= SKIP + PILOTING.try_steps
+
+
+def test_a_core_taken_that_shows_as_rare_long_stalls_drops_a_thread():
+    pilot = ThreadPilot(2)
+    drive(pilot, noisy(QUIET), 100)
+    ran = drive(pilot, stalls, 2000, start=100)
+    assert pilot.count == 1
+    first_at_one = next(i for i, (n, settled) in enumerate(ran) if n == 1 and settled)
+    assert first_at_one <= PILOTING.window + 2 * (SKIP + PILOTING.try_steps) + 1
+    spent = sum(stalls(n, 1, i + 100) for i, (n, _) in enumerate(ran))
+    assert spent < 1.05 * sum(stalls(1, 1, i + 100) for i in range(2000))    # near one thread all along
+
+
+def test_a_process_started_under_stalls_finds_the_faster_count():
+    pilot = ThreadPilot(2)
+    drive(pilot, stalls, 80)
+    assert pilot.count == 1
 
 
 def test_forwards_of_different_sizes_are_compared_through_their_own_best():
@@ -118,7 +152,7 @@ def test_forwards_of_different_sizes_are_compared_through_their_own_best():
     sizes = lambda i: 9 if i % 3 else 1     # noqa: E731
     cost = lambda table: lambda n, s, i: table[n] * (3.0 if s == 9 else 1.0)   # noqa: E731
     drive(pilot, cost(QUIET), 90, sizes)
-    drive(pilot, cost(HOG), 30, sizes, start=90)
+    drive(pilot, cost(HOG), 60, sizes, start=90)
     assert pilot.count == 1
     drive(pilot, cost(QUIET), PILOTING.wait_max + 10, sizes, start=120)
     assert pilot.count == 2
@@ -132,7 +166,7 @@ def test_four_cores_with_one_taken_settle_on_three_threads():
     pilot = ThreadPilot(4)
     ran = drive(pilot, seconds, 1000)
     assert pilot.count == 3
-    assert sum(n == 4 for n, _ in ran[220:]) <= 1000 / PILOTING.probe_every
+    assert sum(n == 4 for n, _ in ran[220:]) <= 1000 / PILOTING.probe_every * LOOK
 
 
 def test_a_count_the_pilot_did_not_ask_for_is_recorded_and_the_pilots_comes_back():
@@ -168,3 +202,5 @@ def test_bad_settings_are_errors():
         Piloting(probe_every=64, wait_max=32)
     with pytest.raises(ValueError, match="try_steps must be >= 1"):
         Piloting(try_steps=0)
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        Piloting(window=0)

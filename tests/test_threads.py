@@ -133,7 +133,7 @@ def test_the_steer_moves_torchs_count_within_a_generation_and_puts_the_top_back(
     steer.begin()
     assert steer.pilot.top == 2 and torch.get_num_threads() == 2
     seen = []
-    for i in range(40):              # two threads slow from the 5th forward on, one thread fast
+    for i in range(80):              # two threads slow from the 5th forward on, one thread fast
         n = torch.get_num_threads()
         seen.append(n)
         steer.timed(1, 0.02 if i < 5 else (0.08 if n == 2 else 0.035))

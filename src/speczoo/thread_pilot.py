@@ -6,22 +6,33 @@ the thread that shares its core with that program: a decode step of the 1.5B on 
 0.30x its quiet speed with 2 threads and at 0.62x with 1. The kernels' output does not depend on the
 thread count (tests/decoding/test_engine_threads.py), so the count may change between any two forwards.
 
+Such a team is not slow at every forward: on a 2-core Zen 4 most forwards took ~1.7x their quiet time
+and one in 8-10 stalled for 5-10x (the scheduler's slice for the other program), so a median, which
+drops the stalls, saw two threads within 10% of one while their mean was 1.5x one's. The pilot therefore
+judges counts by the *mean* time of many forwards, the stalls included: the time a user waits.
+
 The pilot sees each decode forward's size S (rows), the count it ran on, and its seconds. A forward's
 *slowness* is its time over the fastest forward of that S seen at any count: a figure comparable across
 S and across counts. Then, with the constants of `Piloting`:
-  * at n threads, `slow_steps` forwards in a row that each took over `slow_factor` times the best of their
-    S at n start a *trial* of n - 1; the count never run below n is tried once after `first_trial`
-    forwards, so a process that started under load learns what n - 1 gives;
+  * at n threads, when the median of the last `window` forwards took over `slow_factor` times the best of
+    its S at n (the median: a lone stall on a quiet machine starts nothing; under a busy core, most
+    forwards are slow too), a *trial* of n - 1 starts; the count never run below n is tried once after
+    `first_trial` forwards, so a process that started under load learns what n - 1 gives;
   * below the top count, a *probe* of n + 1, so that a core freed is taken back: after `free_wait`
     forwards when at least `free_cores` of the process's cores sat idle on average over the last
-    `try_steps` forwards (where the caller can tell: speczoo/threads.py reads /proc/stat), else every
+    `free_wait` forwards (where the caller can tell: speczoo/threads.py reads /proc/stat), else every
     `probe_every` forwards (a program of lower priority may keep a core busy that one more thread would
-    still get); a probe whose first forward is `abort_factor` times slower than the count in use ends there;
+    still get);
   * a try (trial or probe) runs `try_steps` forwards at the other count, then as many back at the count
-    in use, and wins when the median slowness of its own forwards is below that of the ones after it (so
-    a burst of load that started a trial and is over does not make the other count look better); the
-    winner becomes the count in use. A try that loses doubles the wait before the next try in its
-    direction (up to `wait_max`; a probe on idle cores, its own `free_wait`); one that wins resets them.
+    in use; the first forward after each change of count is not judged (it pays for the change). The try
+    wins when the mean slowness of its own forwards is below that of the count in use's, taken over the
+    `window` forwards before the try and those after it together (so a burst of load that started a trial
+    and is over does not make the other count look better, and one stall more or less on either side
+    does not decide). A try whose mean passes `abort_factor` times the count in use's before it (the
+    whole window's or its last LOOKBACK forwards', whichever is slower: a load may have just begun) ends
+    at once and loses: one slow forward is what a try of a worse count costs, most of the time. A try that
+    loses doubles the wait before the next try in its direction (up to `wait_max`; a probe on idle cores,
+    its own `free_wait`); one that wins resets them.
 Forwards of a try are not *settled*: the cost meter, which prices speculation from the forwards at the
 count in use, does not time them (decoding/round.py).
 
@@ -36,28 +47,31 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
+SKIP = 1        # forwards after a change of count that are not judged: the team's change is in their time
+LOOKBACK = 4    # the last forwards before a try that a try is also held against (a load that just began)
+
 
 @dataclass(frozen=True)
 class Piloting:
     """The pilot's constants (docs/tuning.md, "One row per field of `Piloting`", says how each was chosen).
 
-    slow_factor:  a forward over this many times the best of its S at its count is slow.
-    slow_steps:   this many slow forwards in a row start a trial of one thread fewer.
+    slow_factor:  the last `window` forwards over this many times the best of their S at their count (their
+                  median) start a trial of one thread fewer.
+    window:       forwards at the count in use that its mean is taken over.
     first_trial:  forwards after which a count never run below the one in use is tried once.
-    try_steps:    forwards a trial or a probe runs, and then at the count in use, to compare the two.
-    abort_factor: a probe whose first forward is this many times slower than the last ones at the count in
-                  use stops there.
+    try_steps:    judged forwards a trial or a probe runs, and then at the count in use, to compare the two.
+    abort_factor: a try whose mean slowness passes this many times the count in use's stops there.
     probe_every:  forwards at the count in use between tries, at first and after a try that won.
-    free_cores:   idle cores (an average over the last try_steps forwards) that start a probe early.
+    free_cores:   idle cores (an average over the last free_wait forwards) that start a probe early.
     free_wait:    forwards at the count in use before a probe started by idle cores.
     wait_max:     the longest wait between tries in one direction, after tries that lost.
     """
 
     slow_factor: float = 1.4
-    slow_steps: int = 3
+    window: int = 16
     first_trial: int = 16
-    try_steps: int = 3
-    abort_factor: float = 1.3
+    try_steps: int = 12
+    abort_factor: float = 1.25
     probe_every: int = 64
     free_cores: float = 0.5
     free_wait: int = 4
@@ -66,7 +80,7 @@ class Piloting:
     def __post_init__(self) -> None:
         bad = [f"{n} must be > 1" for n in ("slow_factor", "abort_factor")
                if not (getattr(self, n) > 1.0 and math.isfinite(getattr(self, n)))]
-        bad += [f"{n} must be >= 1" for n in ("slow_steps", "first_trial", "try_steps", "probe_every", "free_wait")
+        bad += [f"{n} must be >= 1" for n in ("window", "first_trial", "try_steps", "probe_every", "free_wait")
                 if getattr(self, n) < 1]
         if not 0.0 < self.free_cores < math.inf:
             bad.append("free_cores must be > 0")
@@ -104,18 +118,21 @@ class ThreadPilot:
         self.switches = 0
         self._best: dict[tuple[int, int], float] = {}     # (count, S) -> the fastest seconds seen
         self._ref: dict[int, float] = {}                  # S -> the fastest seconds seen at any count
-        self._recent: deque[float] = deque(maxlen=piloting.try_steps)   # slowness at the count in use
-        self._slow_run = 0
+        self._recent: deque[float] = deque(maxlen=piloting.window)   # slowness at the count in use
+        self._own: deque[float] = deque(maxlen=piloting.window)      # time over the best of its S at the count
+        self._skip = 0                                    # forwards at the count in use still not judged
         self._since = 0                                   # forwards at the count in use since the last try
         self._wait = {-1: 0, +1: piloting.probe_every}    # forwards before the next try down / up
         self._free_wait = piloting.free_wait              # forwards before a probe on idle cores
-        self._free: deque[float] = deque(maxlen=piloting.try_steps)     # idle cores during the last forwards
+        self._free: deque[float] = deque(maxlen=piloting.free_wait)  # idle cores during the last forwards
         self._on_free = False                             # whether the try under way was started by idle cores
         self._run: set[int] = {top}                       # counts that have run a forward
         self._trying: int | None = None                   # the count on trial (a try is under way)
         self._back = False                                # the try's forwards are done: the count in use again
-        self._tried: list[float] = []                     # slowness of the try's forwards
-        self._after: list[float] = []                     # and of the forwards back at the count in use
+        self._seen = 0                                    # forwards of the try's current phase, judged or not
+        self._before: list[float] = []                    # slowness at the count in use before the try
+        self._tried: list[float] = []                     # slowness of the try's judged forwards
+        self._after: list[float] = []                     # and of the judged forwards back at the count in use
 
     @property
     def wanted(self) -> int:
@@ -138,47 +155,57 @@ class ThreadPilot:
             return Decision(self.wanted, False)
         if n != self.count:
             return self._try_step(slowness)
-        self._recent.append(slowness)
         if free is not None:
             self._free.append(free)
         if self._back:
             return self._back_step(slowness)
-        return self._settled_step(seconds > self.piloting.slow_factor * self._best[key])
+        if self._skip:
+            self._skip -= 1
+        else:
+            self._recent.append(slowness)
+            self._own.append(seconds / self._best[key])
+        return self._settled_step()
 
-    def _settled_step(self, slow: bool) -> Decision:
+    def _settled_step(self) -> Decision:
         p = self.piloting
-        self._slow_run = self._slow_run + 1 if slow else 0
         self._since += 1
+        slow = len(self._own) == self._own.maxlen and statistics.median(self._own) > p.slow_factor
         down = self.count > 1 and self._since >= self._wait[-1] and (
-            self._slow_run >= p.slow_steps or (self.count - 1 not in self._run and self._since >= p.first_trial))
+            slow or (self.count - 1 not in self._run and self._since >= p.first_trial))
         freed = (len(self._free) == self._free.maxlen and statistics.fmean(self._free) >= p.free_cores
                  and self._since >= self._free_wait)
         up = self.count < self.top and (self._since >= self._wait[+1] or freed)
-        if down or up:
+        if (down or up) and self._recent:
             self._trying = self.count - 1 if down else self.count + 1
             self._on_free = not down and self._since < self._wait[+1]
-            self._tried, self._after = [], []
+            self._before, self._tried, self._after = list(self._recent), [], []
+            self._seen = 0
         return Decision(self.wanted, True)
 
     def _try_step(self, slowness: float) -> Decision:
-        """A forward at the count on trial: after try_steps of them, back to the count in use for as many."""
-        p = self.piloting
+        """A forward at the count on trial: after SKIP + try_steps of them, back to the count in use for as
+        many; a try that is plainly worse than the count in use stops at once."""
+        self._seen += 1
+        if self._seen <= SKIP:
+            return Decision(self.wanted, False)
         self._tried.append(slowness)
-        before = statistics.median(self._recent) if self._recent else math.inf
-        if self._trying > self.count and len(self._tried) == 1 and slowness > p.abort_factor * before:
+        now = max(statistics.fmean(self._before), statistics.fmean(self._before[-LOOKBACK:]))
+        if statistics.fmean(self._tried) > self.piloting.abort_factor * now:
             return self._end_try(won=False)
-        if len(self._tried) >= p.try_steps:
-            self._back = True
+        if len(self._tried) >= self.piloting.try_steps:
+            self._back, self._seen = True, 0
         return Decision(self.wanted, False)
 
     def _back_step(self, slowness: float) -> Decision:
-        """A forward at the count in use right after a try: the try is judged against these, so that a
-        burst of load before it (which started a trial) does not make the other count look better."""
+        """A forward at the count in use right after a try: the try is judged against these and the ones
+        before it together."""
+        self._seen += 1
+        if self._seen <= SKIP:
+            return Decision(self.wanted, True)
         self._after.append(slowness)
         if len(self._after) < self.piloting.try_steps:
             return Decision(self.wanted, True)
-        won = statistics.median(self._tried) < statistics.median(self._after)
-        self._end_try(won)
+        self._end_try(statistics.fmean(self._tried) < statistics.fmean(self._before + self._after))
         return Decision(self.wanted, True)
 
     def _end_try(self, won: bool) -> Decision:
@@ -189,13 +216,17 @@ class ThreadPilot:
             self.switches += 1
             self._recent.clear()
             self._recent.extend(self._tried)
+            self._own.clear()
             self._wait = {-1: 0, +1: p.probe_every}
             self._free_wait = p.free_wait
-        elif self._on_free:
-            self._free_wait = min(p.wait_max, 2 * self._free_wait)
         else:
-            self._wait[direction] = min(p.wait_max, max(p.probe_every, 2 * self._wait[direction]))
+            if self._on_free:
+                self._free_wait = min(p.wait_max, 2 * self._free_wait)
+            else:
+                self._wait[direction] = min(p.wait_max, max(p.probe_every, 2 * self._wait[direction]))
+            self._recent.extend(self._after)
+        self._skip = SKIP if won or not self._back else 0     # the next forward changes the count
         self._free.clear()
         self._trying, self._back = None, False
-        self._slow_run = self._since = 0
+        self._since = 0
         return Decision(self.wanted, False)
