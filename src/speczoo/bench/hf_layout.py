@@ -16,7 +16,6 @@ precision is reused. This module imports transformers lazily and never downloads
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from speczoo import paths
 from speczoo.errors import SpeczooError
+from speczoo.zoo.source import sha256_file
 
 SOURCE_FILE = "speczoo-source.json"
 DTYPES = ("float32", "bfloat16")
@@ -46,14 +46,6 @@ class HFLayout:
 def default_dir(name: str, dtype: str = "float32") -> Path:
     """$SPECZOO_HOME/peers/hf/NAME-DTYPE: where `speczoo peers --vllm` keeps a model's HF layout."""
     return paths.home() / "peers" / "hf" / f"{name}-{dtype}"
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _matching(out_dir: Path, sha: str, dtype: str) -> bool:
@@ -94,7 +86,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "float32", force: 
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
     if not gguf_path.is_file():
         raise HFLayoutError(f"GGUF file {gguf_path} does not exist")
-    sha = file_sha256(gguf_path)
+    sha = sha256_file(gguf_path)
     if not force and _matching(out_dir, sha, dtype):
         return HFLayout(out_dir, gguf_path, sha, dtype, reused=True)
     tr = _transformers()
