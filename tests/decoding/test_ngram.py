@@ -115,3 +115,40 @@ def test_every_situation_has_a_prior():
     assert NgramDrafter.situation_priors is SITUATION_PRIORS
 
 
+
+
+def test_the_occurrence_matching_furthest_back_wins_over_the_most_recent():
+    # "5 6" occurs twice: first after "1 2 3 4" (continued by 7 8), then after "9 4" (continued by 0 0).
+    # The context ends in "2 3 4 5 6": the first occurrence matches it 5 ids back, the latest only 3.
+    idx = NgramIndex(2)
+    idx.extend([1, 2, 3, 4, 5, 6, 7, 8, 9, 4, 5, 6, 0, 0, 2, 3, 4, 5, 6])
+    assert idx.lookup(2) == [7, 8]
+    assert idx.situation() == "4-7/mixed"          # the band of the occurrence copied; the two disagree
+    assert idx.ahead([], 2) == ("4-7/mixed", [7, 8])
+    d = NgramDrafter(2)
+    assert d.propose([1, 2, 3, 4, 5, 6, 7, 8, 9, 4, 5, 6, 0, 0, 2, 3, 4, 5, 6], 2).tokens == [7, 8]
+
+
+def test_a_passage_copied_line_by_line_follows_its_own_next_line():
+    # Lines that end alike (a grep's lines, JSON fields): the most recent occurrence of the shared tail
+    # is the line copied last; the one that continues the passage is the occurrence after the copied line.
+    a, b, c, tail = [11, 12], [21, 22], [31, 32], [7, 7, 7, 9]
+    source = a + tail + b + tail + c + tail
+    idx = NgramIndex(3)
+    idx.extend(source + [50] + a + tail)           # the answer has copied line a: next comes line b
+    assert idx.lookup(2) == b
+    idx = NgramIndex(3)
+    idx.extend(source + [50] + a + tail + b + tail)
+    assert idx.lookup(2) == c
+
+
+def test_the_choice_looks_back_at_most_lookup_reach_ids():
+    from speczoo.decoding.tuning import DRAFTING
+    reach = DRAFTING.lookup_reach
+    shared = list(range(100, 100 + reach))
+    # the older occurrence matches reach + 1 ids back, the latest `reach`: within the reach they tie,
+    # so the most recent wins
+    idx = NgramIndex(2)
+    idx.extend([9] + shared + [7] + [2] + shared + [8] + [9] + shared)
+    assert idx.match_length(1 + reach, cap=reach + 5) == reach + 1
+    assert idx.lookup(1) == [8]

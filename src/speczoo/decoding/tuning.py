@@ -166,9 +166,10 @@ class Pricing:
 
 
 # P(first draft token accepted) per prompt-lookup situation, measured offline on the greedy outputs of the
-# built-in suite with the 1.5B (docs/tuning.md, `python -m benchmarks.ngram_situations`).
-_SITUATION_PRIORS = MappingProxyType({"1/agree": 0.41, "1/mixed": 0.13, "2-3/agree": 0.64, "2-3/mixed": 0.12,
-                                      "4-7/agree": 0.84, "4-7/mixed": 0.16, "8+/agree": 0.95, "8+/mixed": 0.7})
+# built-in suite with the 1.5B, prompt lookup copying the occurrence that matches furthest back (docs/tuning.md,
+# `python -m benchmarks.ngram_situations`).
+_SITUATION_PRIORS = MappingProxyType({"1/agree": 0.41, "1/mixed": 0.13, "2-3/agree": 0.60, "2-3/mixed": 0.17,
+                                      "4-7/agree": 0.82, "4-7/mixed": 0.43, "8+/agree": 0.95, "8+/mixed": 0.95})
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,9 @@ class Drafting:
     match_cap:        a match is measured backwards up to this many tokens (only its band matters:
                       1, 2-3, 4-7, 8+).
     agree_window:     the most recent occurrences of the suffix whose next tokens must agree for the
-                      situation to be "agree".
+                      situation to be "agree", and among which prompt lookup picks the one to copy.
+    lookup_reach:     how far back those occurrences' matches are compared: prompt lookup copies the one
+                      whose match reaches furthest back (the most recent of those that tie).
     situation_priors: per situation "<band>/<agree|mixed>", α before any evidence there: where the
                       controller's estimate (and the draft model's guesses) start.
     tree_matches:     the most recent occurrences per order a prompt-lookup tree merges.
@@ -212,6 +215,7 @@ class Drafting:
 
     match_cap: int = 16
     agree_window: int = 8
+    lookup_reach: int = 32
     situation_priors: Mapping[str, float] = field(default_factory=lambda: _SITUATION_PRIORS, hash=False)
     tree_matches: int = 4
     tree_order_weight: float = 4.0
@@ -238,8 +242,8 @@ class Drafting:
         return 2 * MAX_K + 2
 
     def __post_init__(self) -> None:
-        bad = [f"{n} must be >= 1" for n in ("match_cap", "agree_window", "tree_matches", "head_vocab",
-                                              "guess_order", "eagle_tree_depth", "eagle_tree_branch")
+        bad = [f"{n} must be >= 1" for n in ("match_cap", "agree_window", "lookup_reach", "tree_matches",
+                                              "head_vocab", "guess_order", "eagle_tree_depth", "eagle_tree_branch")
                if getattr(self, n) < 1]
         if self.suffix_memory_tokens < 0 or self.suffix_lead < 0:
             bad.append("suffix_memory_tokens and suffix_lead must be >= 0")

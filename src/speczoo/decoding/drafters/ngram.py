@@ -1,9 +1,12 @@
-"""Prompt-lookup drafting: propose the continuation of the most recent earlier occurrence of the
-context's last m tokens, falling back from order m to shorter orders.
+"""Prompt-lookup drafting: propose the continuation of an earlier occurrence of the context's last m
+tokens, falling back from order m to shorter orders; of the suffix's recent occurrences, the one whose
+match reaches furthest back (ties: the most recent), so that a passage copied line by line (a grep's
+lines, a JSON object's fields, a function's lines that end alike) is followed to its own next line.
 
 The index is a hash map per order n: (n-gram) -> the positions right after its occurrences; lookup
-takes the most recent. It is updated incrementally as committed tokens arrive (each new token adds one
-entry per order), so a round costs O(m + K) however long the history is. It never sees the target model.
+compares the Drafting.agree_window most recent (`pick`). It is updated incrementally as committed tokens
+arrive (each new token adds one entry per order), so a round costs O(m + window × reach + K) however long
+the history is. It never sees the target model.
 
 Before the controller chooses, the drafter names its `situation`: the match's length (extended
 backwards) and whether the suffix's recent occurrences agree on the next token. How often a first draft
@@ -35,6 +38,7 @@ class NgramIndex:
         self._maps: dict[int, dict[tuple[int, ...], list[int]]] = {
             n: {} for n in range(min_order, max_order + 1)}
         self._longest: tuple[int, list[int]] = (-1, [])     # (history length, longest()) last computed
+        self._chosen: tuple[int, int] = (-1, -1)             # (history length, chosen()) last computed
 
     def extend(self, ids: list[int]) -> None:
         """Append committed tokens. Each new position p registers the n-grams ending at p-1."""
@@ -87,10 +91,30 @@ class NgramIndex:
                 return starts
         return []
 
+    def chosen(self) -> int:
+        """The occurrence of the longest matching suffix to copy (-1: none): of its Drafting.agree_window
+        most recent occurrences, the one whose match reaches furthest back (up to Drafting.lookup_reach
+        ids), the most recent of those that tie. Remembered until the history grows."""
+        if self._chosen[0] != len(self.tokens):
+            self._chosen = (len(self.tokens), self.pick(self.longest(), self.tokens))
+        return self._chosen[1]
+
+    def pick(self, starts: list[int], present: list[int]) -> int:
+        """Of the most recent `starts` (Drafting.agree_window of them), the one whose earlier ids match the
+        end of `present` furthest back (up to Drafting.lookup_reach); ties: the most recent; -1 if none.
+        Text that repeats a line or a record (a grep's lines, a JSON object's fields) has many occurrences
+        of a short suffix; the one that continues the passage being copied is the one matching longest."""
+        best, best_n = -1, -1
+        for s in reversed(starts[-DRAFTING.agree_window:]):
+            n = self.match_length(s, DRAFTING.lookup_reach, present)
+            if n > best_n:
+                best, best_n = s, n
+        return best
+
     def lookup(self, k: int) -> list[int]:
-        """k tokens that followed the latest earlier occurrence of the longest matching suffix."""
-        starts = self.longest()
-        return self.continuation(starts[-1], k) if starts else []
+        """k tokens that followed the chosen earlier occurrence of the longest matching suffix (`chosen`)."""
+        start = self.chosen()
+        return self.continuation(start, k) if start >= 0 else []
 
     def match_length(self, start: int, cap: int = DRAFTING.match_cap, present: list[int] | None = None) -> int:
         """How many tokens before `start` equal the last tokens of `present` (default: the history), up to
@@ -105,20 +129,21 @@ class NgramIndex:
         (bands 1, 2-3, 4-7, 8+) and whether the recent occurrences of the suffix all continue with the
         same token; None when there is no match."""
         starts = self.longest()
-        return self._label(starts, self.tokens[-DRAFTING.match_cap:]) if starts else None
+        return self._label(starts, self.chosen(), self.tokens[-DRAFTING.match_cap:]) if starts else None
 
     def ahead(self, drafted: list[int], k: int) -> tuple[str | None, list[int]]:
         """Prompt lookup past the history: the situation and the k ids that follow the history continued
         by `drafted` (ids not committed, such as a draft's own); (None, []) when nothing matches."""
-        cap = DRAFTING.match_cap
+        cap = max(DRAFTING.match_cap, DRAFTING.lookup_reach)
         present = (self.tokens[-cap:] + drafted)[-cap:]
         starts = self.occurrences(present[-self.max_order:])
         if not starts:
             return None, []
-        return self._label(starts, present), self.continuation(starts[-1], k)
+        start = self.pick(starts, present)
+        return self._label(starts, start, present), self.continuation(start, k)
 
-    def _label(self, starts: list[int], present: list[int]) -> str:
-        n = self.match_length(starts[-1], present=present)
+    def _label(self, starts: list[int], start: int, present: list[int]) -> str:
+        n = self.match_length(start, present=present)
         band = "1" if n <= 1 else "2-3" if n < 4 else "4-7" if n < 8 else "8+"
         recent = starts[-DRAFTING.agree_window:]
         nxt = {self.tokens[s] for s in recent}      # an occurrence is indexed when its next token arrives

@@ -1,19 +1,20 @@
 """Prompt lookup as a token tree: the continuations of several earlier matches, merged into a prefix tree.
 
-Where plain prompt lookup (ngram.py) copies what followed the most recent occurrence of the longest
-matching suffix, this drafter gathers the continuations of up to `max_matches` most recent occurrences
-at every order from max_order down to min_order (an occurrence found at a higher order is counted once,
-at that order), and merges them into a trie. Each candidate carries a weight, order_weight^n / (1 + r)
-for a match of order n that is the r-th most recent at that order; a trie node's score is its parent's
-score × decay × (the weight of the candidates through it / the weight through its parent), the
-probability that the target follows it under a crude model where each step of a path is right with
-probability `decay` and the candidates vote. The round's K nodes are the K best-scoring nodes, expanded
+Where plain prompt lookup (ngram.py) copies what followed one occurrence of the longest matching suffix
+(of its recent occurrences, the one whose match reaches furthest back), this drafter gathers the
+continuations of up to `max_matches` occurrences at every order from max_order down to min_order, ranked
+per order as the chain picks (so the tree holds the chain; an occurrence found at a higher order is
+counted once, at that order), and merges them into a trie. Each candidate carries a weight,
+order_weight^n / (1 + r) for a match of order n that is the r-th best at that order; a trie node's
+score is its parent's score × decay × (the weight of the candidates through it / the weight through its
+parent), the probability that the target follows it under a crude model where each step of a path is
+right with probability `decay` and the candidates vote. The round's K nodes are the K best-scoring nodes, expanded
 best first from the root (EAGLE-2's rule; a child never outscores its parent, so every parent is chosen
 before its children and the tree stays connected). When every candidate agrees the tree is a chain,
 and the engine verifies it as one.
 
 The index (ngram.py's NgramIndex) keeps every occurrence of every n-gram (one entry per order per
-committed token), updated incrementally; a round costs O(orders × max_matches × K). It never sees the
+committed token), updated incrementally; a round costs O(orders × (window × reach + max_matches × K)). It never sees the
 target model.
 """
 
@@ -35,20 +36,18 @@ class Candidate:
 
 
 def candidates(index: NgramIndex, k: int, max_matches: int, order_weight: float) -> list[Candidate]:
-    """The k-token continuations of the suffix's most recent matches in `index`, best (longest, latest)
-    first; an occurrence already found at a higher order is counted once, at that order."""
+    """The k-token continuations of the suffix's best matches in `index`, best first: per order, of its
+    Drafting.agree_window most recent occurrences, those whose match reaches furthest back (up to
+    Drafting.lookup_reach; ties: the latest), as the chain's lookup picks (ngram.py `pick`), so the tree
+    holds the chain; an occurrence already found at a higher order is counted once, at that order."""
     seen: set[int] = set()
     out: list[Candidate] = []
     for n in range(index.max_order, index.min_order - 1, -1):
-        rank = 0
-        for start in reversed(index.matches(n)):
-            if rank == max_matches:
-                break
-            if start in seen:
-                continue
+        recent = [s for s in index.matches(n)[-DRAFTING.agree_window:] if s not in seen]
+        ranked = sorted(recent, key=lambda s: (index.match_length(s, DRAFTING.lookup_reach), s), reverse=True)
+        for rank, start in enumerate(ranked[:max_matches]):
             seen.add(start)
             out.append(Candidate(index.continuation(start, k), order_weight ** n / (1 + rank)))
-            rank += 1
     return out
 
 

@@ -1,0 +1,188 @@
+"""The suite's agentic traces replayed offline: what prompt lookup, the suffix drafter and `auto` draft on each
+turn, round by round, against the target's recorded greedy answers.
+
+    python -m benchmarks.agentic_replay RESULTS.jsonl [--profile NAME|FILE.json] [--modes ngram,suffix,auto]
+                                        [--show CATEGORY:MODE[:TURN] ...]
+
+RESULTS.jsonl is a suite's output with `off` rows (`speczoo suite MODEL --questions agentic --methods off
+...`): their ids are the target's greedy answers, turn by turn, and the prompts are rebuilt from the
+questions and those answers as the suite builds them. With greedy verification a speculative run is fixed by
+them, so each mode is replayed through the engine's own rounds (decoding/round.py `run_round`, the real
+controller and drafters, `verify_recorded`), with a suffix memory of its own that remembers its answers in the
+suite's order, as the suite's tenant per method does. The controller decides with fixed costs (a built-in
+profile of benchmarks/replay_profiles.py, or a measured one), never the machine's timings: the figures
+(accepted per round, rounds, modeled tokens per target step) do not depend on load. The auto mode offers
+what `auto` offers a target with no draft model: prompt lookup and the suffix drafter.
+`--show` prints each round of a category's mode (or one turn of it): the context's tail, the draft, what the
+target wrote. A measurement script, never imported by the runtime; it never runs a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from speczoo.decoding.controller import Controller
+from speczoo.decoding.drafters.base import Drafter
+from speczoo.decoding.drafters.ngram import NgramDrafter
+from speczoo.decoding.drafters.suffix import SuffixDrafter
+from speczoo.decoding.drafters.suffix_memory import SuffixMemory
+from speczoo.decoding.pricing.cost import Costs, CvCurve
+from speczoo.decoding.round import Generation, RoundPlan, run_round, verify_recorded
+
+from benchmarks.replay_profiles import Profile, load_profile
+
+MODES = ("ngram", "suffix", "auto")
+
+
+@dataclass
+class Tally:
+    """One mode over some turns: rounds, draft tokens proposed and accepted, tokens emitted, target steps."""
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+    lossless: bool = True
+
+    def add(self, other: Tally) -> None:
+        self.rounds += other.rounds
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+        self.tokens += other.tokens
+        self.cost += other.cost
+        self.lossless &= other.lossless
+
+    @property
+    def per_round(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+    @property
+    def speedup(self) -> float:
+        """Tokens per target step, against plain decoding's 1.0."""
+        return self.tokens / self.cost if self.cost else 0.0
+
+
+def drafters_for(mode: str, prompt: list[int], memory: SuffixMemory, order: int) -> dict[str, Drafter]:
+    """The drafters `mode` offers on one turn (auto: prompt lookup and the suffix drafter)."""
+    out: dict[str, Drafter] = {}
+    if mode in ("ngram", "auto"):
+        out["ngram"] = NgramDrafter(max_order=order)
+    if mode in ("suffix", "auto"):
+        out["suffix"] = SuffixDrafter(memory.open(mode), len(prompt), max_order=order)
+    return out
+
+
+def replay_turn(prompt: list[int], out: list[int], drafters: dict[str, Drafter], profile: Profile, k: int,
+                show=None) -> Tally:
+    """One turn's rounds under the controller at `profile`'s costs; `show(context, plan, accepted, truth)`
+    sees each round."""
+    costs = Costs(cv=CvCurve.measured(profile.target_cv), draft_cost={n: 0.0 for n in drafters},
+                  round_overhead=profile.round_overhead)
+    ctl = Controller(costs, list(drafters), k_max=k, priors={n: d.situation_priors for n, d in drafters.items()})
+
+    def verify(g: Generation, plan: RoundPlan):
+        at = len(g.out)
+        verdict, judged = verify_recorded(plan, out, at)
+        if show is not None:
+            show(g.context + [g.pending], plan, verdict.accepted, out[at + 1:at + 3 + verdict.accepted])
+        return verdict, judged
+
+    t = Tally(tokens=len(out))
+    g = Generation(drafters, ctl, list(prompt), len(out))
+    g.start(out[0])
+    while g.finish is None:
+        r = run_round(g, verify)
+        t.cost += costs.cv(r.drafted + 1) + costs.round_overhead if r.drafted else 1.0
+    g.end()
+    t.rounds, t.drafted, t.accepted, t.lossless = g.stats.rounds, g.stats.drafted, g.stats.accepted, g.out == out
+    return t
+
+
+def replay_suite(rows: list[dict], questions: dict, tokenizer, modes: Sequence[str], profile: Profile,
+                 k: int = 8, order: int = 3, show: frozenset[str] = frozenset(), turns_out=None
+                 ) -> dict[tuple[str, str], Tally]:
+    """(category, mode) -> its Tally over the `off` rows' answers, questions in the rows' order; `turns_out`
+    (if given) gets (category, mode, turn, Tally) per turn."""
+    from speczoo.bench.suite import turn_ids
+
+    memories = {m: SuffixMemory() for m in modes}
+    totals: dict[tuple[str, str], Tally] = {}
+    for row in (r for r in rows if r["method"] == "off"):
+        q = questions[row["question_id"]]
+        for turn, answer in enumerate(row["ids"]):
+            prompt = turn_ids(tokenizer, q, row["texts"][:turn])
+            for mode in modes:
+                wanted = {f"{q.category}:{mode}", f"{q.category}:{mode}:{turn}"} & show
+                printer = _printer(tokenizer) if wanted else None
+                if printer:
+                    print(f"== {q.category} turn {turn} {mode}")
+                t = replay_turn(prompt, answer, drafters_for(mode, prompt, memories[mode], order), profile, k,
+                                printer)
+                totals.setdefault((q.category, mode), Tally()).add(t)
+                if turns_out is not None:
+                    turns_out(q.category, mode, turn, t)
+    return totals
+
+
+def _printer(tokenizer):
+    def show(context: list[int], plan: RoundPlan, accepted: int, truth: list[int]) -> None:
+        d = plan.draft.tokens
+        print(f"  {plan.drafter:6} K={len(d)} acc {accepted}: ..{tokenizer.decode(context[-6:])!r} | "
+              f"draft {tokenizer.decode(d)!r} | truth {tokenizer.decode(truth)!r}")
+    return show
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", help="a suite's results.jsonl with `off` rows of the agentic traces")
+    ap.add_argument("--profile", default=None, help="costs: a built-in profile (replay_profiles.py) or a cost "
+                    "profile file (default: the target bundle's, as loaded)")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--k", type=int, default=8, help="max draft tokens per round (the suite's --k)")
+    ap.add_argument("--show", action="append", default=[], metavar="CATEGORY:MODE[:TURN]")
+    ap.add_argument("--turns", action="store_true", help="also print each turn's figures")
+    args = ap.parse_args(argv)
+    from speczoo.bench.agentic import agentic_questions
+    from speczoo.runtime import load
+
+    rows = [json.loads(line) for line in Path(args.results).read_text().splitlines() if line.strip()]
+    off = [r for r in rows if r["method"] == "off"]
+    if not off:
+        raise SystemExit(f"{args.results} has no 'off' rows: run the suite with the off method first")
+    rt = load(off[0]["target"])
+    if args.profile is None:
+        from speczoo.decoding.pricing.profile import load_or_measure
+        from benchmarks.replay_profiles import measured_profile
+        profile = measured_profile(load_or_measure(rt.target), name=f"{off[0]['target']} (its bundle's)")
+    else:
+        profile = load_profile(args.profile)
+    print(profile.describe())
+    questions = {q.question_id: q for q in agentic_questions()}
+    modes = args.modes.split(",")
+
+    def per_turn(cat: str, mode: str, turn: int, t: Tally) -> None:
+        if args.turns:
+            print(f"{cat:14} turn {turn} {mode:6} rounds {t.rounds:3d} drafted {t.drafted:3d} accepted "
+                  f"{t.accepted:3d} ({t.per_round:.2f}/round) {t.speedup:.2f}x")
+
+    totals = replay_suite(off, questions, rt.tokenizer, modes, profile, args.k, off[0].get("ngram", 3),
+                          frozenset(args.show), per_turn)
+    print(f"{'category':14} {'mode':6} {'rounds':>6} {'drafted':>7} {'accepted':>8} {'acc/round':>9} "
+          f"{'tok/step':>8} lossless")
+    overall: dict[str, Tally] = {}
+    for (cat, mode), t in totals.items():
+        overall.setdefault(mode, Tally()).add(t)
+        print(f"{cat:14} {mode:6} {t.rounds:6d} {t.drafted:7d} {t.accepted:8d} {t.per_round:9.2f} "
+              f"{t.speedup:7.2f}x {t.lossless}")
+    for mode, t in overall.items():
+        print(f"{'all':14} {mode:6} {t.rounds:6d} {t.drafted:7d} {t.accepted:8d} {t.per_round:9.2f} "
+              f"{t.speedup:7.2f}x {t.lossless}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+"""The agentic replay drives the engine's rounds against a recorded answer: lossless, and it counts what
+the drafters did (model-free)."""
+
+from benchmarks.agentic_replay import Tally, drafters_for, replay_turn
+from benchmarks.replay_profiles import PROFILES
+from speczoo.decoding.drafters.suffix_memory import SuffixMemory
+
+
+def test_a_copied_answer_is_replayed_losslessly_in_few_rounds():
+    passage = list(range(100, 140))
+    prompt, out = [1, 2, 3] + passage + [4, 5], passage[:30]
+    memory = SuffixMemory()
+    for mode in ("ngram", "suffix", "auto"):
+        t = replay_turn(prompt, out, drafters_for(mode, prompt, memory, 3), PROFILES["cheap-verify"], 8)
+        assert t.lossless and t.tokens == 30
+        assert t.rounds < 15 and t.accepted > 15 and t.drafted >= t.accepted
+        assert 1.0 < t.speedup
+
+
+def test_the_suffix_memory_remembers_a_turn_for_the_next():
+    memory = SuffixMemory()
+    answer = list(range(200, 230))
+    replay_turn([7, 8, 9], answer, drafters_for("suffix", [7, 8, 9], memory, 3), PROFILES["cheap-verify"], 8)
+    again = replay_turn([7, 8, 9], answer, drafters_for("suffix", [7, 8, 9], memory, 3), PROFILES["cheap-verify"], 8)
+    assert again.lossless and again.accepted > 15
+
+
+def test_tallies_add_up():
+    a, b = Tally(2, 8, 6, 9, 4.0), Tally(1, 4, 4, 5, 2.0, lossless=False)
+    a.add(b)
+    assert (a.rounds, a.drafted, a.accepted, a.tokens, a.cost, a.lossless) == (3, 12, 10, 14, 6.0, False)
+    assert a.per_round == 10 / 3 and a.speedup == 14 / 6.0
