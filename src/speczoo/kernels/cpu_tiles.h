@@ -53,8 +53,7 @@ static inline __m512i dpwssd_bcst(__m512i acc, __m512i w, const int32_t* x) {
 }
 // A loaded vector, opaque to the optimizer (no instruction): the q4 codes are loaded once and both nibbles
 // taken from the register, where GCC would fold the load into the and and the shift alike and load every
-// 64 bytes twice (a 512-bit load takes both of Zen 4's load pipes for a cycle; a tile of few rows is bound
-// by its loads).
+// 64 bytes twice: a tile of few rows is bound by its loads (docs/results.md, the q4 tile against its floor).
 static inline __m512i sz_loaded(__m512i v) {
     __asm__("" : "+v"(v));
     return v;
@@ -182,7 +181,7 @@ static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh,
     for (int h = 0; h < 2; ++h) {
         __m512i a[R];
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) a[r] = _mm512_set1_epi32(-(xh[h * S + r] << Quads::SHIFT));
+        for (int r = 0; r < R; ++r) a[r] = _mm512_set1_epi32(-xh[h * S + r] * (1 << Quads::SHIFT));
 #pragma GCC unroll 4
         for (int q = 0; q < 4; ++q) {
             const __m512i wv = quads(4 * h + q);
