@@ -51,6 +51,13 @@ static inline __m512i dpwssd_bcst(__m512i acc, __m512i w, const int32_t* x) {
     __asm__("vpdpwssd %[x]%{1to16%}, %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [x] "m"(*x));
     return acc;
 }
+// A loaded vector, opaque to the optimizer (no instruction): the q4 codes are loaded once and both nibbles
+// taken from the register, where GCC would fold the load into the and and the shift alike and load every
+// 64 bytes twice: a tile of few rows is bound by its loads (docs/results.md, the q4 tile against its floor).
+static inline __m512i sz_loaded(__m512i v) {
+    __asm__("" : "+v"(v));
+    return v;
+}
 // q8: R rows x nq quads of one strip; acc[R][16] int32 in memory between k-blocks.
 // w: strip weights at the block's first quad; xk: activation words at (first quad, first row).
 template <int R>
@@ -101,7 +108,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
             for (int c = 0; c < C; ++c) t[c][r] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
-            const __m512i p = _mm512_loadu_si512((const void*)(qb + g * 256 + j * 64));
+            const __m512i p = sz_loaded(_mm512_loadu_si512((const void*)(qb + g * 256 + j * 64)));
             const __m512i lo = _mm512_and_si512(p, nib);                            // k = 32g + 4j + i
             const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), nib);  // k + 16
             const int32_t* xl = xk + (g * 8 + j) * S;
@@ -165,15 +172,16 @@ struct Q6Quads {
 };
 
 // q8b / q6: one group of 32 inputs of a strip: t[r][h][16] = the exact sums of (u - BIAS) * x over half h
-// (16 inputs) for rows r: vpdpbusd sums u * x (unsigned by signed), then BIAS * the half's activation
-// sum (xh) comes off.
+// (16 inputs) for rows r: each row's sum starts at -BIAS * the half's activation sum (xh, a scalar made in
+// a general register and broadcast once), then vpdpbusd adds u * x (unsigned by signed). Starting there
+// rather than subtracting at the end keeps no second vector a row live (a 9-row tile spilled 9 of them).
 template <int R, class Quads>
 static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
         __m512i a[R];
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_si512();
+        for (int r = 0; r < R; ++r) a[r] = _mm512_set1_epi32(-xh[h * S + r] * (1 << Quads::SHIFT));
 #pragma GCC unroll 4
         for (int q = 0; q < 4; ++q) {
             const __m512i wv = quads(4 * h + q);
@@ -182,9 +190,7 @@ static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh,
             for (int r = 0; r < R; ++r) a[r] = dpbusd_bcst(a[r], wv, xr + r);
         }
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r)
-            _mm512_store_si512((void*)(t + (2 * r + h) * 16), _mm512_sub_epi32(
-                a[r], _mm512_slli_epi32(_mm512_set1_epi32(xh[h * S + r]), Quads::SHIFT)));
+        for (int r = 0; r < R; ++r) _mm512_store_si512((void*)(t + (2 * r + h) * 16), a[r]);
     }
 }
 #elif defined(SZ_PATH_AVXVNNI) || defined(SZ_PATH_AVX2)
