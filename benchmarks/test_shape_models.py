@@ -13,7 +13,6 @@ import torch
 
 from benchmarks import shape_models
 from benchmarks.pull_scale import llama3_rope_factors, tensor_plan
-from speczoo.decoding.pricing.cost import expected_tokens
 
 LLAMA_BIN = Path("/work/peers/llama.cpp/build/bin")
 TINY = dict(shape_models.LLAMA_32, layers=2, dim=256, heads=4, kv_heads=2, head_dim=64, ffn=512, vocab=1280)
@@ -51,11 +50,6 @@ def test_the_memory_table_puts_both_systems_side_by_side():
                memory={"peak": 2e9, "anon": 0.5e9, "file": 1.5e9}, llama_memory={"peak": 1e9, "anon": 0.2e9, "file": 0.8e9})
     line = shape_models.memory_table([row], 4096).splitlines()[-1]
     assert line == "| m | Q4_K_M | 1.00 | 1.10 | 2.00 / 1.00 (2.00×) | 0.50 / 0.20 | 1.50 / 0.80 |"
-
-
-def test_the_acceptance_of_a_round_count_inverts_the_cost_model():
-    for alpha in (0.0, 0.3, 0.8):
-        assert shape_models.acceptance_of(expected_tokens(alpha, 4) - 1, 4) == pytest.approx(alpha, abs=1e-6)
 
 
 def test_llama3_rope_factors_keep_short_wavelengths_and_divide_long_ones():
