@@ -3,7 +3,7 @@ but whose proposals are accepted at a set rate, beside the cost model's predicti
 weights (benchmarks/shape_models.py), whose own acceptance is ~0, so that r and c_v can be judged at scale.
 
     python -m benchmarks.forced_draft TARGET DRAFT [--k 4] [--alpha 0.7] [--gen 64] [--threads 2] [--runs 2]
-                                      [--prompt TEXT] [--seed 0] [--json]
+                                      [--prompt TEXT] [--seed 0] [--max-seq 1024] [--json]
 
 TARGET and DRAFT are zoo names or GGUF paths (pulled on first use, as `speczoo bench` does). One runtime loads
 both (the pair's first-token gate waived: random weights never pass it; the tokenizer checks still apply),
@@ -184,11 +184,13 @@ def prediction(e: float, k: int, r: float, cv_k1: float, overhead: float) -> flo
 
 
 def measure(target: str, draft: str, k: int, alpha: float, gen: int, runs: int, prompt: str, seed: int,
-            log=print) -> dict:
+            log=print, max_seq: int = 1024) -> dict:
+    """The forced runs and greedy runs alternated (see the module docstring); max_seq sizes both KV caches
+    (the model's own context would reserve gigabytes an 8B's short run never touches)."""
     from speczoo.runtime import load_runtime
 
     waive_the_gate()
-    rt = load_runtime(target, draft=draft)
+    rt = load_runtime(target, draft=draft, max_seq=max_seq)
     ids = rt.tokenizer.encode(prompt)
     costs = rt.engine.costs
     truth, _ = greedy_run(rt, ids, gen)                               # the truth; warms both sides up
@@ -253,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="a fixed thread count (default: as the CLI's)")
     p.add_argument("--prompt", default=PROMPT, help="raw prompt text")
     p.add_argument("--seed", type=int, default=0, help="the acceptance coin's seed")
+    p.add_argument("--max-seq", type=int, default=1024, help="both KV caches' length (default 1024)")
     p.add_argument("--json", action="store_true", help="print one JSON line instead of the table")
     a = p.parse_args(argv)
     if not 0.0 <= a.alpha <= 1.0 or a.k < 1 or a.gen < 2 or a.runs < 1:
@@ -260,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     from speczoo.threads import apply_threads
     apply_threads(a.threads)
     log = lambda line: print(line, file=sys.stderr, flush=True)   # noqa: E731
-    m = measure(a.target, a.draft, a.k, a.alpha, a.gen, a.runs, a.prompt, a.seed, log)
+    m = measure(a.target, a.draft, a.k, a.alpha, a.gen, a.runs, a.prompt, a.seed, log, a.max_seq)
     print(json.dumps(m) if a.json else report(m))
     return 0 if m["lossless"] else 1
 
