@@ -34,7 +34,8 @@ a forced acceptance (benchmarks/forced_draft.py: the draft model's forwards are 
 target's own at --alpha; random weights accept nothing on their own), set beside the cost model's prediction
 at the acceptance it realized, priced with the runtime's profile and with the r and c_v timed in that run.
 
-GGUFs, bundles and measured figures (DIR/results.json) are cached in DIR: a rerun writes, quantizes, pulls
+GGUFs, bundles and measured figures (DIR/results.json; DIR/results-PATH.json when SPECZOO_KERNEL_PATH=PATH
+forces a kernel path, e.g. avx2 on an AVX-512 CPU) are cached in DIR: a rerun writes, quantizes, pulls
 and measures only what is missing (--fresh measures again). Needs llama.cpp's tools on --llama-bin. An 8B
 size needs ~16 GB for its F16 file plus ~5 GB per type and bundle. A measurement script: never imported by
 the package, never writes outside DIR.
@@ -57,6 +58,7 @@ from pathlib import Path
 from benchmarks import forced_draft
 from benchmarks.pull_scale import SHAPES, write_gguf
 from speczoo.decoding.pricing.cost import CvCurve, best_k, break_even_alpha
+from speczoo.kernels.native import PATH_ENV
 from speczoo.zoo import bundle as B
 from speczoo.zoo.registry import local_bundle_name
 
@@ -73,6 +75,12 @@ ALPHAS = (0.5, 0.6, 0.7, 0.8)
 PROMPT = ("Write a Python function that parses a CSV file of orders and returns the total per customer, "
           "then explain how it handles quoted fields.")
 SPEC_STATS = "SPEC STATS "
+
+
+def results_name(kernel_path: str | None) -> str:
+    """DIR's file of measured figures: results.json, or results-PATH.json under SPECZOO_KERNEL_PATH=PATH (the
+    AVX2 build forced on an AVX-512 CPU is measured beside the native one, not over it)."""
+    return f"results-{kernel_path}.json" if kernel_path else "results.json"
 
 
 class NotMeasured(Exception):
@@ -145,7 +153,7 @@ class Bench:
         self.args = args
         self.home = args.dir / "home"
         self.env = {**os.environ, "SPECZOO_HOME": str(self.home)}
-        self.cache_path = args.dir / "results.json"
+        self.cache_path = args.dir / results_name(os.environ.get(PATH_ENV))
         self.cache = json.loads(self.cache_path.read_text()) if self.cache_path.exists() else {}
         self.bin = args.llama_bin
 

@@ -114,3 +114,8 @@ def test_the_draft_at_scale_sets_the_cost_model_beside_the_forced_run(monkeypatc
     assert "| llama.cpp (llama-bench) | 0.194 |" in text
     assert "| the runtime's profile | 0.200 | 1.30 | 0.020 | 1.60× | 1.50× |" in text
     assert "output equal to greedy: yes" in text
+
+
+def test_a_forced_kernel_path_keeps_its_own_figures():
+    assert shape_models.results_name(None) == "results.json"
+    assert shape_models.results_name("avx2") == "results-avx2.json"
