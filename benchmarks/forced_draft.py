@@ -30,7 +30,8 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from speczoo.decoding.controller import Choice
@@ -124,9 +125,10 @@ class ForcedRun:
     lossless: bool
 
 
-def waive_the_gate() -> None:
-    """Let a pair through check_pair's first-token gate (random weights never agree on a probe's next token);
-    every other check (tokenizer, vocabulary, special ids) still refuses a bad pair."""
+@contextmanager
+def gate_waived() -> Iterator[None]:
+    """Within it, check_pair lets a pair through its first-token gate (random weights never agree on a probe's
+    next token); every other check (tokenizer, vocabulary, special ids) still refuses a bad pair."""
     from speczoo.decoding import pair
 
     checked = pair.check_pair
@@ -138,6 +140,10 @@ def waive_the_gate() -> None:
         return report
 
     pair.check_pair = without_the_gate
+    try:
+        yield
+    finally:
+        pair.check_pair = checked
 
 
 def greedy_run(rt, ids: list[int], gen: int) -> tuple[list[int], float]:
@@ -189,8 +195,8 @@ def measure(target: str, draft: str, k: int, alpha: float, gen: int, runs: int, 
     (the model's own context would reserve gigabytes an 8B's short run never touches)."""
     from speczoo.runtime import load_runtime
 
-    waive_the_gate()
-    rt = load_runtime(target, draft=draft, max_seq=max_seq)
+    with gate_waived():
+        rt = load_runtime(target, draft=draft, max_seq=max_seq)
     ids = rt.tokenizer.encode(prompt)
     costs = rt.engine.costs
     truth, _ = greedy_run(rt, ids, gen)                               # the truth; warms both sides up

@@ -67,3 +67,12 @@ def test_a_forced_run_on_tiny_models_equals_greedy_and_keeps_what_the_coin_chose
     assert 0 < run["accepted"] < 3 * run["rounds"]
     text = forced_draft.report(m)
     assert "the runtime's profile" in text and "timed in this run" in text and "equal to greedy: yes" in text
+
+
+def test_the_gate_is_waived_only_within():
+    from speczoo.decoding import pair
+
+    before = pair.check_pair
+    with forced_draft.gate_waived():
+        assert pair.check_pair is not before
+    assert pair.check_pair is before
