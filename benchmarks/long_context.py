@@ -2,7 +2,10 @@
 llama.cpp's llama-bench on the same GGUF.
 
     python -m benchmarks.long_context --model qwen2.5-coder-0.5b --depths 1024,8192,16384 \
-        [--kv-type f16,f32] [--gen 32] [--threads 2] [--llama-bin /work/peers/llama.cpp/build/bin] [--json OUT]
+        [--kv-type f16[,f32]] [--gen 32] [--threads 2] [--llama-bin /work/peers/llama.cpp/build/bin] [--json OUT]
+
+--model is a zoo name or a GGUF path (a shape model of benchmarks/shape_models.py: set SPECZOO_HOME to its
+DIR/home, where it is pulled).
 
 speczoo: the model is loaded as `speczoo generate` loads it (the bundle's default backend); a KV cache of
 depth + gen slots in each --kv-type is filled to `depth` tokens, then `gen` single-token decode steps (one
@@ -27,6 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from speczoo.context import DEFAULT_KV_TYPE
 
 
 @dataclass
@@ -120,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--model", default="qwen2.5-coder-0.5b", help="a pulled zoo name (or a bundle's name)")
     p.add_argument("--depths", default="1024,8192,16384", help="tokens in the cache before decoding, comma-separated")
-    p.add_argument("--kv-type", default="f16,f32", help="speczoo's KV element types to time, comma-separated")
+    p.add_argument("--kv-type", default=DEFAULT_KV_TYPE,
+                   help=f"speczoo's KV element types to time, comma-separated (default {DEFAULT_KV_TYPE}, the runtime's)")
     p.add_argument("--gen", type=int, default=32, help="decode steps timed per depth (default 32)")
     p.add_argument("--fill", type=int, default=256, help="tokens really prefilled, then repeated (default 256)")
     p.add_argument("--prefill", action="store_true", help="prefill the whole depth through the model (slow)")

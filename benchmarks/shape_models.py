@@ -1,8 +1,8 @@
 """speczoo beside llama.cpp from 0.5B to 8B: random-weight models in Llama 3's exact shapes, same file, same CPU.
 
     python -m benchmarks.shape_models --dir /work/shapes [--sizes 0.5b,1.5b,1b,3b,8b] [--types Q4_K_M,Q4_0]
-                                      [--gen 32] [--repeats 3] [--threads 2] [--pair 8b:1b] [--fresh]
-                                      [--ctx 4096] [--memory-only]
+                                      [--gen 32] [--repeats 3] [--threads 2] [--pair 8b:1b] [--k 4] [--alpha 0.7]
+                                      [--fresh] [--ctx 4096] [--memory-only | --files-only] [--drop-f16]
 
 Speed does not depend on the weights' values, so for each of Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-8B
 this writes an F16 GGUF with random weights in the model's exact shapes and hyperparameters (arch llama,
@@ -28,12 +28,14 @@ same threads:
   once. Memory figures hold under load; times do not.
 
 "The draft model at scale" (--pair TARGET:DRAFT, default 8b:1b, when both were measured): the cost model's
-(speczoo.decoding.pricing.cost) best K and predicted speedup at α 0.5-0.8 with r = draft step / target step
-and the target's c_v, from speczoo's and from llama.cpp's measured figures, and a measured
-`speczoo bench TARGET --spec draft --draft DRAFT`: with random weights acceptance means nothing, so its
-speedup is set beside the cost model's prediction at the acceptance it saw.
+(speczoo.decoding.pricing.cost) best K, predicted speedup and break-even α at α 0.5-0.8 with r = draft step /
+target step and the target's c_v, from speczoo's and from llama.cpp's measured figures, and a measured run at
+a forced acceptance (benchmarks/forced_draft.py: the draft model's forwards are real, its tokens are the
+target's own at --alpha; random weights accept nothing on their own), set beside the cost model's prediction
+at the acceptance it realized, priced with the runtime's profile and with the r and c_v timed in that run.
 
-GGUFs, bundles and measured figures (DIR/results.json) are cached in DIR: a rerun writes, quantizes, pulls
+GGUFs, bundles and measured figures (DIR/results.json; DIR/results-PATH.json when SPECZOO_KERNEL_PATH=PATH
+forces a kernel path, e.g. avx2 on an AVX-512 CPU) are cached in DIR: a rerun writes, quantizes, pulls
 and measures only what is missing (--fresh measures again). Needs llama.cpp's tools on --llama-bin. An 8B
 size needs ~16 GB for its F16 file plus ~5 GB per type and bundle. A measurement script: never imported by
 the package, never writes outside DIR.
@@ -53,8 +55,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import forced_draft
 from benchmarks.pull_scale import SHAPES, write_gguf
-from speczoo.decoding.pricing.cost import CvCurve, best_k, break_even_alpha, expected_tokens, speedup
+from speczoo.decoding.pricing.cost import CvCurve, best_k, break_even_alpha
+from speczoo.kernels.native import PATH_ENV
 from speczoo.zoo import bundle as B
 from speczoo.zoo.registry import local_bundle_name
 
@@ -71,7 +75,12 @@ ALPHAS = (0.5, 0.6, 0.7, 0.8)
 PROMPT = ("Write a Python function that parses a CSV file of orders and returns the total per customer, "
           "then explain how it handles quoted fields.")
 SPEC_STATS = "SPEC STATS "
-PRICED = "PRICED "
+
+
+def results_name(kernel_path: str | None) -> str:
+    """DIR's file of measured figures: results.json, or results-PATH.json under SPECZOO_KERNEL_PATH=PATH (the
+    AVX2 build forced on an AVX-512 CPU is measured beside the native one, not over it)."""
+    return f"results-{kernel_path}.json" if kernel_path else "results.json"
 
 
 class NotMeasured(Exception):
@@ -144,7 +153,7 @@ class Bench:
         self.args = args
         self.home = args.dir / "home"
         self.env = {**os.environ, "SPECZOO_HOME": str(self.home)}
-        self.cache_path = args.dir / "results.json"
+        self.cache_path = args.dir / results_name(os.environ.get(PATH_ENV))
         self.cache = json.loads(self.cache_path.read_text()) if self.cache_path.exists() else {}
         self.bin = args.llama_bin
 
@@ -275,46 +284,19 @@ class Bench:
         return B.dir_size(self.home / "bundles" / local_bundle_name(path)) / 1e9
 
     def draft_run(self, target: Path, draft: Path, k: int) -> dict:
+        """benchmarks.forced_draft's run of TARGET with DRAFT at K tokens a round accepted at --alpha (its JSON)."""
         a = self.args
 
         def measure() -> dict:
-            argv = ["bench", str(target), "--spec", "draft", "--draft", str(draft), "--k", str(k), "--runs", "1",
-                    "--gen", str(a.gen), "--prompt", PROMPT, "--raw", "--max-seq", "512", "--threads", str(a.threads)]
-            run = run_measured([sys.executable, "-c", f"from benchmarks.shape_models import bench_past_the_gate; "
-                                f"bench_past_the_gate({argv!r})"], self.env | {"PYTHONPATH": _pythonpath()})
-            line = next(x for x in run.out.splitlines() if x.startswith(PRICED))
-            return _spec_stats(run.out) | {"peak": run.peak, "priced": json.loads(line[len(PRICED):])}
-        return self.cached(f"{target.name}+{draft.name}", f"draft_k{k}", measure)
+            run = run_measured([sys.executable, "-m", "benchmarks.forced_draft", str(target), str(draft), "--k", str(k),
+                                "--alpha", str(a.alpha), "--gen", str(a.gen), "--runs", str(a.repeats), "--threads",
+                                str(a.threads), "--prompt", PROMPT, "--json"], self.env | {"PYTHONPATH": _pythonpath()})
+            return json.loads(run.out.strip().splitlines()[-1]) | {"peak": run.peak}
+        return self.cached(f"{target.name}+{draft.name}", f"forced_k{k}_a{a.alpha}", measure)
 
 
 def _memory(run: Run) -> dict:
     return {"peak": run.peak, "anon": run.anon, "file": run.file, "s": run.wall}
-
-
-def bench_past_the_gate(argv: list[str]) -> None:
-    """`speczoo bench ARGV` (in this process) letting a draft through the pair check's first-token gate,
-    which models with random weights never pass (they cannot agree on a probe's continuation); every other
-    check of the pair (tokenizer, vocabulary, special ids) still refuses a bad one. Prints the costs the
-    runtime priced speculation with (r: the draft step in target steps; the target's c_v) as a PRICED line."""
-    from speczoo import cli, runtime
-    from speczoo.decoding import pair
-
-    checked, priced = pair.check_pair, runtime.runtime_costs
-
-    def without_the_gate(draft, target) -> pair.PairReport:
-        report = checked(draft, target)
-        if report.gate_only:
-            report.ok, report.problems = True, []
-        return report
-
-    def reported(*args, **kwargs):
-        costs, draft_costs = priced(*args, **kwargs)
-        print(PRICED + json.dumps({"r": draft_costs.step, "target_ms": costs.step_ms,
-                                   "cv": {s: costs.cv(s) for s in (1, *CV_SIZES)}}), flush=True)
-        return costs, draft_costs
-
-    pair.check_pair, runtime.runtime_costs = without_the_gate, reported
-    sys.exit(cli.main(argv))
 
 
 def _pythonpath() -> str:
@@ -361,6 +343,9 @@ def measure_all(bench: Bench, sizes: list[str], kinds: list[str]) -> list[dict]:
                       + f"memory at context {bench.args.ctx} ...", flush=True)
                 row = dict(size=size, label=label, kind=kind, path=path, gb=path.stat().st_size / 1e9,
                            pull=bench.pull(path))
+                if bench.args.files_only:
+                    print(f"{label} {kind}: {path} ({row['gb']:.2f} GB), pulled in {row['pull']['s']:.0f} s", flush=True)
+                    continue
                 if timed:
                     row.update(greedy=bench.speczoo_greedy(path), cv=bench.speczoo_cv(path), llama=bench.llama(path))
                 row.update(bundle_gb=bench.bundle_gb(path), memory=bench.speczoo_memory(path),
@@ -370,6 +355,10 @@ def measure_all(bench: Bench, sizes: list[str], kinds: list[str]) -> list[dict]:
                 continue
             print((table([row]) if timed else memory_table([row], bench.args.ctx)).splitlines()[-1], flush=True)
             rows.append(row)
+        f16 = bench.args.dir / f"{size}-F16.gguf"
+        if bench.args.drop_f16 and f16.exists() and all((bench.args.dir / f"{size}-{k}.gguf").exists() for k in kinds):
+            f16.unlink()                                      # every type is quantized: free its disk
+            print(f"{size}: removed {f16.name} (--drop-f16)", flush=True)
     return rows
 
 
@@ -408,25 +397,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def acceptance_of(accepted_per_round: float, k: int) -> float:
-    """The α at which the cost model's E(α, K) − 1 drafts are accepted per round (bisection)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected_tokens(mid, k) - 1 < accepted_per_round else (lo, mid)
-    return lo
-
-
 def draft_at_scale(bench: Bench, target: dict, draft: dict, k: int, k_max: int) -> str:
-    """The cost model's predicted speedup of `target` with `draft` (r and c_v as measured, speczoo's and
-    llama.cpp's), and a measured speczoo run with the draft at K = k."""
+    """The cost model's predicted speedup of `target` with `draft` (r and c_v as measured: speczoo's `cv`, the
+    runtime's own priced profile, llama.cpp's llama-bench) at α 0.5-0.8, and a measured speczoo run with the
+    draft at K = k whose acceptance is forced to --alpha (benchmarks.forced_draft)."""
+    m = bench.draft_run(target["path"], draft["path"], k)
+    priced = m["priced"]
     lines = [f"### {target['label']} with {draft['label']} as its draft ({target['kind']})", "",
              "| r and c_v from | r = draft step / target step | target c_v(2/5/9) | break-even α | "
              + " | ".join(f"α={a} speedup (best K)" for a in ALPHAS) + " |",
              "|---|---|---|---|" + "---|" * len(ALPHAS)]
-    m = bench.draft_run(target["path"], draft["path"], k)
     sides = {"speczoo cv (full-vocabulary draft step)": (draft["cv"]["ms1"] / target["cv"]["ms1"], target["cv"]["cv"]),
-             "speczoo bench, as the runtime priced it": (m["priced"]["r"], _int_keys(m["priced"])["cv"]),
              "llama.cpp (llama-bench)": (draft["llama"]["ms1"] / target["llama"]["ms1"], target["llama"]["cv"])}
     for name, (r, cv) in sides.items():
         curve = CvCurve.measured(cv, source=name)
@@ -434,16 +415,13 @@ def draft_at_scale(bench: Bench, target: dict, draft: dict, k: int, k_max: int) 
         cells = [f"{b.speedup:.2f}× ({b.k})" for b in (best_k(a, curve, r, k_max) for a in ALPHAS)]
         lines.append(f"| {name} | {r:.3f} | {_cvs(cv)} | {'never' if be is None else f'{be:.2f}'} | "
                      + " | ".join(cells) + " |")
-    r, cv = sides["speczoo bench, as the runtime priced it"]
-    alpha = acceptance_of(m["accepted"], k)
     lines += ["", f"Step times: target {target['cv']['ms1']:.1f} ms, draft {draft['cv']['ms1']:.1f} ms (speczoo cv); "
-              f"target {target['llama']['ms1']:.1f} ms, draft {draft['llama']['ms1']:.1f} ms (llama-bench).",
-              "", f"Measured (`speczoo bench TARGET --spec draft --draft DRAFT --k {k}`, random weights, the pair's "
-              f"first-token gate waived): greedy {m['greedy']:.2f} tok/s, with the draft {m['spec']:.2f} tok/s "
-              f"({m['speedup']:.2f}×), {m['accepted']:.2f} drafts accepted per round, {m['forwards']} target "
-              f"forwards for {bench.args.gen} tokens (the controller stops drafting once acceptance is ~0). The cost "
-              f"model at that acceptance (α ≈ {alpha:.2f}) and K = {k}, always drafting, predicts "
-              f"{speedup(alpha, k, CvCurve.measured(cv), r):.2f}×."]
+              f"target {target['llama']['ms1']:.1f} ms, draft {draft['llama']['ms1']:.1f} ms (llama-bench). The "
+              f"runtime priced the draft at r = {priced['r']:.3f} (its reduced proposing head) and c_v({k + 1}) = "
+              f"{priced['cv_k1']:.2f}.", "",
+              f"Measured (`python -m benchmarks.forced_draft TARGET DRAFT --k {k} --alpha {bench.args.alpha}`: the "
+              "draft's forwards real, its tokens accepted at α by a seeded coin; random weights accept nothing on "
+              "their own):", "", forced_draft.report(m)]
     return "\n".join(lines)
 
 
@@ -457,6 +435,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both tools")
     p.add_argument("--pair", default="8b:1b", help="TARGET:DRAFT sizes for the draft-model section ('' for none)")
     p.add_argument("--k", type=int, default=4, help="draft tokens per round of the measured draft run")
+    p.add_argument("--alpha", type=float, default=0.7,
+                   help="the acceptance the measured draft run forces (benchmarks.forced_draft; default 0.7)")
     p.add_argument("--kmax", type=int, default=8, help="largest K the cost model considers")
     p.add_argument("--llama-bin", type=Path, default=Path("/work/peers/llama.cpp/build/bin"),
                    help="folder of llama-quantize and llama-bench")
@@ -464,6 +444,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="the context both systems hold for the memory table (speczoo --max-seq, llama.cpp -c)")
     p.add_argument("--memory-only", action="store_true",
                    help="measure pull and memory only (no decode, c_v or draft timings): the memory table")
+    p.add_argument("--files-only", action="store_true",
+                   help="write, quantize and pull the files (each pull timed), measure nothing else")
+    p.add_argument("--drop-f16", action="store_true",
+                   help="delete a shape's F16 file once each --types is quantized from it (the 8B's is 16 GB)")
     p.add_argument("--fresh", action="store_true", help="measure again what results.json already has")
     p.add_argument("--cached-only", action="store_true",
                    help="write and measure nothing: the tables of what results.json has")
@@ -476,6 +460,8 @@ def main(argv: list[str] | None = None) -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     bench = Bench(args)
     rows = measure_all(bench, sorted(sizes, key=ORDER.index), kinds)
+    if args.files_only:
+        return
     print(f"\n{os.cpu_count()} CPUs, {args.threads} threads, --gen {args.gen}, --repeats {args.repeats}; "
           f"load average {os.getloadavg()[0]:.1f} now\n")
     if not args.memory_only:

@@ -13,7 +13,6 @@ import torch
 
 from benchmarks import shape_models
 from benchmarks.pull_scale import llama3_rope_factors, tensor_plan
-from speczoo.decoding.pricing.cost import expected_tokens
 
 LLAMA_BIN = Path("/work/peers/llama.cpp/build/bin")
 TINY = dict(shape_models.LLAMA_32, layers=2, dim=256, heads=4, kv_heads=2, head_dim=64, ffn=512, vocab=1280)
@@ -51,11 +50,6 @@ def test_the_memory_table_puts_both_systems_side_by_side():
                memory={"peak": 2e9, "anon": 0.5e9, "file": 1.5e9}, llama_memory={"peak": 1e9, "anon": 0.2e9, "file": 0.8e9})
     line = shape_models.memory_table([row], 4096).splitlines()[-1]
     assert line == "| m | Q4_K_M | 1.00 | 1.10 | 2.00 / 1.00 (2.00×) | 0.50 / 0.20 | 1.50 / 0.80 |"
-
-
-def test_the_acceptance_of_a_round_count_inverts_the_cost_model():
-    for alpha in (0.0, 0.3, 0.8):
-        assert shape_models.acceptance_of(expected_tokens(alpha, 4) - 1, 4) == pytest.approx(alpha, abs=1e-6)
 
 
 def test_llama3_rope_factors_keep_short_wavelengths_and_divide_long_ones():
@@ -102,3 +96,26 @@ def test_a_tiny_llama_shape_runs_in_llama_cpp_and_speczoo(tmp_path, monkeypatch)
         from speczoo.cache import KVCache
         logits = m.model(torch.tensor([1, 2, 3]), torch.arange(3), KVCache(m.args, 8)).logits
     assert logits.shape == (3, TINY["vocab"]) and torch.isfinite(logits).all()
+
+
+def test_the_draft_at_scale_sets_the_cost_model_beside_the_forced_run(monkeypatch):
+    forced = {"k": 4, "alpha": 0.7, "measured": 1.5, "tokens_per_round": 2.8, "expected_tokens": 2.77,
+              "greedy_tok_s": 5.0, "forced_tok_s": 7.5, "lossless": True,
+              "priced": {"r": 0.2, "cv_k1": 1.3, "overhead": 0.02, "predicted": 1.6},
+              "in_run": {"r": 0.21, "cv_k1": 1.35, "overhead": 0.05, "step_ms": 200.0, "predicted": 1.55}}
+    bench = argparse.Namespace(args=argparse.Namespace(alpha=0.7), draft_run=lambda target, draft, k: forced)
+    cv = {1: 1.0, 2: 1.1, 5: 1.4, 9: 2.0}
+    target = dict(label="8B shape", kind="Q4_K_M", path=Path("t"), cv={"ms1": 200.0, "cv": cv},
+                  llama={"ms1": 180.0, "cv": cv})
+    draft = dict(label="1B shape", kind="Q4_K_M", path=Path("d"), cv={"ms1": 40.0, "cv": cv},
+                 llama={"ms1": 35.0, "cv": cv})
+    text = shape_models.draft_at_scale(bench, target, draft, 4, 8)
+    assert "| speczoo cv (full-vocabulary draft step) | 0.200 | 1.10/1.40/2.00 | 0.30 |" in text
+    assert "| llama.cpp (llama-bench) | 0.194 |" in text
+    assert "| the runtime's profile | 0.200 | 1.30 | 0.020 | 1.60× | 1.50× |" in text
+    assert "output equal to greedy: yes" in text
+
+
+def test_a_forced_kernel_path_keeps_its_own_figures():
+    assert shape_models.results_name(None) == "results.json"
+    assert shape_models.results_name("avx2") == "results-avx2.json"
