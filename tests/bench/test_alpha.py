@@ -63,15 +63,17 @@ def test_wrong_draft_counts_positions():
     assert r.acceptance_by_position == [1.0, 0.0]
 
 
-def test_higher_order_uses_longer_context():
+def test_the_longest_reaching_match_is_copied_whatever_the_order():
     # a b X g b Y h a Z f a b X  (a=1 b=2 X=3 g=4 Y=5 h=6 Z=7 f=8), K = 1.
     # Both orders miss at "g b" (draft X, truth Y), at "h a" (draft b, truth Z) and at "f a" (draft Z,
-    # truth b; the 2-gram "f a" is new and falls back to "a"). The last round starts after "a b":
-    # the 1-gram "b" drafts its latest continuation Y (wrong), the 2-gram "a b" drafts X (right).
+    # truth b). The last round starts after "a b": of the occurrences of "b", prompt lookup copies the one
+    # whose match reaches furthest back (Drafting.lookup_reach; issue #30), "a b" -> X (right), so the
+    # order is only the shortest match drafted from; before that change the 1-gram drafted b's latest
+    # continuation Y (wrong) and only the 2-gram got X.
     ids = [1, 2, 3, 4, 2, 5, 6, 1, 7, 8, 1, 2, 3]
     r1 = alpha.simulate(ids, ngram=1, k=1)
     r2 = alpha.simulate(ids, ngram=2, k=1)
-    assert (r1.drafted, r1.accepted, r1.rounds) == (4, 0, 13)
+    assert (r1.drafted, r1.accepted, r1.rounds) == (4, 1, 13)
     assert (r2.drafted, r2.accepted, r2.rounds) == (4, 1, 13)   # X was the last token: no bonus
 
 
