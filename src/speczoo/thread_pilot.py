@@ -57,7 +57,7 @@ class Piloting:
 
     slow_factor:  the last `window` forwards over this many times the best of their S at their count (their
                   median) start a trial of one thread fewer.
-    window:       forwards at the count in use that its mean is taken over.
+    window:       forwards at the count in use whose median starts a trial and whose mean a try is held against.
     first_trial:  forwards after which a count never run below the one in use is tried once.
     try_steps:    judged forwards a trial or a probe runs, and then at the count in use, to compare the two.
     abort_factor: a try whose mean slowness passes this many times the count in use's stops there.
@@ -130,7 +130,6 @@ class ThreadPilot:
         self._trying: int | None = None                   # the count on trial (a try is under way)
         self._back = False                                # the try's forwards are done: the count in use again
         self._seen = 0                                    # forwards of the try's current phase, judged or not
-        self._before: list[float] = []                    # slowness at the count in use before the try
         self._tried: list[float] = []                     # slowness of the try's judged forwards
         self._after: list[float] = []                     # and of the judged forwards back at the count in use
 
@@ -178,7 +177,7 @@ class ThreadPilot:
         if (down or up) and self._recent:
             self._trying = self.count - 1 if down else self.count + 1
             self._on_free = not down and self._since < self._wait[+1]
-            self._before, self._tried, self._after = list(self._recent), [], []
+            self._tried, self._after = [], []             # _recent stays as it was until the try ends
             self._seen = 0
         return Decision(self.wanted, True)
 
@@ -189,7 +188,8 @@ class ThreadPilot:
         if self._seen <= SKIP:
             return Decision(self.wanted, False)
         self._tried.append(slowness)
-        now = max(statistics.fmean(self._before), statistics.fmean(self._before[-LOOKBACK:]))
+        before = list(self._recent)
+        now = max(statistics.fmean(before), statistics.fmean(before[-LOOKBACK:]))
         if statistics.fmean(self._tried) > self.piloting.abort_factor * now:
             return self._end_try(won=False)
         if len(self._tried) >= self.piloting.try_steps:
@@ -205,7 +205,7 @@ class ThreadPilot:
         self._after.append(slowness)
         if len(self._after) < self.piloting.try_steps:
             return Decision(self.wanted, True)
-        self._end_try(statistics.fmean(self._tried) < statistics.fmean(self._before + self._after))
+        self._end_try(statistics.fmean(self._tried) < statistics.fmean([*self._recent, *self._after]))
         return Decision(self.wanted, True)
 
     def _end_try(self, won: bool) -> Decision:
