@@ -104,12 +104,14 @@ class NgramIndex:
         end of `present` furthest back (up to Drafting.lookup_reach); ties: the most recent; -1 if none.
         Text that repeats a line or a record (a grep's lines, a JSON object's fields) has many occurrences
         of a short suffix; the one that continues the passage being copied is the one matching longest."""
-        best, best_n = -1, -1
-        for s in reversed(starts[-DRAFTING.agree_window:]):
-            n = self.match_length(s, DRAFTING.lookup_reach, present)
-            if n > best_n:
-                best, best_n = s, n
-        return best
+        best = self.ranked(starts, present)
+        return best[0] if best else -1
+
+    def ranked(self, starts: list[int], present: list[int] | None = None) -> list[int]:
+        """The most recent `starts` (Drafting.agree_window of them), best first as `pick` chooses: the match
+        with `present` (default: the history) reaching furthest back, then the most recent."""
+        recent = starts[-DRAFTING.agree_window:]
+        return sorted(recent, key=lambda s: (self.match_length(s, DRAFTING.lookup_reach, present), s), reverse=True)
 
     def lookup(self, k: int) -> list[int]:
         """k tokens that followed the chosen earlier occurrence of the longest matching suffix (`chosen`)."""

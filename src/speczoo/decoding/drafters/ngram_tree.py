@@ -43,8 +43,7 @@ def candidates(index: NgramIndex, k: int, max_matches: int, order_weight: float)
     seen: set[int] = set()
     out: list[Candidate] = []
     for n in range(index.max_order, index.min_order - 1, -1):
-        recent = [s for s in index.matches(n)[-DRAFTING.agree_window:] if s not in seen]
-        ranked = sorted(recent, key=lambda s: (index.match_length(s, DRAFTING.lookup_reach), s), reverse=True)
+        ranked = [s for s in index.ranked(index.matches(n)) if s not in seen]
         for rank, start in enumerate(ranked[:max_matches]):
             seen.add(start)
             out.append(Candidate(index.continuation(start, k), order_weight ** n / (1 + rank)))
