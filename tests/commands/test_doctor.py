@@ -42,7 +42,7 @@ def machine(monkeypatch, tmp_path):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("SPECZOO_ADAPTIVE_THREADS", raising=False)
     monkeypatch.setattr(native, "cpu_info", lambda: native.CpuInfo(
-        "x86_64", "AMD EPYC 7B13", FEATURES, 2, 4, "/proc/cpuinfo"))
+        "x86_64", "AMD EPYC 7B13", FEATURES, 2, 4, "/proc/cpuinfo", "AuthenticAMD", 25, 1))
     monkeypatch.setattr(native, "chosen_path", lambda: m.path)
     monkeypatch.setattr(native, "compiler_description", lambda: "/usr/bin/g++ (g++ (Debian 12.2.0-14) 12.2.0)")
 
@@ -65,7 +65,7 @@ def doctor_out(capsys, *argv) -> tuple[int, str]:
 def test_reports_cpu_features_path_threads_and_compiler(machine, capsys):
     rc, out = doctor_out(capsys, "--no-bench", "--threads", "1")
     assert rc == 0, out
-    assert "AMD EPYC 7B13 (x86_64, 2 physical cores, 4 logical" in out
+    assert "AMD EPYC 7B13, Zen 3 (family 25 model 1); x86_64, 2 physical cores, 4 logical" in out
     assert "sse4_2 avx avx2 fma f16c" in out and "not found: avx512f" in out and "avx512_vnni" in out
     assert "avx2 path (SIMD; -march=x86-64-v3)" in out and "library built for avx2, OpenMP threads" in out
     assert "g++ (Debian 12.2.0-14) 12.2.0" in out

@@ -81,7 +81,8 @@ def cpu_section() -> dict:
 
     info = native.cpu_info()
     relevant = FEATURES.get(info.arch, ())
-    return {"model": info.model, "arch": info.arch, "physical_cores": info.physical_cores,
+    return {"model": info.model, "name": info.describe(), "vendor": info.vendor, "family": info.family,
+            "model_number": info.model_number, "arch": info.arch, "physical_cores": info.physical_cores,
             "logical_cores": info.logical_cores, "source": info.source,
             "features": [f for f in relevant if f in info.features],
             "missing": [f for f in relevant if f not in info.features]}
@@ -198,8 +199,8 @@ class Output:
             print(f"  {label:<{LABEL}} {text}", flush=True)
 
     def cpu(self, c: dict) -> None:
-        self.line("cpu", f"{c['model']} ({c['arch']}, {c['physical_cores']} physical cores, "
-                         f"{c['logical_cores']} logical; read from {c['source']})")
+        self.line("cpu", f"{c['name']}; {c['arch']}, {c['physical_cores']} physical cores, "
+                         f"{c['logical_cores']} logical (read from {c['source']})")
         self.line("features", " ".join(c["features"]) or "none of those the kernels use")
         if c["missing"]:
             self.line("", "not found: " + " ".join(c["missing"]))

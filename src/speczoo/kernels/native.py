@@ -30,6 +30,7 @@ import torch  # imported first so its OpenMP runtime is the one the kernels bind
 
 from speczoo import paths
 from speczoo.errors import SpeczooError
+from speczoo.kernels import cpu_family
 
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.cpp", "cpu_block.cpp"))
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.h", "cpu_simd.h", "cpu_tiles.h", "cpu_float.h"))
@@ -54,6 +55,14 @@ class CpuInfo:
     physical_cores: int
     logical_cores: int
     source: str                  # where the features were read
+    vendor: str = ""             # cpuid's vendor ("AuthenticAMD", "GenuineIntel"), x86 only
+    family: int | None = None    # cpuid's family and model numbers, x86 only (kernels/cpu_family.py names them)
+    model_number: int | None = None
+
+    def describe(self) -> str:
+        """The model name with its core design and numbers where cpuid gave them: "AMD EPYC, Zen 3 (family 25
+        model 1)"."""
+        return cpu_family.describe(self.model, self.vendor, self.family, self.model_number)
 
 
 def _norm_arch(machine: str) -> str:
@@ -65,6 +74,7 @@ def parse_cpuinfo(text: str, arch: str) -> CpuInfo:
     """A CpuInfo from the text of /proc/cpuinfo (x86 "flags", Arm "Features")."""
     feats: set[str] = set()
     model, cores, logical = "", set(), 0
+    vendor, numbers = "", {}
     phys = core = None
     for line in text.splitlines():
         key, _, value = line.partition(":")
@@ -73,6 +83,10 @@ def parse_cpuinfo(text: str, arch: str) -> CpuInfo:
             feats = set(value.split())
         elif key == "model name" and not model:
             model = value
+        elif key == "vendor_id" and not vendor:
+            vendor = value
+        elif key in ("cpu family", "model") and key not in numbers and value.isdigit():
+            numbers[key] = int(value)
         elif key == "processor":
             logical += 1
             phys = core = None
@@ -85,7 +99,8 @@ def parse_cpuinfo(text: str, arch: str) -> CpuInfo:
             model = f"Arm CPU part {value}"
     logical = logical or (os.cpu_count() or 1)
     physical = len(cores) if cores else logical
-    return CpuInfo(arch, model or platform.processor() or arch, frozenset(feats), physical, logical, "/proc/cpuinfo")
+    return CpuInfo(arch, model or platform.processor() or arch, frozenset(feats), physical, logical, "/proc/cpuinfo",
+                   vendor, numbers.get("cpu family"), numbers.get("model"))
 
 
 def _sysctl(name: str) -> str:
