@@ -39,6 +39,9 @@
 //   q8bm: q8b plus an offset m_g per group of 32 and column (w = a * q + m; llama.cpp's Q4_1 and Q5_1):
 //       F = sum_g (((float)t_2g * a_2g + (float)t_2g+1 * a_2g+1) + (float)xs_g * m_g) * sa[g, s]
 //       with xs_g the exact sum of xq[s] over the group (see q8bm_float_update)
+//   q40: llama.cpp's Q4_0 in its own 4.5 bits a weight: qs u8 [NB, KP/32, 4, 16, 4] (q6's ql: low nibble
+//       u of quad j, high nibble quad j + 4; q = u - 8), sd fp16 [NB, KP/32, 16] one scale d per group of 32:
+//       q8b's F with a_2g = a_2g+1 = d_g, bit for bit its q8b twin's (see q40_float_update)
 //   f32, f16, bf16: float weights and fp32 activations, not quantized: see cpu_float.h.
 
 #include <math.h>
@@ -62,7 +65,7 @@
 #define SZ_KBLOCK (SZ_ABLOCK / 4)
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 13; }
+SZ_API int sz_abi_version(void) { return 14; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;
@@ -310,6 +313,28 @@ static void q8b_strip(const uint8_t* w, const float* a, const float* m, int64_t 
     }
 }
 
+// q40: qs u8 [KP/32, 4, 16, 4] and sd fp16 [KP/32, 16] of one strip; activation blocks of 32 as q8b's.
+static void q40_strip(const uint8_t* qs, const uint16_t* sd, int64_t KP, const int32_t* xw, const int32_t* xh,
+                      const float* sa, int64_t S, const float* bias, int32_t* ws, float* out, int64_t N, int64_t ncols,
+                      bool accum) {
+    float* facc = (float*)ws;  // [S][16]
+    for (int64_t i = 0; i < S * 16; ++i) facc[i] = 0.0f;
+    const int64_t tile = row_tile(S), KQ = KP / 4;
+    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {  // k-blocks of 256 inputs (8 groups) stay in L1 across tiles
+        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK;
+        for (int64_t r0 = 0; r0 < S; r0 += tile) {
+            const int64_t R = (S - r0) < tile ? (S - r0) : tile;
+            TL::q40[R - 1](qs + (q0 / 8) * 256, sd + (q0 / 8) * 16, nq, xw + q0 * S + r0, xh + (q0 / 4) * S + r0,
+                           sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
+        }
+    }
+    alignas(64) float f[16];
+    for (int64_t r = 0; r < S; ++r) {
+        for (int c = 0; c < 16; ++c) f[c] = bias ? facc[r * 16 + c] + bias[c] : facc[r * 16 + c];
+        store_cols(out + r * N, f, ncols, accum);
+    }
+}
+
 // q6: ql u8 [NB, KP/32, 4, 16, 4] (nibbles, as q4's qs), qh u8 [NB, KP/32, 2, 16, 4] (the 2 high bits of
 // quad 4h + m at bits 2m of half h's bytes), sc i8 [NB, KP/16, 16], dd f32 [NB, KB, 16]:
 // w = D_b * sc_j * (u - 32), u in [0, 63]. Each super-block's scales a = D * sc are made here, once for all
@@ -363,10 +388,10 @@ static void float_linear_omp(const SzLinear& w, const float* x, int64_t S, int64
     }
 }
 
-// Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b / q6 group of 32 (llama.cpp's
-// Q8_0 activations, for the Q8_0 / Q5_0 / Q4_0 weights q8b holds; finer than the Q8_K it uses for Q6_K).
+// Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b / q6 / q40 group of 32 (llama.cpp's
+// Q8_0 activations, for the Q8_0 / Q5_0 / Q4_0 weights q8b and q40 hold; finer than the Q8_K it uses for Q6_K).
 static inline int64_t sz_ablock(int64_t fmt) {
-    return fmt == SZ_FMT_Q8B || fmt == SZ_FMT_Q8BM || fmt == SZ_FMT_Q6 ? 32 : SZ_ABLOCK;
+    return fmt == SZ_FMT_Q8B || fmt == SZ_FMT_Q8BM || fmt == SZ_FMT_Q6 || fmt == SZ_FMT_Q40 ? 32 : SZ_ABLOCK;
 }
 
 // Inside a parallel region (every thread calls it): quantize x's rows (barrier), then the strips (barrier).
@@ -402,6 +427,14 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             q6_strip(w.a + nb * KP * 8, w.b + nb * KP * 4, (const int8_t*)w.c + nb * KP, w.d + nb * KB * 16, KP, s.xw,
                      s.xh, s.sa, S, w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
+        }
+    } else if (w.fmt == SZ_FMT_Q40) {
+        const int64_t KP = ((w.K + 31) / 32) * 32;
+#pragma omp for schedule(dynamic, strip_chunk(NB))
+        for (int64_t nb = 0; nb < NB; ++nb) {
+            const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
+            q40_strip(w.a + nb * KP * 8, (const uint16_t*)w.d + nb * (KP / 2), KP, s.xw, s.xh, s.sa, S,
+                      w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
         }
     } else {
         const int64_t KP = ((w.K + 31) / 32) * 32;
@@ -450,6 +483,13 @@ SZ_API int sz_q8b_linear(const float* x, int64_t S, int64_t K, int64_t ldx, cons
 SZ_API int sz_q8bm_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sb,
                           const float* mb, int64_t N, const float* bias, float* y, int nthreads) {
     const SzLinear w{SZ_FMT_Q8BM, N, K, w8, nullptr, (const uint8_t*)mb, sb, bias};
+    return linear_call(w, x, S, ldx, y, nthreads);
+}
+
+// q40: qs u8 [NB, KP/32, 4, 16, 4], sd fp16 [NB, KP/32, 16] (kernels/pack_q40.py)
+SZ_API int sz_q40_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs, const uint16_t* sd,
+                         int64_t N, const float* bias, float* y, int nthreads) {
+    const SzLinear w{SZ_FMT_Q40, N, K, qs, nullptr, nullptr, (const float*)sd, bias};
     return linear_call(w, x, S, ldx, y, nthreads);
 }
 

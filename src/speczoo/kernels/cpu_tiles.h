@@ -9,9 +9,10 @@
 //     integers isb = sum_g sc_g * (sum_{k in g} q * x) and imn = sum_g m_g * (sum_{k in g} x) per (row,
 //     column), then facc += ((float)isb * D - (float)imn * Dm) * sab[r], lane-wise, in that order (sab:
 //     the rows' activation scales of this super-block).
-//   group_sums<R>(quads, xk, xh, S, t): one group of 32 inputs of a q8b or q6 strip (the Quads type reads
-//     its codes: Q8bQuads, Q6Quads): t[r][h][16] = the exact integer sums of q * x over each half h of 16
-//     inputs; q8b_tile / q8bm_tile / q6_tile (below, shared) then apply the float step of their format.
+//   group_sums<R>(quads, xk, xh, S, t): one group of 32 inputs of a q8b, q6 or q40 strip (the Quads type
+//     reads its codes: Q8bQuads, Q6Quads, Q40Quads): t[r][h][16] = the exact integer sums of q * x over each
+//     half h of 16 inputs; q8b_tile / q8bm_tile / q6_tile / q40_tile (below, shared) then apply the float
+//     step of their format.
 // Integer sums are exact in every path (each path states why its narrow intermediates cannot overflow
 // or saturate), so the tiles may sum in any order; the float steps are the same lane-wise operations
 // everywhere. That makes every path bit-identical to the scalar one. SZ_TILE is the most rows a tile
@@ -168,6 +169,16 @@ struct Q6Quads {
         const __m512i nib = _mm512_and_si512(jq < 4 ? p : _mm512_srli_epi16(p, 4), _mm512_set1_epi8(0x0F));
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(h, 2 * (jq % 4)), _mm512_set1_epi8(0x03));
         return _mm512_or_si512(nib, _mm512_slli_epi16(hi, 4));
+    }
+};
+
+// q40 (Q4_0): the nibble of qs[jq % 4] (low for jq < 4, high for jq >= 4), as q6's ql without the high bits.
+struct Q40Quads {
+    static constexpr int SHIFT = 3;  // BIAS = 8
+    const uint8_t* qs;
+    __m512i operator()(int jq) const {
+        const __m512i p = _mm512_loadu_si512((const void*)(qs + (jq % 4) * 64));
+        return _mm512_and_si512(jq < 4 ? p : _mm512_srli_epi16(p, 4), _mm512_set1_epi8(0x0F));
     }
 };
 
@@ -366,6 +377,15 @@ struct Q6Quads {
         const __m256i nib = _mm256_and_si256(jq < 4 ? p : _mm256_srli_epi16(p, 4), _mm256_set1_epi8(0x0F));
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * (jq % 4)), _mm256_set1_epi8(0x03));
         return _mm256_or_si256(nib, _mm256_slli_epi16(hi, 4));
+    }
+};
+
+struct Q40Quads {
+    static constexpr int SHIFT = 3;  // BIAS = 8
+    const uint8_t* qs;
+    __m256i operator()(int jq, int part) const {
+        const __m256i p = _mm256_loadu_si256((const __m256i*)(qs + (jq % 4) * 64 + 32 * part));
+        return _mm256_and_si256(jq < 4 ? p : _mm256_srli_epi16(p, 4), _mm256_set1_epi8(0x0F));
     }
 };
 
@@ -616,6 +636,15 @@ struct Q6Quads {
     }
 };
 
+struct Q40Quads {
+    static constexpr int SHIFT = 3;  // BIAS = 8
+    const uint8_t* qs;
+    uint8x16_t operator()(int jq, int m) const {
+        const uint8x16_t p = vld1q_u8(qs + (jq % 4) * 64 + 16 * m);
+        return jq < 4 ? vandq_u8(p, vdupq_n_u8(0x0F)) : vshrq_n_u8(p, 4);
+    }
+};
+
 // q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r,
 // on the signed codes u - BIAS (sdot, or smull with pairwise widening).
 template <int R, class Quads>
@@ -697,6 +726,15 @@ struct Q6Quads {
     }
 };
 
+struct Q40Quads {
+    static constexpr int SHIFT = 3;  // BIAS = 8
+    const uint8_t* qs;
+    int32_t operator()(int jq, int c, int i) const {
+        const uint8_t p = qs[(jq % 4) * 64 + c * 4 + i];
+        return jq < 4 ? p & 15 : p >> 4;
+    }
+};
+
 // q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r.
 template <int R, class Quads>
 static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
@@ -719,6 +757,18 @@ static inline void q8b_float_update(const int32_t* t, const float* a, const floa
     const V16 a0 = v_load(a), a1 = v_load(a + 16);
     for (int r = 0; r < R; ++r) {
         const V16 u = v_add(v_mul(v_cvt_i32(t + r * 32), a0), v_mul(v_cvt_i32(t + r * 32 + 16), a1));
+        v_store(facc + r * 16, v_add(v_load(facc + r * 16), v_mul(u, v_set1(sag[r]))));
+    }
+}
+
+// q40's float step, shared by every path: q8b's with both halves' scales the group's d (fp16 [16], widened
+// exactly), facc [R][16] += ((float)t0 * d + (float)t1 * d) * sag[r]: a q40 weight computes, bit for bit, what
+// its q8b twin (the same codes, a = d for both halves) computes.
+template <int R>
+static inline void q40_float_update(const int32_t* t, const uint16_t* d, const float* sag, float* facc) {
+    const V16 dv = v_load_f16(d);
+    for (int r = 0; r < R; ++r) {
+        const V16 u = v_add(v_mul(v_cvt_i32(t + r * 32), dv), v_mul(v_cvt_i32(t + r * 32 + 16), dv));
         v_store(facc + r * 16, v_add(v_load(facc + r * 16), v_mul(u, v_set1(sag[r]))));
     }
 }
@@ -776,6 +826,18 @@ static void q6_tile(const uint8_t* ql, const uint8_t* qh, const float* a, int64_
     }
 }
 
+// q40: R rows x nq quads (whole groups of 32) of one strip. qs: the codes of the first group (256 bytes a
+// group, q6's ql layout); d: its groups' scales [nq / 8][16] fp16; xk, xh, sag as for q8b.
+template <int R>
+static void q40_tile(const uint8_t* qs, const uint16_t* d, int64_t nq, const int32_t* xk, const int32_t* xh,
+                     const float* sag, int64_t S, float* facc) {
+    alignas(64) int32_t t[R * 32];
+    for (int64_t g = 0; g < nq / 8; ++g) {
+        group_sums<R>(Q40Quads{qs + g * 256}, xk + g * 8 * S, xh + g * 2 * S, S, t);
+        q40_float_update<R>(t, d + g * 16, sag + g * S, facc);
+    }
+}
+
 typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
 typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
                            const int32_t*, const float*, int64_t, int, float*);
@@ -783,6 +845,8 @@ typedef void (*q8b_tile_fn)(const uint8_t*, const float*, int64_t, const int32_t
                             int64_t, float*);
 typedef void (*q8bm_tile_fn)(const uint8_t*, const float*, const float*, int64_t, const int32_t*, const int32_t*,
                              const float*, int64_t, float*);
+typedef void (*q40_tile_fn)(const uint8_t*, const uint16_t*, int64_t, const int32_t*, const int32_t*, const float*,
+                            int64_t, float*);
 typedef void (*q6_tile_fn)(const uint8_t*, const uint8_t*, const float*, int64_t, const int32_t*, const int32_t*,
                            const float*, int64_t, float*);
 template <int... Rs>
@@ -792,6 +856,7 @@ struct Tiles {
     static constexpr q8b_tile_fn q8b[sizeof...(Rs)] = {&q8b_tile<Rs>...};
     static constexpr q8bm_tile_fn q8bm[sizeof...(Rs)] = {&q8bm_tile<Rs>...};
     static constexpr q6_tile_fn q6[sizeof...(Rs)] = {&q6_tile<Rs>...};
+    static constexpr q40_tile_fn q40[sizeof...(Rs)] = {&q40_tile<Rs>...};
 };
 #if SZ_TILE == 12
 typedef Tiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12> TL;

@@ -1,0 +1,127 @@
+"""The q40 format: llama.cpp's Q4_0 in its own 4.5 bits a weight, w[n, k] = d[n, k // 32] * (u[n, k] - 8),
+u in [0, 15], d fp16.
+
+q8b holds the same weights exactly at 10 bits (int8 codes, an fp32 scale per 16); q40 keeps the file's bytes:
+the 16 code bytes of each block (low nibble input l, high nibble input l + 16) and its fp16 d, only moved into
+strips. `pack_q40_gguf` reads Q4_0 blocks as the file stores them (no unpacking, no fp32 round trip);
+`pack_q40` quantizes any fp32 weight as llama.cpp's reference quantizer does (quantize_row_q4_0_ref: d =
+the block's value of largest magnitude / -8, u = min(15, trunc(w / d + 8.5))). The kernel computes a q40
+weight exactly as its q8b twin (the codes u - 8 with a = d for both halves of each 32): `Q40Codes.q8b` is
+that twin.
+
+Layout (the kernel's; NB = ceil(N / 16) strips of 16 output columns, KP = K rounded up to 32, G = KP / 32;
+in group g, quad j holds inputs 32g + 4j + i, i < 4):
+  qs u8 [NB, G, 4, 16, 4]: byte (g, j, col, i) = the block's code byte 4j + i: low nibble u of input
+      32g + 4j + i, high nibble input 32g + 16 + 4j + i (q6's ql, q4's qs);
+  sd f16 [NB, G, 16]: d of each group of each column (0 for padding);  meta i64 [N, K].
+Deterministic, like every packer here: the same weight gives the same bytes. This module never runs a matmul.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from speczoo.kernels.pack import STRIP, Q8_KALIGN, _check_finite, _check_shape, _meta, _round_up
+from speczoo.kernels.pack_q8b import Q8bCodes
+
+Q40_GROUP = 32        # inputs per scale (a Q4_0 block)
+_BLOCK_BYTES = 18     # a Q4_0 block: fp16 d, then 16 code bytes
+_PAD_CODES = 0x88     # two codes u = 8 (q = 0): what padding rows hold
+_ROW_CHUNK = 512      # rows pack_q40 quantizes at a time
+
+
+@dataclass
+class Q40Codes:
+    """q40 in plain order (KP = K rounded up to 32, G = KP / 32): qs uint8 [N, G, 16] (each block's code bytes
+    as Q4_0 stores them), d float16 [N, G]."""
+
+    qs: Tensor
+    d: Tensor
+
+    def codes(self) -> Tensor:  # -> [N, KP] int8, u - 8 in [-8, 7]
+        n, g, _ = self.qs.shape
+        return (torch.cat([self.qs & 15, self.qs >> 4], dim=-1).to(torch.int8) - 8).view(n, g * Q40_GROUP)
+
+    def q8b(self) -> Q8bCodes:
+        """The same weight as q8b codes and scales (d for both halves of each 32: exact)."""
+        return Q8bCodes(q=self.codes(), a=self.d.float().repeat_interleave(2, dim=1))
+
+    def dequantize(self) -> Tensor:  # -> [N, KP] fp32
+        n, g, _ = self.qs.shape
+        return (self.codes().view(n, g, Q40_GROUP).float() * self.d.float()[:, :, None]).view(n, g * Q40_GROUP)
+
+
+def quantize_q40(weight: Tensor) -> Q40Codes:
+    """Any fp32 weight [N, K] as llama.cpp's quantize_row_q4_0_ref quantizes it, per block of 32 (K padded
+    with zeros): m = the first value of largest magnitude, d = m / -8, u = min(15, trunc(w / d + 8.5)) (all
+    8 where d = 0), d stored in fp16."""
+    w = _check_shape(weight)
+    n, k = w.shape
+    kp = _round_up(k, Q8_KALIGN)
+    g = kp // Q40_GROUP
+    qs = torch.empty(n, g, Q40_GROUP // 2, dtype=torch.uint8)
+    d = torch.empty(n, g, dtype=torch.float16)
+    for r0 in range(0, n, _ROW_CHUNK):
+        r1 = min(n, r0 + _ROW_CHUNK)
+        rows = torch.zeros(r1 - r0, kp, dtype=torch.float32)
+        rows[:, :k] = w[r0:r1]
+        b = rows.view(r1 - r0, g, Q40_GROUP)                                 # [R, G, 32]
+        _check_finite(bool(torch.isfinite(b).all()))
+        m = b.gather(-1, b.abs().argmax(-1, keepdim=True))                   # [R, G, 1]: first largest |w|
+        dd = m / -8.0
+        inv = torch.where(dd != 0, 1.0 / torch.where(dd != 0, dd, torch.ones_like(dd)), torch.zeros_like(dd))
+        u = (b * inv + 8.5).trunc_().clamp_(max=15).to(torch.uint8)          # [R, G, 32]
+        qs[r0:r1] = u[..., :16] | (u[..., 16:] << 4)
+        d[r0:r1] = dd.squeeze(-1).half()
+    return Q40Codes(qs=qs, d=d)
+
+
+def q40_from_gguf(data: Tensor, encoding: str, k: int) -> Q40Codes:
+    """The code bytes and scales of Q4_0 data, uint8 [N, bytes per row] for a weight of K inputs a row (a GGUF
+    tensor's raw bytes, as zoo.gguf.iter_gguf_blocks gives them)."""
+    if encoding != "Q4_0":
+        raise ValueError(f"q40 holds Q4_0 exactly, not {encoding}; use q8b (pack_q8b_gguf) for Q8_0 / Q5_0 / Q6_K, "
+                         "or quantize its fp32 values with pack_q40")
+    n = data.shape[0]
+    if k % Q40_GROUP or data.shape[-1] != k // Q40_GROUP * _BLOCK_BYTES:
+        raise ValueError(f"Q4_0 data of {tuple(data.shape)} bytes is not {n} rows of {k} inputs")
+    blocks = data.reshape(n, k // Q40_GROUP, _BLOCK_BYTES)
+    d = blocks[:, :, :2].contiguous().view(torch.float16).squeeze(-1)            # [N, G], the file's bits
+    return Q40Codes(qs=blocks[:, :, 2:].contiguous(), d=d)
+
+
+# ---------------------------------------------------------------- the kernel layout
+def pack_q40_codes(c: Q40Codes, n: int, k: int) -> dict[str, Tensor]:
+    g = c.qs.shape[1]
+    np_ = _round_up(n, STRIP)
+    nb = np_ // STRIP
+    qs = torch.full((np_, g, 16), _PAD_CODES, dtype=torch.uint8)
+    qs[:n] = c.qs
+    sd = torch.zeros(np_, g, dtype=torch.float16)
+    sd[:n] = c.d
+    return {"qs": qs.view(nb, STRIP, g, 4, 4).permute(0, 2, 3, 1, 4).contiguous(),      # [NB, G, 4, 16, 4]
+            "sd": sd.view(nb, STRIP, g).permute(0, 2, 1).contiguous(), "meta": _meta(n, k)}
+
+
+def pack_q40(weight: Tensor) -> dict[str, Tensor]:
+    """{"qs", "sd", "meta"} of any fp32 weight [N, K] (quantize_q40's codes)."""
+    n, k = weight.shape if weight.dim() == 2 else (0, 0)
+    return pack_q40_codes(quantize_q40(weight), n, k)
+
+
+def pack_q40_gguf(data: Tensor, encoding: str, k: int) -> dict[str, Tensor]:
+    """{"qs", "sd", "meta"} of Q4_0 data, exactly (see q40_from_gguf)."""
+    return pack_q40_codes(q40_from_gguf(data, encoding, k), data.shape[0], k)
+
+
+def unpack_q40(packed: dict[str, Tensor]) -> Q40Codes:
+    """Inverse layout of pack_q40_codes: the code bytes and scales of the real N rows."""
+    n, _ = (int(v) for v in packed["meta"])
+    qs = packed["qs"]                                        # [NB, G, 4, 16, 4]
+    nb, g = qs.shape[0], qs.shape[1]
+    plain = qs.permute(0, 3, 1, 2, 4).reshape(nb * STRIP, g, 16)
+    d = packed["sd"].permute(0, 2, 1).reshape(nb * STRIP, g)
+    return Q40Codes(qs=plain[:n].contiguous(), d=d[:n].contiguous())
