@@ -9,7 +9,7 @@ For each linear weight of each file (default: the zoo's assembled GGUFs in its d
 candidate format: each of zoo/policy.py PACKERS from the fp32 values (q8: int8 with one scale per row; q8b:
 int8 per 16 inputs; q8bm: q8b of what is left after an offset per 32; q6: 6-bit per 16; q4 by the packer's
 search), and each format transcoded block for block where the type has a transcoder (Q4_K -> q4, Q6_K -> q6,
-Q8_0/Q5_0/Q4_0/Q3_K -> q8b, Q4_1/Q5_1/Q5_K -> q8bm), the error ||packed - source|| /
+Q4_0 -> q40, Q8_0/Q5_0/Q4_0/Q3_K -> q8b, Q4_1/Q5_1/Q5_K -> q8bm), the error ||packed - source|| /
 ||source|| against the tensor's own dequantized values, summed over the type's tensors. `--requant`
 also quantizes the first file's F32-decoded weights (its Q4_K/Q6_K/... values taken as the "original")
 to each type gguf can quantize, and measures those. At most --per-type tensors of each type are taken,

@@ -2,11 +2,11 @@
 
 Each path is its own build of the same sources (kernels/native.py, flags per path); a CPU that cannot
 run a path skips it here, and the torch-free driver (test_kernel_paths_driver.py) covers the Arm paths
-under qemu. Compared bit for bit against the scalar build: q8, q4 and the float formats' (f32, f16, bf16)
+under qemu. Compared bit for bit against the scalar build: q8, q4, q40 and the float formats' (f32, f16, bf16)
 linears (S in {1, 2, 5, 9, 17}, K off every block size and ending in partial super-blocks, N ending in a
 partial strip, bias or not, one and two threads; subnormal weights of each float type), attention over
 chains and tree rows (plain and soft-capped), and whole tiny models of the compiled block's shapes and
-gemma2's (prefill, decode, chain and tree verifies, and their caches), in q4, q8, f16, bf16 and f32.
+gemma2's (prefill, decode, chain and tree verifies, and their caches), in q4, q8, q40, f16, bf16 and f32.
 Also: how a path is chosen from the CPU's features.
 """
 
@@ -25,7 +25,8 @@ from tiny import tiny_args, tiny_tensors, tree_mask
 from speczoo.cache import KVCache
 from speczoo.kernels import attention, native
 from speczoo.kernels.pack import pack_q4, pack_q8
-from speczoo.kernels.quantized import FloatBackend, Q4Backend, Q8Backend
+from speczoo.kernels.pack_q40 import pack_q40
+from speczoo.kernels.quantized import FloatBackend, Q4Backend, Q8Backend, Q40Backend
 from speczoo.models.forward import Tree
 from speczoo.models.registry import arch_class
 
@@ -57,7 +58,7 @@ def _float(fmt: str):
     return lambda path=None: FloatBackend(fmt, path)
 
 
-FAMILIES = {"q8": (Q8Backend, pack_q8), "q4": (Q4Backend, pack_q4),
+FAMILIES = {"q8": (Q8Backend, pack_q8), "q4": (Q4Backend, pack_q4), "q40": (Q40Backend, pack_q40),
             **{f: (_float(f), FloatBackend(f).pack) for f in ("f32", "f16", "bf16")}}
 # the smallest magnitudes each float format stores, subnormals included (0 for the integer formats)
 TINY = {"f16": (2.0 ** -24, 6.0e-5), "bf16": (1.0e-40, 1.0e-38), "f32": (1.0e-45, 1.0e-39)}
@@ -114,8 +115,8 @@ def _forwards(model, args, kv_dtype: torch.dtype = torch.float32) -> list[torch.
 
 
 @pytest.mark.parametrize("path", PATHS, ids=_path_ids(PATHS))
-@pytest.mark.parametrize("backend", (Q4Backend, Q8Backend, _float("f16"), _float("bf16"), _float("f32")),
-                         ids=("q4", "q8", "f16", "bf16", "f32"))
+@pytest.mark.parametrize("backend", (Q4Backend, Q8Backend, Q40Backend, _float("f16"), _float("bf16"), _float("f32")),
+                         ids=("q4", "q8", "q40", "f16", "bf16", "f32"))
 @pytest.mark.parametrize("arch", ("qwen2", "qwen3", "phi3", "gemma2"))   # bias, QK norm, fused tensors, soft-caps
 def test_whole_model_equals_the_scalar_path(path, backend, arch, scalar):
     args = tiny_args(arch)

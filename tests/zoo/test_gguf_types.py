@@ -11,16 +11,18 @@ in the manifest; the fp32 reference is gguf's own values, bit for bit; and the l
 ("mixed") backend equal those of a reference that quantizes activations as the kernels do but keeps the
 source's exact fp32 weights ("fp32-act8-B", B the format's activation block; plain "fp32" for the float
 formats, which quantize no activation), within the bound of the weight's format: fp32 rounding where the
-format holds the type exactly (Q4_K -> q4, Q6_K -> q6, Q8_0 / Q5_0 / Q4_0 / Q3_K -> q8b, Q4_1 / Q5_1 /
+format holds the type exactly (Q4_K -> q4, Q6_K -> q6, Q4_0 -> q40, Q8_0 / Q5_0 / Q3_K -> q8b, Q4_1 / Q5_1 /
 Q5_K -> q8bm, F32 / F16 / BF16 -> f32 / f16 / bf16); where it does not (q8b from fp32: the IQ, ternary and
 FP4 types, Q2_K), the logits are bit for bit those of that format packed from the exact fp32 values (no
 other loss on the way), within Q8_LOGIT_BOUND of the reference, and the measured weight error is under q8's
 ceiling. So a format that silently lost precision, or a
-transcode one code off, fails here.
+transcode one code off, fails here. A Q4_0 file decodes in q40 (its own 4.5 bits a weight) bit for bit as it
+did in q8b (the earlier table's row, 10 bits a weight).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -28,6 +30,7 @@ import subprocess
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 from tiny_gguf import write_tiny_gguf
 from torch import Tensor, nn
 
@@ -37,7 +40,7 @@ from speczoo.kernels.quantized import ACT_BLOCK, quantize_blocks
 from speczoo.models.args import ModelArgs
 from speczoo.models.loader import build_model
 from speczoo.zoo.bundle import read_manifest
-from speczoo.zoo.policy import POLICY, PackRow
+from speczoo.zoo.policy import POLICY, PackRow, Rule
 from speczoo.zoo.pull import pull
 from speczoo.zoo.weights import load_model, reference_tensors
 
@@ -128,6 +131,46 @@ def _check_pulled(path, kind: str, want: dict[str, Tensor] | None = None) -> Non
 def test_every_type_pulls_into_its_format_and_runs_within_its_bound(tmp_path, home, kind):
     path, want = write_tiny_gguf(tmp_path / f"{kind}.gguf", "qwen2", seed=3, linear_type=kind, **DIMS)
     _check_pulled(path, kind, want)
+
+
+def _greedy(model, steps: int = 8) -> tuple[list[int], Tensor]:
+    """A 6-token prefill, then `steps` greedy decode steps: the tokens and every step's logits [steps + 1, V]."""
+    cache = KVCache(model.args, max_seq=32)
+    toks = (torch.arange(6) * 37 + 5) % model.args.vocab_size
+    logits = [model(toks, torch.arange(6), cache).logits[-1]]
+    out: list[int] = []
+    for i in range(steps):
+        out.append(int(logits[-1].argmax()))
+        logits.append(model(torch.tensor([out[-1]]), torch.tensor([6 + i]), cache).logits[-1])
+    return out, torch.stack(logits)
+
+
+def _packed_bytes(path) -> int:
+    """The bytes of a packing's parts (the file adds alignment between them)."""
+    size = {"U8": 1, "F16": 2, "F32": 4}
+    with safe_open(str(path), framework="pt") as f:
+        return sum(math.prod(f.get_slice(k).get_shape()) * size[f.get_slice(k).get_dtype()]
+                   for k in f.keys() if not k.endswith(".meta"))
+
+
+def test_q4_0_decodes_in_q40_bit_for_bit_as_it_did_in_q8b(tmp_path, home, monkeypatch):
+    """The same Q4_0 file pulled by the earlier table (Q4_0 -> q8b, 10 bits a weight) and by this one (q40, its
+    own 4.5): the same greedy tokens and logits, bit for bit, from a bundle 0.45x the size."""
+    bundles = {}
+    for fmt in ("q8b", "q40"):
+        path, _ = write_tiny_gguf(tmp_path / f"{fmt}.gguf", "qwen2", seed=3, linear_type="Q4_0", **DIMS)
+        with monkeypatch.context() as m:
+            m.setitem(POLICY, "Q4_0", Rule(fmt, exact=True))
+            bundles[fmt] = pull(str(path), progress=False, log=_quiet).bundle
+        rows = read_manifest(bundles[fmt]).packing["mixed"]
+        assert [(r["source_type"], r["format"], r["err2"]) for r in rows] == [("Q4_0", fmt, 0.0)]
+    assert POLICY["Q4_0"].format == "q40"
+    sizes = {f: _packed_bytes(b / "weights-mixed.safetensors") for f, b in bundles.items()}
+    assert 0.44 < sizes["q40"] / sizes["q8b"] < 0.46, sizes                # 4.5 bits a weight against 10
+    old, new = load_model(bundles["q8b"], "mixed"), load_model(bundles["q40"], "mixed")
+    assert new.layers[0].native is not None                         # the compiled block, with q40 descriptors
+    (tok_old, log_old), (tok_new, log_new) = _greedy(old), _greedy(new)
+    assert tok_new == tok_old and torch.equal(log_new, log_old)
 
 
 LLAMA_QUANTIZE = os.environ.get("SPECZOO_LLAMA_QUANTIZE") or shutil.which("llama-quantize")

@@ -77,7 +77,7 @@ def q6_from_gguf(data: Tensor, encoding: str, k: int) -> Q6Codes:
     """The codes and scales of Q6_K data, uint8 [N, bytes per row] for a weight of K inputs a row."""
     if encoding != "Q6_K":
         raise ValueError(f"q6 holds Q6_K exactly, not {encoding}; quantize its fp32 values with pack_q6, or use "
-                         "q8b (pack_q8b_gguf) for Q8_0 / Q5_0 / Q4_0")
+                         "q8b (pack_q8b_gguf) for Q8_0 / Q5_0, q40 (pack_q40_gguf) for Q4_0")
     n = data.shape[0]
     if k % SUPER or data.shape[-1] != k // SUPER * 210:
         raise ValueError(f"Q6_K data of {tuple(data.shape)} bytes is not {n} rows of {k} inputs")
