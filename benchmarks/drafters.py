@@ -10,7 +10,9 @@ head: beside `auto` it measures what an installed head adds to the controller's 
 This machine's speed drifts by a third within minutes (docs/results.md), so separate A/B runs per mode
 would compare modes measured in different states. Here each of --runs rounds runs greedy and every mode
 once, back to back, in a rotating order; a mode's speedup is the median over rounds of its tok/s over
-greedy's in the same round, and `auto` is compared with the best single mode the same way. Lossless:
+greedy's in the same round, and `auto` is compared with the best single mode the same way. Every run
+drafts from a suffix memory of its own (a tenant no other run reads), so `auto` never copies an earlier
+round's answer to the same prompt: a user asks a question once. Lossless:
 every run of every mode gives the greedy ids of the first round. One process, one load, costs
 re-measured at load (as `speczoo bench` does); the draft model is the zoo's default draft of the target.
 A measurement script, never imported by the runtime.
@@ -51,12 +53,14 @@ def interleaved(runtime, prompt_ids: list[int], modes: list[str], k: int, gen: i
     order = [OFF, *modes]
     base = GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=gen, k=k)
     for mode in order:
-        run_mode(runtime, GenerationRequest(**{**base.__dict__, "spec": mode, "max_new_tokens": min(8, gen)}))
+        run_mode(runtime, GenerationRequest(**{**base.__dict__, "spec": mode, "max_new_tokens": min(8, gen),
+                                               "tenant": f"drafters:warm-up:{mode}"}))
     out = {mode: ModeRuns() for mode in order}
     reference: list[int] = []
     for r in range(runs):
         for mode in order[r % len(order):] + order[:r % len(order)]:   # round 0 starts with greedy
-            done = run_mode(runtime, GenerationRequest(**{**base.__dict__, "spec": mode}))
+            done = run_mode(runtime, GenerationRequest(**{**base.__dict__, "spec": mode,
+                                                          "tenant": f"drafters:{mode}:{r}"}))
             if r == 0 and mode == OFF:
                 reference = done.ids
             res = out[mode]

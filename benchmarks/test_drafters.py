@@ -19,12 +19,17 @@ def test_drafters_bench_interleaves_modes_and_checks_every_run():
     seen = []
     real = rt.generate
 
+    tenants = []
+
     def spy(req):
         seen.append((req.spec, req.max_new_tokens))
+        tenants.append(req.tenant)
         return real(req)
 
     rt.generate = spy
     res = interleaved(rt, rt.tokenizer.encode("hello"), ["ngram", "draft"], k=4, gen=20, runs=3)
+    # no run reads a suffix memory another run wrote: auto must not copy an earlier round's answer
+    assert len(set(tenants)) == len(tenants) and None not in tenants
     runs = [s for s, n in seen if n == 20]
     assert runs == ["off", "ngram", "draft", "ngram", "draft", "off", "draft", "off", "ngram"]   # rotating
     assert [s for s, n in seen if n != 20] == ["off", "ngram", "draft"]                          # warm-up
