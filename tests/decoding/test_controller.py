@@ -548,3 +548,65 @@ def test_a_catch_up_is_spread_only_on_what_is_known():
     assert ctl.choose({"draft": lag}, {"ngram": None}).drafter == NONE
     c = ctl.choose({"draft": 20}, {"ngram": None})           # a shorter lag pays on what is known
     assert c.drafter == "draft" and c.k >= 2
+
+
+# -- token trees: a tree drafter priced by its own trees' accepted tokens per node budget ------------------
+
+ZEN4_15B = CvCurve.measured({1: 1.0, 2: 1.15, 3: 1.22, 5: 1.56, 9: 2.69, 17: 4.66})   # docs/results.md, quiet
+DEAR = CvCurve.measured({1: 1.0, 2: 1.6, 3: 2.1, 5: 3.05, 9: 5.0, 17: 7.5})
+
+
+def branching_rounds(alpha: float, sibling: float, k: int, rounds: int, seed: int = 0):
+    """A recorded stream where the text branches at depth 1: per round, the chain drafts line A, whose
+    tokens the target keeps one by one with probability α; the tree's nodes are A's first token (node 0),
+    a sibling B (node 1), then A's continuation (nodes 2..k-1), and B is right in `sibling` of the rounds
+    where A's first token is not. Yields (the chain's accepted, the tree's accepted path) per round."""
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        run = accepted_count(alpha, k, rng)
+        path = [0] + list(range(2, min(k, run + 1))) if run else [1] if rng.random() < sibling else []
+        yield run, path
+
+
+def feed_branching(ctl: Controller, situation: str, alpha: float, sibling: float, rounds: int = 600) -> None:
+    """Both prompt lookups judged on the same rounds of the stream (a recorded history, as the replay has)."""
+    k = ctl.k_max
+    for chain, path in branching_rounds(alpha, sibling, k, rounds):
+        ctl.choose(situations={"ngram": situation, "ngram-tree": situation})
+        ctl.update("ngram", k, chain, k, list(range(chain)))
+        judged = len(path) + 1 if not path or path[-1] + 1 < k else len(path)
+        ctl.update("ngram-tree", judged, len(path), k, path)
+
+
+def tree_controller(cv) -> Controller:
+    return Controller(Costs(cv=cv, draft_cost={"ngram": 0.0, "ngram-tree": 0.0}), ["ngram", "ngram-tree"],
+                      k_max=8, trees={"ngram-tree"}, tuning=Tuning(reprobe_every=10_000, half_life=1e6))
+
+
+def test_a_tree_is_chosen_where_its_branches_pay_and_a_chain_where_they_do_not():
+    ctl = tree_controller(ZEN4_15B)
+    feed_branching(ctl, "mixed", alpha=0.45, sibling=0.8)     # A's first token as often wrong as right; B catches most
+    feed_branching(ctl, "agree", alpha=0.9, sibling=0.5)      # A nearly always right: node 1 is a wasted row
+    mixed = ctl.choose(situations={"ngram": "mixed", "ngram-tree": "mixed"})
+    assert mixed.drafter == "ngram-tree" and mixed.k == 2   # A and B: 1 + 0.45 + 0.55 × 0.8 tokens for c_v(3)
+    assert ctl.rate("ngram-tree", 2) == pytest.approx((1 + 0.45 + 0.55 * 0.8) / ZEN4_15B(3), rel=0.05)
+    assert ctl.rate("ngram-tree", 2) > 1.1 * max(ctl.rate("ngram", k) for k in range(1, 9))
+    agree = ctl.choose(situations={"ngram": "agree", "ngram-tree": "agree"})
+    assert agree.drafter == "ngram" and agree.k in (4, 5)
+
+
+def test_where_every_row_is_dear_the_same_branches_do_not_pay():
+    ctl = tree_controller(DEAR)
+    feed_branching(ctl, "mixed", alpha=0.45, sibling=0.8)
+    assert ctl.choose(situations={"ngram": "mixed", "ngram-tree": "mixed"}).drafter == NONE
+def test_a_tree_drafter_is_tried_on_its_prior_and_its_rounds_need_their_paths():
+    ctl = tree_controller(ZEN4_15B)
+    ctl.choose(situations={"ngram": "s", "ngram-tree": "s"})
+    # untried, a tree is priced as the chain at the same prior: the chain, listed first, wins the tie
+    assert ctl.rate("ngram-tree", 4) == pytest.approx(ctl.rate("ngram", 4))
+    with pytest.raises(ValueError, match="nodes and accepted path"):
+        ctl.update("ngram-tree", 3, 1)
+    with pytest.raises(ValueError, match="not among"):
+        Controller(Costs(cv=1.0, draft_cost={"ngram": 0.0}), ["ngram"], trees={"ngram-tree"})
+    with pytest.raises(ValueError, match="confidence"):
+        Controller(Costs(cv=1.0, draft_cost={"draft": 0.3}), ["draft"], confident={"draft"}, trees={"draft"})

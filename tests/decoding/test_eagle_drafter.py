@@ -180,7 +180,8 @@ def test_runtime_offers_installed_heads(trained, tmp_path, monkeypatch):
                          backend=INVARIANT)
     rt = Runtime(loaded, max_seq=128)
     assert {"eagle", "eagle-tree"} <= set(rt.spec_modes)
-    assert rt.engine._drafter_names("auto") == ["ngram", "suffix", "eagle"]      # the tree only by name (its descriptor)
+    # EAGLE's tree only by name (its descriptor); prompt lookup's is priced by its own trees
+    assert rt.engine._drafter_names("auto") == ["ngram", "ngram-tree", "suffix", "eagle"]
     assert rt.engine.costs.draft_cost["eagle"] > 0
 
     def ids(spec, k=6):

@@ -19,7 +19,8 @@ from speczoo.decoding.pricing.cost import Costs
 
 def test_the_builtin_descriptors_say_each_fact_once():
     assert [s.name for s in BUILTIN] == ["ngram", "ngram-tree", "suffix", "draft", "eagle", "eagle-tree"]
-    assert [s.name for s in BUILTIN if s.auto] == ["ngram", "suffix", "draft", "eagle"]   # trees only by name
+    # prompt lookup's tree is priced by its own trees (controller `trees`); EAGLE's tree only by name
+    assert [s.name for s in BUILTIN if s.auto] == ["ngram", "ngram-tree", "suffix", "draft", "eagle"]
     assert [s.name for s in BUILTIN if s.by_name_in_batch] == ["ngram", "ngram-tree", "suffix"]
     assert [s.name for s in BUILTIN if s.leased] == ["draft"]                      # lent to one sequence
     assert {s.name: s.takes_name for s in BUILTIN if s.takes_name} == {

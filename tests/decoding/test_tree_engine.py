@@ -22,6 +22,7 @@ from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.engine import MAX_K, Engine
+from speczoo.decoding.pricing.cost import Costs
 from reference import (HashOracle, NoisyOracle, OracleModel, TokenCache,
                                     reference_greedy)
 from speczoo.decoding.verify.tree import TreeLayout
@@ -145,11 +146,12 @@ def test_ngram_tree_is_lossless_on_tiny_models(arch):
     assert tree.stats.accepted > 0
 
 
-def oracle_engine(oracle, max_seq=256, eos=()):
+def oracle_engine(oracle, max_seq=256, eos=(), costs: Costs | None = None):
     model = OracleModel(oracle)
     drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
                 "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
-    eng = Engine(model, TokenCache(max_seq + 80), offered(drafters), eos_ids=list(eos), max_seq=max_seq)
+    eng = Engine(model, TokenCache(max_seq + 80), offered(drafters), eos_ids=list(eos), max_seq=max_seq,
+                 costs=costs)
     return eng, model
 
 
@@ -172,6 +174,29 @@ def test_ngram_tree_equals_greedy_on_1000_random_oracle_cases():
     assert accepted["ngram-tree"] > 3000
     # more candidates per round: the tree accepts more per round than the chain on the same cases
     assert accepted["ngram-tree"] / rounds["ngram-tree"] > accepted["ngram"] / rounds["ngram"]
+
+
+# c_v(S) of the 1.5B on a Zen 4 (docs/results.md): every extra verify row costs something
+ZEN4_15B = {1: 1.0, 2: 1.15, 3: 1.22, 5: 1.56, 9: 2.69, 17: 4.66}
+
+
+@pytest.mark.parametrize("cv", [1.0, ZEN4_15B])
+def test_auto_with_prompt_lookup_trees_equals_greedy_on_random_oracle_cases(cv):
+    """`auto` over the chain and the tree of prompt lookup, each round priced by the controller (the tree
+    by its own trees' a(N)): the same ids as plain greedy, one target forward per round, and both chosen."""
+    rng = random.Random(2468)
+    chosen = Counter()
+    costs = Costs(cv=cv, draft_cost={"ngram": 0.0, "ngram-tree": 0.0})
+    for case in range(300):
+        oracle, prompt, n, k, order, eos = random_case(rng)
+        expected = reference_greedy(oracle, prompt, n, eos)
+        eng, model = oracle_engine(oracle, eos=eos, costs=costs)
+        *rounds, done = eng.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=n, spec="auto", k=k,
+                                                       ngram=order))
+        assert done.ids == expected, f"case {case}: k={k} order={order} prompt={prompt}"
+        assert model.forwards == done.stats.rounds + 1
+        chosen.update(r.drafter for r in rounds if r.drafted)
+    assert chosen["ngram-tree"] > 50 and chosen["ngram"] > 50, chosen
 
 
 class SampledTree(Drafter):

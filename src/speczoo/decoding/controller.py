@@ -24,6 +24,14 @@ drafter's prior for that situation, so a long agreeing match is drafted deep whi
 with conflicting continuations is left to the draft model or to plain decoding in the same text. A
 drafter whose situation is None has nothing to propose this round and is not considered.
 
+Trees: a drafter that proposes token trees (Drafter.drafts_trees: prompt lookup's ngram-tree) is priced by
+what its own trees got accepted, not by a chain's α: a round of an N-node tree is worth (a(N) + 1) /
+(N·draft_cost + c_v(N + 1) + round_overhead), where a(N) is the mean accepted tokens of its trees cut to N
+nodes in this situation (decoding/tree_acceptance.py). It competes with the chains as one more drafter:
+chosen at an optimistic a(N), planned on the estimate, probed like the others. Where its branches catch
+what a chain misses (keys and values of repeated records) it wins the round; where a chain's extra depth
+is worth more than the branches, or c_v grows too fast with the rows, the chain or plain decoding does.
+
 Catch-up: a drafter that sat out rounds (a draft model) must first feed the ids it missed; that cost
 counts against it (`catch_up`), spread over the rounds it is expected to keep the floor where that
 alone would lose the round (`spread_rounds`).
@@ -41,11 +49,13 @@ Pure decision logic: never touches a model, a cache or a clock; measured costs c
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from speczoo.decoding.acceptance import AcceptanceEstimate
 from speczoo.decoding.pricing.cost import Costs, best_k, round_cost, speedup
 from speczoo.decoding.runs import RunLengths
+from speczoo.decoding.tree_acceptance import TreeAcceptance
 from speczoo.decoding.tuning import Tuning
 
 NONE = "none"           # the choice "no drafter": a plain decode round
@@ -73,12 +83,16 @@ class Controller:
                 otherwise).
     confident:  drafters that stop on their own confidence: when chosen they get the floors of `floors`
                 and, if alone or on long runs, up to k_max tokens.
+    trees:      drafters that propose token trees of up to K nodes: priced by their own accepted tokens
+                per node budget (TreeAcceptance), not by a chain's α; `update` needs their rounds' nodes
+                and accepted paths.
     tuning:     every constant of the decisions (decoding/tuning.py).
     """
 
     def __init__(self, costs: Costs, drafters: list[str], k_max: int = 8, *,
                  priors: dict[str, dict[str, float]] | None = None,
-                 confident: frozenset[str] | set[str] = frozenset(), tuning: Tuning = Tuning()):
+                 confident: frozenset[str] | set[str] = frozenset(), trees: frozenset[str] | set[str] = frozenset(),
+                 tuning: Tuning = Tuning()):
         names = [d for d in drafters if d != NONE]
         if len(set(names)) != len(names):
             raise ValueError(f"drafter names must be unique, got {drafters}")
@@ -94,11 +108,19 @@ class Controller:
         if unknown:
             raise ValueError(f"confident drafters {sorted(unknown)} are not among the drafters {names}")
         self.confident = frozenset(confident)
+        unknown = set(trees) - set(names)
+        if unknown:
+            raise ValueError(f"tree drafters {sorted(unknown)} are not among the drafters {names}")
+        if set(trees) & self.confident:
+            raise ValueError(f"drafters {sorted(set(trees) & self.confident)} cannot both draft trees and "
+                             f"stop on their confidence: a tree ranks its nodes instead")
+        self.trees = frozenset(trees)
         self.priors = {d: dict((priors or {}).get(d, {})) for d in names}
         bad = {(d, k): a for d, table in self.priors.items() for k, a in table.items() if not 0.0 < a < 1.0}
         if bad:
             raise ValueError(f"situation priors must be in (0, 1), got {bad}")
         self.estimates: dict[tuple[str, str], AcceptanceEstimate] = {}   # (drafter, situation) -> estimate
+        self.tree_estimates: dict[tuple[str, str], TreeAcceptance] = {}  # the same, of a tree drafter's a(N)
         self.situations: dict[str, str | None] = {}   # this round's situation per drafter (absent: "")
         self._last = ""             # the drafter the last round ended up with (NONE: plain), for `runs`
         self.round = 0
@@ -131,8 +153,15 @@ class Controller:
         the rounds the drafter is expected to keep the floor (see Tuning.spread_rounds)."""
         if drafter == NONE or k == 0:
             return 1.0
+        overhead = self._overhead(drafter, lag, spread)
+        if alpha is None and drafter in self.trees:
+            return self._tree(drafter).expected_tokens(k) / self._cost(drafter, k, overhead)
         a = self.alpha(drafter) if alpha is None else alpha
-        return speedup(a, k, self.costs.cv, self.costs.draft_cost[drafter], self._overhead(drafter, lag, spread))
+        return speedup(a, k, self.costs.cv, self.costs.draft_cost[drafter], overhead)
+
+    def _cost(self, drafter: str, k: int, overhead: float) -> float:
+        """A round's cost with K draft tokens (a chain's K, or a tree's K nodes: K + 1 verify rows)."""
+        return round_cost(k, self.costs.cv, self.costs.draft_cost[drafter], overhead)
 
     def catch_up(self, drafter: str, lag: int) -> float:
         """The cost, in target steps, of a drafter first feeding `lag` ids it has not seen (a draft model
@@ -175,8 +204,11 @@ class Controller:
         return self.costs.round_overhead + self.tuning.catch_up_weight * self.catch_up(drafter, lag) / rounds
 
     def plan(self, drafter: str, alpha: float | None = None, lag: int = 0, spread: bool = False) -> Choice:
-        """The best K for `drafter` at its estimate (or at `alpha`), ignoring probes; lag and spread as
-        for `rate`."""
+        """The best K for `drafter` at its estimate (or at `alpha`, as for a chain), ignoring probes; lag
+        and spread as for `rate`."""
+        if alpha is None and drafter in self.trees:
+            tree = self._tree(drafter)
+            return self._best_tokens(drafter, tree.expected_tokens, self._overhead(drafter, lag, spread))[0]
         a = self.alpha(drafter) if alpha is None else alpha
         b = best_k(a, self.costs.cv, self.costs.draft_cost[drafter], self.k_max,
                    self._overhead(drafter, lag, spread))
@@ -204,9 +236,8 @@ class Controller:
         for d in self.drafters:
             if not self.available(d):
                 continue
-            est, lag = self._estimate(d), lags.get(d, 0)
-            a = est.upper(self.tuning.explore, self.tuning.ceiling_alpha)
-            r = self.rate(d, self.plan(d, a, lag, spread).k, a, lag, spread)
+            lag = lags.get(d, 0)
+            r = self._optimistic_rate(d, lag, spread)
             if r > best_rate:
                 c, known = self._plan_known(d, lag, spread)
                 if spread and known <= 1.0:
@@ -214,15 +245,32 @@ class Controller:
                 best, best_rate = c, r
         return best, best_rate
 
+    def _optimistic_rate(self, drafter: str, lag: int, spread: bool) -> float:
+        """The drafter's best rate at its optimistic estimate (Tuning.explore standard errors above it,
+        at most Tuning.ceiling_alpha): a chain's α, or a tree drafter's a(N) per node budget."""
+        t = self.tuning
+        if drafter in self.trees:
+            tree = self._tree(drafter)
+            return self._best_tokens(drafter, lambda k: tree.optimistic_tokens(k, t.explore, t.ceiling_alpha),
+                                     self._overhead(drafter, lag, spread))[1]
+        a = self._estimate(drafter).upper(t.explore, t.ceiling_alpha)
+        return self.rate(drafter, self.plan(drafter, a, lag, spread).k, a, lag, spread)
+
     def _plan_known(self, drafter: str, lag: int, spread: bool) -> tuple[Choice, float]:
-        """The K with the most tokens expected over what is known of the drafter's α per unit of its
-        round's cost, and that rate (ties: the smaller K)."""
-        est, c = self._estimate(drafter), self.costs
+        """The K with the most tokens expected over what is known of the drafter's α (a tree drafter: of
+        its a(N)) per unit of its round's cost, and that rate (ties: the smaller K)."""
         overhead = self._overhead(drafter, lag, spread)
+        if drafter in self.trees:
+            return self._best_tokens(drafter, self._tree(drafter).expected_tokens, overhead)
+        est = self._estimate(drafter)
+        return self._best_tokens(drafter, lambda k: est.expected_tokens(k, self.tuning.plan_evidence), overhead)
+
+    def _best_tokens(self, drafter: str, tokens, overhead: float) -> tuple[Choice, float]:
+        """The K in 1..k_max with the most `tokens(K)` per unit of the round's cost, and that rate
+        (ties: the smaller K)."""
         best_k, best = 0, 0.0
         for k in range(1, self.k_max + 1):
-            r = (est.expected_tokens(k, self.tuning.plan_evidence)
-                 / round_cost(k, c.cv, c.draft_cost[drafter], overhead))
+            r = tokens(k) / self._cost(drafter, k, overhead)
             if r > best * (1 + 1e-12):
                 best_k, best = k, r
         return Choice(drafter, best_k), best
@@ -272,13 +320,21 @@ class Controller:
         self._last = best.drafter
         return self._finish(best)
 
-    def update(self, drafter: str, drafted: int, accepted: int) -> None:
-        """After a round: `drafted` tokens proposed (0: the drafter had no candidate), `accepted` kept."""
+    def update(self, drafter: str, drafted: int, accepted: int, nodes: int = 0, path: Sequence[int] = ()
+               ) -> None:
+        """After a round: `drafted` tokens judged (0: the drafter had no candidate), `accepted` kept. A tree
+        drafter's round also gives the `nodes` it drafted and the accepted `path` (indices into the draft,
+        as Verdict.path; a chain it drafted: 0..accepted-1), which its a(N) estimate learns from."""
         if drafter == NONE:
             return
         if not 0 <= accepted <= drafted:
             raise ValueError(f"need 0 <= accepted <= drafted, got accepted={accepted}, drafted={drafted}")
         self._estimate(drafter).update(drafted, accepted)
+        if drafter in self.trees and drafted:
+            if nodes < drafted or len(path) != accepted:
+                raise ValueError(f"a tree drafter's round needs its nodes and accepted path: got nodes={nodes}, "
+                                 f"path={list(path)} for drafted={drafted}, accepted={accepted}")
+            self._tree(drafter).update(nodes, path, drafted)
 
     def _estimate(self, drafter: str, situation: str | None = None) -> AcceptanceEstimate:
         """The estimate of `drafter` in `situation` (default: this round's), made on first use."""
@@ -290,4 +346,15 @@ class Controller:
             t = self.tuning
             prior = self.priors[drafter].get(key[1], t.prior_alpha)
             est = self.estimates[key] = AcceptanceEstimate(t.half_life, prior, t.prior_weight)
+        return est
+
+    def _tree(self, drafter: str) -> TreeAcceptance:
+        """The a(N) estimate of tree drafter `drafter` in this round's situation, made on first use from
+        the situation's prior α, as `_estimate`."""
+        key = (drafter, self.situations.get(drafter) or "")
+        est = self.tree_estimates.get(key)
+        if est is None:
+            t = self.tuning
+            prior = self.priors[drafter].get(key[1], t.prior_alpha)
+            est = self.tree_estimates[key] = TreeAcceptance(self.k_max, t.half_life, prior, t.prior_weight)
         return est

@@ -12,6 +12,7 @@ target cache.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -51,7 +52,7 @@ class Always:
     def choose(self, lags: dict[str, int], situations: dict[str, str | None]) -> Choice:
         return self.choice
 
-    def update(self, drafter: str, drafted: int, accepted: int) -> None:
+    def update(self, drafter: str, drafted: int, accepted: int, nodes: int = 0, path: Sequence[int] = ()) -> None:
         pass
 
 

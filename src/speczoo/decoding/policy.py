@@ -3,8 +3,9 @@
 "off" gives a controller with no drafter (every round plain decoding); a single drafter ("ngram",
 "draft") gives the cost-model controller over that drafter with K up to the request's K (it picks K
 each round and switches drafting off when acceptance falls below break-even, re-probing now and
-then); "auto" gives the same controller over every drafter available. The decisions live in
-decoding/controller.py; this module only configures it.
+then); "auto" gives the same controller over every drafter available. A drafter that proposes
+token trees (prompt lookup's ngram-tree) is named to the controller as one, so that it prices its rounds
+by its own trees' acceptance. The decisions live in decoding/controller.py; this module only configures it.
 """
 
 from __future__ import annotations
@@ -23,4 +24,5 @@ def make_policy(req: GenerationRequest, drafters: dict[str, Drafter], costs: Cos
         costs = Costs(cv=1.0, draft_cost={d: 0.0 for d in drafters}, round_overhead=0.0)
     priors = {name: d.situation_priors for name, d in drafters.items()}
     confident = {name for name, d in drafters.items() if d.stops_on_confidence}
-    return Controller(costs, list(drafters), k_max=req.k, priors=priors, confident=confident)
+    trees = {name for name, d in drafters.items() if d.drafts_trees}
+    return Controller(costs, list(drafters), k_max=req.k, priors=priors, confident=confident, trees=trees)

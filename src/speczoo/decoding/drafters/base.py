@@ -22,6 +22,7 @@ class Drafter(ABC):
     name: str = ""
     hidden_layers: tuple[int, ...] = ()   # target layers (residual after layer i) read through `observe`
     stops_on_confidence: bool = False     # honours `floors` in `propose` (knows how sure it is of each token)
+    drafts_trees: bool = False            # proposes token trees (Draft.parents): priced by its own trees' acceptance
 
     @abstractmethod
     def reset(self) -> None:

@@ -65,6 +65,7 @@ class EagleDrafter(Drafter):
         self.tree = tree
         self.name = "eagle" if tree is None else "eagle-tree"
         self.stops_on_confidence = tree is None  # a chain stops when unsure; a tree ranks its nodes instead
+        self.drafts_trees = tree is not None
         self.hidden_layers = head.cfg.target_layers
         self.d2t_ids = head.draft_to_target                 # [Vd] target id of each draft id
         self.vocab = head.cfg.target_vocab

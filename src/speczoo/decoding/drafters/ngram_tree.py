@@ -88,9 +88,13 @@ def merge(candidates: list[Candidate], budget: int, decay: float) -> tuple[list[
 
 class NgramTreeDrafter(PromptLookup):
     """Prompt lookup proposing a token tree of at most K nodes (K: the round's draft budget). Its
-    situation priors are the chain's: a floor, since a tree also holds the chain."""
+    situation priors are the chain's (the controller starts its a(N) estimates from them,
+    decoding/tree_acceptance.py). Its tree of K nodes is the first K nodes of its tree of more (best-first
+    expansion; the candidates' ranking does not depend on K), which is what lets one round's accepted path
+    price every smaller budget."""
 
     name = "ngram-tree"
+    drafts_trees = True
 
     def __init__(self, max_order: int = 3, min_order: int = 1, max_matches: int = DRAFTING.tree_matches,
                  order_weight: float = DRAFTING.tree_order_weight, decay: float = DRAFTING.tree_decay):

@@ -4,8 +4,10 @@ A descriptor is the only place that says, of a drafter:
   name          the `--spec` mode (and the request's `speculative` value) that picks it;
   factory       how one request's drafter is built (GenerationRequest -> Drafter);
   cost          its cost per proposed token in target decode steps, what the controller prices it at;
-  auto          whether `auto` may choose it (the tree drafters may not: the controller prices a K-node
-                tree as a K-token chain, so it would pick trees where they cannot pay; docs/results.md);
+  auto          whether `auto` may choose it (the controller prices a tree drafter's rounds by its own trees'
+                accepted tokens per node budget, decoding/tree_acceptance.py, so prompt lookup's tree is
+                offered beside its chain; EAGLE's tree is not yet: its head is shared with the chain's and
+                its trees were never replayed inside `auto`);
   batchable     whether it can run in a continuous batch (decoding/batch.py): a drafter that reads the
                 target's hidden states (EAGLE) cannot, since a batched forward returns none;
   shared_cache  whether its factories share one cache across requests (a draft model's, a head's): a
@@ -177,7 +179,7 @@ def _suffix(loaded: Loaded) -> Bound:
 
 NGRAM = DrafterSpec("ngram", factory=lambda req: NgramDrafter(max_order=req.ngram), cost=0.0, batchable=True)
 NGRAM_TREE = DrafterSpec("ngram-tree", factory=lambda req: NgramTreeDrafter(max_order=req.ngram), cost=0.0,
-                         auto=False, batchable=True)
+                         batchable=True)
 DRAFT = DrafterSpec("draft", batchable=True, shared_cache=True, takes_name=DRAFT_MODEL, load=_draft_model)
 SUFFIX = DrafterSpec("suffix", batchable=True, load=_suffix)
 EAGLE = DrafterSpec("eagle", shared_cache=True, takes_name=EAGLE_HEAD, load=_eagle(tree=False))
