@@ -3,7 +3,7 @@
 The recordings carry the costs measured when they were made, but `auto` must hold on every kernel path,
 whatever its costs. A profile re-prices a recording (its tokens and confidences unchanged): PROFILES
 holds three built-in shapes (cheap-verify, dear-verify, dear-draft; how each was chosen:
-docs/tuning.md), and `load_profile` reads a measured one (a target's profile as
+docs/tuning.md) and one machine's measured costs (zen4-1.5b), and `load_profile` reads a measured one (a target's profile as
 decoding/pricing/profile.py saves it, `speczoo cv MODEL --json` or a bundle's cost-<backend>.json, and
 optionally the draft's). Pure data; it never runs a model.
 """
@@ -62,6 +62,9 @@ class Profile:
 # run on the same kernels; the controller's catch-up assumes as much). How each was chosen: docs/tuning.md.
 ZEN4_CV = {1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02}   # AVX-512 VNNI, `speczoo cv`, 2026-11-30
 DEAR_CV = {1: 1.0, 2: 1.6, 3: 2.1, 5: 3.05, 9: 5.0, 17: 7.5}      # between llama.cpp's 0.5B and 1.5B curves
+# Qwen2.5-Coder-1.5B on a 2-core Zen 4, quiet: `speczoo cv` c_v(S) and the reduced-head draft's r
+# (docs/results.md, "The demo, c_v and r on a Zen 4, quiet", 2026-12-03)
+ZEN4_15B_CV = {1: 1.0, 2: 1.15, 3: 1.22, 5: 1.56, 9: 2.69, 17: 4.66}
 PROFILES = {
     # a verify of up to 5 rows costs about one step; the draft 0.28 of a step (the product's figures)
     "cheap-verify": Profile("cheap-verify", ZEN4_CV, 0.28, ZEN4_CV),
@@ -69,6 +72,8 @@ PROFILES = {
     "dear-verify": Profile("dear-verify", DEAR_CV, 0.35, DEAR_CV),
     # a cheap verify, but a draft step costs 0.8 of the target's (llama.cpp measured 0.71 for this pair)
     "dear-draft": Profile("dear-draft", ZEN4_CV, 0.8, ZEN4_CV),
+    # the 1.5B as measured on this project's Zen 4, its draft (the 0.5B, reduced head) at r = 0.367
+    "zen4-1.5b": Profile("zen4-1.5b", ZEN4_15B_CV, 0.367, ZEN4_15B_CV),
 }
 
 

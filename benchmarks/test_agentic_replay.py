@@ -1,6 +1,8 @@
 """The agentic replay drives the engine's rounds against a recorded answer: lossless, and it counts what
 the drafters did (model-free)."""
 
+import random
+
 from benchmarks.agentic_replay import Tally, drafters_for, replay_turn
 from benchmarks.replay_profiles import PROFILES
 from speczoo.decoding.drafters.suffix_memory import SuffixMemory
@@ -10,7 +12,7 @@ def test_a_copied_answer_is_replayed_losslessly_in_few_rounds():
     passage = list(range(100, 140))
     prompt, out = [1, 2, 3] + passage + [4, 5], passage[:30]
     memory = SuffixMemory()
-    for mode in ("ngram", "suffix", "auto"):
+    for mode in ("ngram", "ngram-tree", "suffix", "auto"):
         t = replay_turn(prompt, out, drafters_for(mode, prompt, memory, 3), PROFILES["cheap-verify"], 8)
         assert t.lossless and t.tokens == 30
         assert t.rounds < 15 and t.accepted > 15 and t.drafted >= t.accepted
@@ -25,8 +27,29 @@ def test_the_suffix_memory_remembers_a_turn_for_the_next():
     assert again.lossless and again.accepted > 15
 
 
+def test_auto_offers_the_tree_as_the_runtime_does_and_without_it_on_request():
+    memory = SuffixMemory()
+    auto = drafters_for("auto", [1, 2], memory, 3)
+    assert list(auto) == ["ngram", "ngram-tree", "suffix"] and auto["ngram-tree"].branching_only
+    assert list(drafters_for("auto", [1, 2], memory, 3, auto_trees=False)) == ["ngram", "suffix"]
+    assert not drafters_for("ngram-tree", [1, 2], memory, 3)["ngram-tree"].branching_only
+
+
+def test_a_branching_record_is_replayed_losslessly_with_trees():
+    """Records whose fields branch (the tool calls' keys and values): the tree rounds verify against the
+    recording as the engine's do, and every mode emits exactly the answer."""
+    rng = random.Random(7)
+    rows = [[50, 60, 70, rng.choice([80, 81]), 90, 91, 92, 93] for i in range(30)]
+    prompt = [x for r in rows[:20] for x in r]
+    out = [x for r in rows[20:] for x in r]
+    for mode in ("ngram-tree", "auto"):
+        t = replay_turn(prompt, out, drafters_for(mode, prompt, SuffixMemory(), 3), PROFILES["cheap-verify"], 8)
+        assert t.lossless and t.tokens == len(out)
+        assert t.trees > 0 or mode == "auto"        # auto's pick depends on its prices; the tree's rounds branch
+
+
 def test_tallies_add_up():
-    a, b = Tally(2, 8, 6, 9, 4.0), Tally(1, 4, 4, 5, 2.0, lossless=False)
+    a, b = Tally(2, 8, 6, 9, 4.0, trees=1), Tally(1, 4, 4, 5, 2.0, lossless=False, trees=2)
     a.add(b)
-    assert (a.rounds, a.drafted, a.accepted, a.tokens, a.cost, a.lossless) == (3, 12, 10, 14, 6.0, False)
+    assert (a.rounds, a.drafted, a.accepted, a.tokens, a.cost, a.lossless, a.trees) == (3, 12, 10, 14, 6.0, False, 3)
     assert a.per_round == 10 / 3 and a.speedup == 14 / 6.0

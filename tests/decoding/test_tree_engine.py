@@ -21,6 +21,7 @@ from speczoo.sampling import probs as sampling_probs
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
+from speczoo.decoding.drafters.registry import NGRAM_TREE
 from speczoo.decoding.engine import MAX_K, Engine
 from speczoo.decoding.pricing.cost import Costs
 from reference import (HashOracle, NoisyOracle, OracleModel, TokenCache,
@@ -149,7 +150,7 @@ def test_ngram_tree_is_lossless_on_tiny_models(arch):
 def oracle_engine(oracle, max_seq=256, eos=(), costs: Costs | None = None):
     model = OracleModel(oracle)
     drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
-                "ngram-tree": lambda req: NgramTreeDrafter(max_order=req.ngram)}
+                "ngram-tree": NGRAM_TREE.factory}           # the shipped one: inside `auto`, where occurrences branch
     eng = Engine(model, TokenCache(max_seq + 80), offered(drafters), eos_ids=list(eos), max_seq=max_seq,
                  costs=costs)
     return eng, model

@@ -133,6 +133,12 @@ class NgramIndex:
         starts = self.longest()
         return self._label(starts, self.chosen(), self.tokens[-DRAFTING.match_cap:]) if starts else None
 
+    def branches(self) -> bool:
+        """Whether the recent occurrences of the longest matching suffix (Drafting.agree_window of them)
+        continue with different tokens: a "mixed" situation, where a tree's first nodes are siblings."""
+        recent = self.longest()[-DRAFTING.agree_window:]
+        return len({self.tokens[s] for s in recent}) > 1
+
     def ahead(self, drafted: list[int], k: int) -> tuple[str | None, list[int]]:
         """Prompt lookup past the history: the situation and the k ids that follow the history continued
         by `drafted` (ids not committed, such as a draft's own); (None, []) when nothing matches."""

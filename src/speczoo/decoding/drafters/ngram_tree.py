@@ -97,7 +97,8 @@ class NgramTreeDrafter(PromptLookup):
     drafts_trees = True
 
     def __init__(self, max_order: int = 3, min_order: int = 1, max_matches: int = DRAFTING.tree_matches,
-                 order_weight: float = DRAFTING.tree_order_weight, decay: float = DRAFTING.tree_decay):
+                 order_weight: float = DRAFTING.tree_order_weight, decay: float = DRAFTING.tree_decay,
+                 branching_only: bool = False):
         if max_matches < 1:
             raise ValueError(f"max_matches must be >= 1, got {max_matches}")
         if not 0.0 < decay < 1.0:
@@ -106,6 +107,14 @@ class NgramTreeDrafter(PromptLookup):
             raise ValueError(f"order_weight must be >= 1, got {order_weight}")
         super().__init__(max_order, min_order)
         self.max_matches, self.order_weight, self.decay = max_matches, order_weight, decay
+        self.branching_only = branching_only
+
+    def situation(self, context: list[int]) -> str | None:
+        """As prompt lookup's; with `branching_only`, None (nothing to offer) where the suffix's recent
+        occurrences agree on the next token: there the tree's first nodes are the chain's, and a second
+        drafter offering the same tokens only halves what each learns of the situation."""
+        label = super().situation(context)
+        return None if label is None or (self.branching_only and not self.index.branches()) else label
 
     def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         self.index.follow(context)

@@ -178,8 +178,14 @@ def _suffix(loaded: Loaded) -> Bound:
 
 
 NGRAM = DrafterSpec("ngram", factory=lambda req: NgramDrafter(max_order=req.ngram), cost=0.0, batchable=True)
-NGRAM_TREE = DrafterSpec("ngram-tree", factory=lambda req: NgramTreeDrafter(max_order=req.ngram), cost=0.0,
-                         batchable=True)
+def _ngram_tree(req: GenerationRequest) -> Drafter:
+    """Prompt lookup's tree (drafters/ngram_tree.py); inside `auto` only where the suffix's recent occurrences
+    disagree on the next token (`branching_only`): elsewhere its first nodes are the chain's, which `auto`
+    offers already, and two drafters with the same tokens would each learn half of the situation."""
+    return NgramTreeDrafter(max_order=req.ngram, branching_only=req.spec == "auto")
+
+
+NGRAM_TREE = DrafterSpec("ngram-tree", factory=_ngram_tree, cost=0.0, batchable=True)
 DRAFT = DrafterSpec("draft", batchable=True, shared_cache=True, takes_name=DRAFT_MODEL, load=_draft_model)
 SUFFIX = DrafterSpec("suffix", batchable=True, load=_suffix)
 EAGLE = DrafterSpec("eagle", shared_cache=True, takes_name=EAGLE_HEAD, load=_eagle(tree=False))
