@@ -60,7 +60,7 @@ class FixedK:
     def choose(self, lags, situations) -> Choice:
         return self.choice
 
-    def update(self, drafter: str, judged: int, accepted: int) -> None:
+    def update(self, drafter: str, judged: int, accepted: int, nodes: int = 0, path=()) -> None:
         pass
 
     def use_costs(self, costs) -> None:

@@ -3,7 +3,7 @@
 The recordings carry the costs measured when they were made, but `auto` must hold on every kernel path,
 whatever its costs. A profile re-prices a recording (its tokens and confidences unchanged): PROFILES
 holds three built-in shapes (cheap-verify, dear-verify, dear-draft; how each was chosen:
-docs/tuning.md) and one machine's measured costs (zen4-1.5b), and `load_profile` reads a measured one (a target's profile as
+docs/tuning.md), the shapes `auto` must hold under; MEASURED holds machines' costs as measured (zen4-1.5b), and `load_profile` reads a measured one (a target's profile as
 decoding/pricing/profile.py saves it, `speczoo cv MODEL --json` or a bundle's cost-<backend>.json, and
 optionally the draft's). Pure data; it never runs a model.
 """
@@ -72,6 +72,8 @@ PROFILES = {
     "dear-verify": Profile("dear-verify", DEAR_CV, 0.35, DEAR_CV),
     # a cheap verify, but a draft step costs 0.8 of the target's (llama.cpp measured 0.71 for this pair)
     "dear-draft": Profile("dear-draft", ZEN4_CV, 0.8, ZEN4_CV),
+}
+MEASURED = {
     # the 1.5B as measured on this project's Zen 4, its draft (the 0.5B, reduced head) at r = 0.367
     "zen4-1.5b": Profile("zen4-1.5b", ZEN4_15B_CV, 0.367, ZEN4_15B_CV),
 }
@@ -108,14 +110,16 @@ def _ms1(data: dict, name: str) -> float:
 
 
 def load_profile(spec: str, draft_file: Path | None = None) -> Profile:
-    """A built-in profile by name, or a measured one from a target's profile file (and a draft's)."""
-    if spec in PROFILES:
+    """A built-in profile by name (a shape or a measured machine's), or a measured one from a target's profile
+    file (and a draft's)."""
+    named = {**PROFILES, **MEASURED}
+    if spec in named:
         if draft_file is not None:
             raise ValueError(f"--draft-profile goes with a measured --profile FILE.json, not with {spec}")
-        return PROFILES[spec]
+        return named[spec]
     path = Path(spec)
     if not path.is_file():
-        raise ValueError(f"unknown profile {spec!r}: name one of {', '.join(PROFILES)}, or give a cost "
+        raise ValueError(f"unknown profile {spec!r}: name one of {', '.join(named)}, or give a cost "
                          "profile file (`speczoo cv MODEL --json > F.json`, or a bundle's cost-<backend>.json)")
     draft = json.loads(Path(draft_file).read_text()) if draft_file is not None else None
     return measured_profile(json.loads(path.read_text()), draft, name=path.name)

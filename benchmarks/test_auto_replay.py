@@ -119,9 +119,9 @@ def spying(log: list):
     from speczoo.decoding.controller import Controller
 
     class Spy(Controller):
-        def update(self, drafter, drafted, accepted):
+        def update(self, drafter, drafted, accepted, nodes=0, path=()):
             log.append((drafter, accepted))
-            super().update(drafter, drafted, accepted)
+            super().update(drafter, drafted, accepted, nodes, path)
     return Spy
 
 

@@ -15,6 +15,18 @@ from __future__ import annotations
 import math
 
 
+def fade_per_token(half_life: float, prior_alpha: float, prior_weight: float) -> float:
+    """The fade per judged draft token of an estimate with this half-life, once its arguments are checked
+    (a half-life and a prior weight > 0, a prior α in (0, 1))."""
+    if half_life <= 0:
+        raise ValueError(f"half_life must be > 0 judged tokens, got {half_life}")
+    if not 0.0 < prior_alpha < 1.0:
+        raise ValueError(f"prior_alpha must be in (0, 1), got {prior_alpha}")
+    if prior_weight <= 0:
+        raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
+    return 0.5 ** (1.0 / half_life)
+
+
 class AcceptanceEstimate:
     """Exponentially weighted α of one drafter from (drafted, accepted) per round.
 
@@ -26,13 +38,7 @@ class AcceptanceEstimate:
     """
 
     def __init__(self, half_life: float = 32.0, prior_alpha: float = 0.5, prior_weight: float = 2.0):
-        if half_life <= 0:
-            raise ValueError(f"half_life must be > 0 judged tokens, got {half_life}")
-        if not 0.0 < prior_alpha < 1.0:
-            raise ValueError(f"prior_alpha must be in (0, 1), got {prior_alpha}")
-        if prior_weight <= 0:
-            raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
-        self.decay = 0.5 ** (1.0 / half_life)              # per judged draft token
+        self.decay = fade_per_token(half_life, prior_alpha, prior_weight)
         self.prior_alpha, self.prior_weight = prior_alpha, prior_weight
         self.successes = 0.0
         self.trials = 0.0

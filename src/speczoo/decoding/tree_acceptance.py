@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from speczoo.decoding.acceptance import fade_per_token
 from speczoo.decoding.pricing.cost import expected_tokens
 
 
@@ -36,14 +37,8 @@ class TreeAcceptance:
     def __init__(self, k_max: int, half_life: float = 32.0, prior_alpha: float = 0.5, prior_weight: float = 2.0):
         if k_max < 1:
             raise ValueError(f"k_max must be >= 1, got {k_max}")
-        if half_life <= 0:
-            raise ValueError(f"half_life must be > 0 judged tokens, got {half_life}")
-        if not 0.0 < prior_alpha < 1.0:
-            raise ValueError(f"prior_alpha must be in (0, 1), got {prior_alpha}")
-        if prior_weight <= 0:
-            raise ValueError(f"prior_weight must be > 0, got {prior_weight}")
         self.k_max = k_max
-        self.decay = 0.5 ** (1.0 / half_life)
+        self.decay = fade_per_token(half_life, prior_alpha, prior_weight)
         self.prior = [expected_tokens(prior_alpha, n) - 1.0 for n in range(k_max + 1)]
         self.prior_weight = prior_weight
         self.sums = [0.0] * (k_max + 1)      # faded Σ a(N) over the rounds that drafted N nodes or more
