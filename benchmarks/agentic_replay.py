@@ -80,7 +80,7 @@ def drafters_for(mode: str, prompt: list[int], memory: SuffixMemory, order: int,
     if mode in ("ngram", "auto"):
         out["ngram"] = NgramDrafter(max_order=order)
     if mode == "ngram-tree" or (mode == "auto" and auto_trees):
-        out["ngram-tree"] = NgramTreeDrafter(max_order=order, branching_only=mode == "auto")
+        out["ngram-tree"] = NgramTreeDrafter(max_order=order)
     if mode in ("suffix", "auto"):
         out["suffix"] = SuffixDrafter(memory.open(mode), len(prompt), max_order=order)
     return out

@@ -13,3 +13,9 @@ def test_situation_replay_on_a_hand_made_answer():
     assert [s for s, _ in got[:3]] == ["1/agree", "2-3/agree", "2-3/agree"]
     assert got[-1] == ("8+/agree", 0)            # ... until the answer leaves the prompt (19 -> 5, not 20)
     assert got[-2] == ("8+/agree", 1)
+
+
+def test_the_tree_runs_hold_the_chains_where_one_occurrence_leads():
+    prompt = list(range(10, 30))
+    answer = list(range(10, 20)) + [5]
+    assert replay(prompt, answer, k=4, tree=True) == replay(prompt, answer, k=4)

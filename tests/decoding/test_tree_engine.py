@@ -150,7 +150,7 @@ def test_ngram_tree_is_lossless_on_tiny_models(arch):
 def oracle_engine(oracle, max_seq=256, eos=(), costs: Costs | None = None):
     model = OracleModel(oracle)
     drafters = {"ngram": lambda req: NgramDrafter(max_order=req.ngram),
-                "ngram-tree": NGRAM_TREE.factory}           # the shipped one: inside `auto`, where occurrences branch
+                "ngram-tree": NGRAM_TREE.factory}
     eng = Engine(model, TokenCache(max_seq + 80), offered(drafters), eos_ids=list(eos), max_seq=max_seq,
                  costs=costs)
     return eng, model

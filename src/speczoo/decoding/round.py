@@ -198,7 +198,7 @@ def _proposal(g: Generation) -> RoundPlan:
     drafters = g.drafters
     ctx = g.context + [g.pending] if drafters else g.context     # what the drafters see (plain: no one)
     lags = {name: d.lag(ctx) for name, d in drafters.items()}
-    choice = g.policy.choose(lags, {name: d.situation(ctx) for name, d in drafters.items()})
+    choice = g.policy.choose(lags, situations(drafters, ctx))
     if not choice.drafting:
         return RoundPlan(NONE, Draft(tokens=[]))
     k = min(choice.k, remaining - 1)
@@ -207,6 +207,16 @@ def _proposal(g: Generation) -> RoundPlan:
     if g.meter is not None and g.meter.in_step(lags[choice.drafter]):      # no catch-up in its time
         g.meter.draft(choice.drafter, draft.k if draft.work is None else draft.work, time.perf_counter() - t)
     return RoundPlan(choice.drafter, draft, is_chain(draft.parents))
+
+
+def situations(drafters: dict[str, Drafter], ctx: list[int]) -> dict[str, str | None]:
+    """Each drafter's situation this round (Drafter.situation; None: nothing to propose). Beside chain
+    drafters, a tree drafter is offered only where its tree would branch (Drafter.branches): elsewhere its
+    first nodes are a chain's, and two drafters offering the same tokens would each learn half of what the
+    situation teaches. Alone (`--spec ngram-tree`) it is offered wherever it has a proposal."""
+    chains = any(not d.drafts_trees for d in drafters.values())
+    return {name: None if chains and d.drafts_trees and not d.branches(ctx) else d.situation(ctx)
+            for name, d in drafters.items()}
 
 
 def settle(g: Generation, p: RoundPlan, verdict: Verdict | None, judged: int) -> Round:

@@ -186,7 +186,8 @@ class Drafting:
     situation_priors: per situation "<band>/<agree|mixed>", α before any evidence there: where the
                       controller's estimate (and the draft model's guesses) start.
     tree_matches:     the most recent occurrences per order a prompt-lookup tree merges.
-    tree_order_weight: a candidate of order n weighs tree_order_weight^n (longer matches count more).
+    tree_order_weight: a candidate whose match reaches m ids back weighs tree_order_weight^m (longer
+                      matches count more).
     tree_decay:       the chance a tree path's next step is right, in the trie's node scores.
     The draft model (drafters/draft_model.py, draft_head.py, guess.py):
     head_vocab:       it proposes from a reduced LM head over the first head_vocab ids (plus the prompt's

@@ -59,6 +59,12 @@ class Drafter(ABC):
         nothing to propose this round. Default: always the one situation ""."""
         return ""
 
+    def branches(self, context: list[int]) -> bool:
+        """Of a drafter that drafts_trees: whether this round's tree would branch, asked before the controller
+        chooses (context as for `propose`). Beside chain drafters a tree drafter is offered only where it
+        would (decoding/round.py `situations`). Default: always."""
+        return True
+
     def lag(self, context: list[int]) -> int:
         """How many ids of `context` (as for `propose`) this drafter would have to feed before proposing,
         beyond the last one: its catch-up after sitting out rounds. Default: none."""

@@ -135,9 +135,8 @@ class NgramIndex:
 
     def branches(self) -> bool:
         """Whether the recent occurrences of the longest matching suffix (Drafting.agree_window of them)
-        continue with different tokens: a "mixed" situation, where a tree's first nodes are siblings."""
-        recent = self.longest()[-DRAFTING.agree_window:]
-        return len({self.tokens[s] for s in recent}) > 1
+        continue with different tokens: a "mixed" situation, where a tree's candidates part."""
+        return len(self._nexts(self.longest())) > 1
 
     def ahead(self, drafted: list[int], k: int) -> tuple[str | None, list[int]]:
         """Prompt lookup past the history: the situation and the k ids that follow the history continued
@@ -153,9 +152,11 @@ class NgramIndex:
     def _label(self, starts: list[int], start: int, present: list[int]) -> str:
         n = self.match_length(start, present=present)
         band = "1" if n <= 1 else "2-3" if n < 4 else "4-7" if n < 8 else "8+"
-        recent = starts[-DRAFTING.agree_window:]
-        nxt = {self.tokens[s] for s in recent}      # an occurrence is indexed when its next token arrives
-        return f"{band}/{'agree' if len(nxt) == 1 else 'mixed'}"
+        return f"{band}/{'agree' if len(self._nexts(starts)) == 1 else 'mixed'}"
+
+    def _nexts(self, starts: list[int]) -> set[int]:
+        """The tokens that followed the Drafting.agree_window most recent of the occurrences `starts`."""
+        return {self.tokens[s] for s in starts[-DRAFTING.agree_window:]}   # indexed when its next token arrived
 
 
 class PromptLookup(Drafter):

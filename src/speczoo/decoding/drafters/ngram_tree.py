@@ -5,7 +5,11 @@ Where plain prompt lookup (ngram.py) copies what followed one occurrence of the 
 continuations of up to `max_matches` occurrences at every order from max_order down to min_order, ranked
 per order as the chain picks (so the tree holds the chain; an occurrence found at a higher order is
 counted once, at that order), and merges them into a trie. Each candidate carries a weight,
-order_weight^n / (1 + r) for a match of order n that is the r-th best at that order; a trie node's
+order_weight^m / (1 + r) for a match that reaches m ids back (its order n, or further up to
+Drafting.lookup_reach, as the chain measures it) and is the r-th best at its order: the occurrence that
+continues the passage being copied outweighs those that merely end alike, so the tree follows the chain
+deep and branches where matches tie (was order_weight^n: the chain's depth was cut for siblings a long
+match did not need, docs/results.md "Prompt-lookup trees inside `auto`"); a trie node's
 score is its parent's score × decay × (the weight of the candidates through it / the weight through its
 parent), the probability that the target follows it under a crude model where each step of a path is
 right with probability `decay` and the candidates vote. The round's K nodes are the K best-scoring nodes, expanded
@@ -46,7 +50,8 @@ def candidates(index: NgramIndex, k: int, max_matches: int, order_weight: float)
         ranked = [s for s in index.ranked(index.matches(n)) if s not in seen]
         for rank, start in enumerate(ranked[:max_matches]):
             seen.add(start)
-            out.append(Candidate(index.continuation(start, k), order_weight ** n / (1 + rank)))
+            reach = max(n, index.match_length(start, DRAFTING.lookup_reach))
+            out.append(Candidate(index.continuation(start, k), order_weight ** reach / (1 + rank)))
     return out
 
 
@@ -97,8 +102,7 @@ class NgramTreeDrafter(PromptLookup):
     drafts_trees = True
 
     def __init__(self, max_order: int = 3, min_order: int = 1, max_matches: int = DRAFTING.tree_matches,
-                 order_weight: float = DRAFTING.tree_order_weight, decay: float = DRAFTING.tree_decay,
-                 branching_only: bool = False):
+                 order_weight: float = DRAFTING.tree_order_weight, decay: float = DRAFTING.tree_decay):
         if max_matches < 1:
             raise ValueError(f"max_matches must be >= 1, got {max_matches}")
         if not 0.0 < decay < 1.0:
@@ -107,14 +111,13 @@ class NgramTreeDrafter(PromptLookup):
             raise ValueError(f"order_weight must be >= 1, got {order_weight}")
         super().__init__(max_order, min_order)
         self.max_matches, self.order_weight, self.decay = max_matches, order_weight, decay
-        self.branching_only = branching_only
 
-    def situation(self, context: list[int]) -> str | None:
-        """As prompt lookup's; with `branching_only`, None (nothing to offer) where the suffix's recent
-        occurrences agree on the next token: there the tree's first nodes are the chain's, and a second
-        drafter offering the same tokens only halves what each learns of the situation."""
-        label = super().situation(context)
-        return None if label is None or (self.branching_only and not self.index.branches()) else label
+    def branches(self, context: list[int]) -> bool:
+        """Whether the suffix's recent occurrences continue with different tokens (NgramIndex.branches).
+        Where they agree, the tree starts with the chain's next token: a sibling of it could only come from a
+        shorter match, which weighs less than the chain's own (order_weight per id of reach)."""
+        self.index.follow(context)
+        return self.index.branches()
 
     def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         self.index.follow(context)

@@ -6,8 +6,9 @@ A descriptor is the only place that says, of a drafter:
   cost          its cost per proposed token in target decode steps, what the controller prices it at;
   auto          whether `auto` may choose it (the controller prices a tree drafter's rounds by its own trees'
                 accepted tokens per node budget, decoding/tree_acceptance.py, so prompt lookup's tree is
-                offered beside its chain; EAGLE's tree is not yet: its head is shared with the chain's and
-                its trees were never replayed inside `auto`);
+                offered beside its chain, in the rounds where it branches: decoding/round.py `situations`;
+                EAGLE's tree is not yet: its head is shared with the chain's and its trees were never
+                replayed inside `auto`);
   batchable     whether it can run in a continuous batch (decoding/batch.py): a drafter that reads the
                 target's hidden states (EAGLE) cannot, since a batched forward returns none;
   shared_cache  whether its factories share one cache across requests (a draft model's, a head's): a
@@ -178,14 +179,8 @@ def _suffix(loaded: Loaded) -> Bound:
 
 
 NGRAM = DrafterSpec("ngram", factory=lambda req: NgramDrafter(max_order=req.ngram), cost=0.0, batchable=True)
-def _ngram_tree(req: GenerationRequest) -> Drafter:
-    """Prompt lookup's tree (drafters/ngram_tree.py); inside `auto` only where the suffix's recent occurrences
-    disagree on the next token (`branching_only`): elsewhere its first nodes are the chain's, which `auto`
-    offers already, and two drafters with the same tokens would each learn half of the situation."""
-    return NgramTreeDrafter(max_order=req.ngram, branching_only=req.spec == "auto")
-
-
-NGRAM_TREE = DrafterSpec("ngram-tree", factory=_ngram_tree, cost=0.0, batchable=True)
+NGRAM_TREE = DrafterSpec("ngram-tree", factory=lambda req: NgramTreeDrafter(max_order=req.ngram), cost=0.0,
+                         batchable=True)
 DRAFT = DrafterSpec("draft", batchable=True, shared_cache=True, takes_name=DRAFT_MODEL, load=_draft_model)
 SUFFIX = DrafterSpec("suffix", batchable=True, load=_suffix)
 EAGLE = DrafterSpec("eagle", shared_cache=True, takes_name=EAGLE_HEAD, load=_eagle(tree=False))
