@@ -418,12 +418,15 @@ struct Q40Quads {
 
 // q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r.
 // AVX-VNNI: vpdpbusd sums u * x, then BIAS * the half's activation sum comes off. AVX2: the signed codes
-// s = u - BIAS (|s| <= 128) as q8_tile does, |s| * (x * sign(s)): a vpmaddubsw pair is at most
-// 2 * 128 * 127 = 32512 and cannot saturate, widened by vpmaddwd.
+// s = u - BIAS (|s| <= BIAS) as q8_tile does, |s| * (x * sign(s)): a vpmaddubsw pair is at most
+// 2 * BIAS * 127 and cannot saturate. q8b's (BIAS 128: 32512) is widened by vpmaddwd at once; q6's and
+// q40's (BIAS 32: 8128; 8: 2032) are summed over the half's 4 quads in int16 first (at most 32512, exact),
+// then widened once.
 template <int R, class Quads>
 static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
 #if !defined(SZ_PATH_AVXVNNI)
     const __m256i bias = _mm256_set1_epi8((char)(1 << Quads::SHIFT)), ones = _mm256_set1_epi16(1);
+    constexpr bool SUM16 = 4 * 2 * (1 << Quads::SHIFT) * 127 <= 32767;
 #endif
     for (int h = 0; h < 2; ++h) {
         __m256i a[R][2];
@@ -446,12 +449,20 @@ static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh,
 #pragma GCC unroll 8
                 for (int r = 0; r < R; ++r) {
                     const __m256i xb = _mm256_set1_epi32(xr[r]);
-                    a[r][c] = sz_chain(_mm256_add_epi32(a[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(xb, s)), ones)));
+                    const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(xb, s));
+                    if constexpr (SUM16) a[r][c] = sz_chain(_mm256_add_epi16(a[r][c], p));
+                    else a[r][c] = sz_chain(_mm256_add_epi32(a[r][c], _mm256_madd_epi16(p, ones)));
                 }
             }
 #endif
         }
         for (int r = 0; r < R; ++r) {
+#if !defined(SZ_PATH_AVXVNNI)
+            if constexpr (SUM16) {
+                a[r][0] = _mm256_madd_epi16(a[r][0], ones);
+                a[r][1] = _mm256_madd_epi16(a[r][1], ones);
+            }
+#endif
 #if defined(SZ_PATH_AVXVNNI)
             const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), Quads::SHIFT);
             a[r][0] = _mm256_sub_epi32(a[r][0], corr);
