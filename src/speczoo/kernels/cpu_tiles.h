@@ -19,7 +19,6 @@
 // holds in registers; tiling never changes a row's result.
 #pragma once
 #include <stdint.h>
-#include <type_traits>
 #include "cpu_simd.h"
 
 // The float step every path but AVX-512's shares: facc [R][16] += ((float)isb * D - (float)imn * Dm) * sab[r].
@@ -272,22 +271,24 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
         for (int h = 0; h < 2; ++h) _mm256_store_si256((__m256i*)(acc + r * 16 + h * 8), a[r][h]);
 }
 
-// q4: the tile works from registers and one array, isb (the rows' sums over the groups so far, in L1): the
-// first group stores it, so nothing is zeroed, and the mins and the float step run on registers. The float
-// step is q4_float_update's, lane-wise in its order.
+// q4: the rows' sums over the groups so far in one L1 array (isb); the mins and the float step on registers
+// (q4_float_update's lane-wise operations in its order). One plain loop over the groups: a variant that
+// peeled the first group (storing isb instead of zeroing it) computed as fast in cache but streamed the
+// weights from DRAM 10-20% slower at S = 1 on Zen 3 (docs/results.md, the AVX2 q4 tile on Zen 3).
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
                     const int32_t* xp, const float* sab, int64_t S, int ng, float* facc) {
     alignas(32) int32_t isb[R * 16];
     const __m256i nib = _mm256_set1_epi8(0x0F);
 #if !defined(SZ_PATH_AVXVNNI)
-    const __m256i sc_pairs0 = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  // columns 0-3
+    // vpshufb indices: each column's scale byte twice as an int16 pair (-1 writes a zero byte)
+    const __m256i sc_pairs0 = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  // 0-3
                                                4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
     const __m256i sc_pairs1 = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,  // 8-11
                                                12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
 #endif
-    // one group g: isb = (first ? 0 : isb) + sc_g * the group's sums
-    const auto group = [&](const int g, const auto first) __attribute__((always_inline)) {
+    for (int i = 0; i < R * 16; ++i) isb[i] = 0;
+    for (int g = 0; g < ng; ++g) {
         q4_prefetch_group(qb, g);
         __m256i t[R][2];
         for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm256_setzero_si256();
@@ -333,47 +334,37 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
 #if defined(SZ_PATH_AVXVNNI)
         const __m128i s16 = _mm_loadu_si128((const __m128i*)(scb + g * 16));
         const __m256i sc0 = _mm256_cvtepu8_epi32(s16), sc1 = _mm256_cvtepu8_epi32(_mm_srli_si128(s16, 8));
-#else
-        // (sc, sc) in each lane's two int16 halves: vpmaddwd gives sc * (both halves' sums) = sc * t_g, exact.
-        // One shuffle a half from the 16 scales in both 128-bit lanes (vpshufb: index -1 writes a zero byte).
-        const __m256i s16 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(scb + g * 16)));
-        const __m256i sp0 = _mm256_shuffle_epi8(s16, sc_pairs0), sp1 = _mm256_shuffle_epi8(s16, sc_pairs1);
-#endif
         for (int r = 0; r < R; ++r) {
             __m256i* is = (__m256i*)(isb + r * 16);
-#if defined(SZ_PATH_AVXVNNI)
-            const __m256i v0 = _mm256_mullo_epi32(t[r][0], sc0), v1 = _mm256_mullo_epi32(t[r][1], sc1);
-#else
-            const __m256i v0 = _mm256_madd_epi16(t[r][0], sp0), v1 = _mm256_madd_epi16(t[r][1], sp1);
-#endif
-            if constexpr (decltype(first)::value) {
-                _mm256_store_si256(is, v0);
-                _mm256_store_si256(is + 1, v1);
-            } else {
-                _mm256_store_si256(is, _mm256_add_epi32(_mm256_load_si256(is), v0));
-                _mm256_store_si256(is + 1, _mm256_add_epi32(_mm256_load_si256(is + 1), v1));
-            }
+            _mm256_store_si256(is, _mm256_add_epi32(_mm256_load_si256(is), _mm256_mullo_epi32(t[r][0], sc0)));
+            _mm256_store_si256(is + 1, _mm256_add_epi32(_mm256_load_si256(is + 1), _mm256_mullo_epi32(t[r][1], sc1)));
         }
-    };
-    group(0, std::true_type{});  // ng >= 2
-    for (int g = 1; g < ng; ++g) group(g, std::false_type{});
-    // mins: (m_2p, m_2p+1) of a column times the row's (xs_2p, xs_2p+1) int16 pair, summed by vpmaddwd
+#else
+        // (sc, sc) in each lane's two int16 halves: vpmaddwd gives sc * (both halves' sums) = sc * t_g, exact
+        const __m256i s32 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(scb + g * 16)));
+        const __m256i sp0 = _mm256_shuffle_epi8(s32, sc_pairs0), sp1 = _mm256_shuffle_epi8(s32, sc_pairs1);
+        for (int r = 0; r < R; ++r) {
+            __m256i* is = (__m256i*)(isb + r * 16);
+            _mm256_store_si256(is, _mm256_add_epi32(_mm256_load_si256(is), _mm256_madd_epi16(t[r][0], sp0)));
+            _mm256_store_si256(is + 1, _mm256_add_epi32(_mm256_load_si256(is + 1), _mm256_madd_epi16(t[r][1], sp1)));
+        }
+#endif
+    }
     __m256i ai[R][2];
     for (int r = 0; r < R; ++r) ai[r][0] = ai[r][1] = _mm256_setzero_si256();
-#pragma GCC unroll 4
+    // mins: (m_2p, m_2p+1) of a column times the row's (xs_2p, xs_2p+1) int16 pair, summed by vpmaddwd
     for (int p = 0; p < ng / 2; ++p) {
         const __m256i mb = _mm256_loadu_si256((const __m256i*)(mnb + p * 32));
         const __m256i m0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(mb));
         const __m256i m1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(mb, 1));
         const int32_t* xr = xp + p * S;
-#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             const __m256i xv = _mm256_set1_epi32(xr[r]);
             ai[r][0] = _mm256_add_epi32(ai[r][0], _mm256_madd_epi16(m0, xv));
             ai[r][1] = _mm256_add_epi32(ai[r][1], _mm256_madd_epi16(m1, xv));
         }
     }
-    // q4_float_update on the halves: facc += ((float)isb * D - (float)imn * Dm) * sab[r]
+    // q4_float_update on the halves: facc += ((float)isb * D - (float)imn * Dm) * sab[r], imn = ai
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
         const __m256 d = _mm256_loadu_ps(ddb + 8 * h), dm = _mm256_loadu_ps(ddb + 16 + 8 * h);
