@@ -123,7 +123,7 @@ def test_a_later_load_reads_the_stored_profile_and_times_nothing(tmp_path, monke
     assert [p.name for p in m.path.iterdir()] == [profile_path(m).name]      # written whole: no temporary left
 
 
-@pytest.mark.parametrize("change", ["bundle", "threads", "cost_format", "kernel_path"])
+@pytest.mark.parametrize("change", ["bundle", "threads", "cost_format", "kernel_path", "kernels"])
 def test_a_profile_with_another_key_is_timed_again_and_replaced(tmp_path, monkeypatch, capsys, change):
     m = loaded(tmp_path, "keyed", "q4")
     stored = load_or_measure(m, draft_head=head)

@@ -210,3 +210,16 @@ def test_landing_on_the_scalar_path_is_said_once(monkeypatch, capsys, scalar):
     assert err.count("scalar reference path") == 1 and "speczoo doctor" in err
     native.kernels(scalar)                              # a path asked for by name is not a surprise
     assert "scalar" not in capsys.readouterr().err
+
+
+def test_the_build_id_follows_the_sources_and_the_path(tmp_path, monkeypatch):
+    """A cost profile is keyed by it (decoding/pricing/profile.py): new kernel sources, another id."""
+    src = tmp_path / "k.cpp"
+    src.write_text("int f() { return 1; }\n")
+    monkeypatch.setattr(native, "SOURCES", (src,))
+    monkeypatch.setattr(native, "HEADERS", ())
+    scalar, before = native.scalar_path(), native.build_id(native.scalar_path())
+    assert len(before) == 16 and native.build_id(scalar) == before
+    src.write_text("int f() { return 2; }\n")
+    assert native.build_id(scalar) != before
+    assert native.build_id(native.path_named("avx2", native.parse_cpuinfo(ZEN3, "x86_64"))) != native.build_id(scalar)

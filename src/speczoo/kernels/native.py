@@ -259,15 +259,25 @@ def build_flags(path: KernelPath, cxx: str) -> tuple[str, ...]:
     return BASE_FLAGS + _openmp_flags(cxx) + path.flags
 
 
+def build_id(path: KernelPath | None = None) -> str:
+    """What the library for `path` (default: the chosen one) is built from, as 16 hex digits: its sources,
+    headers, flags and compiler. A new speczoo whose kernels changed gets a new id, so what was timed on the
+    old ones (a cost profile) is timed again."""
+    path = path or chosen_path()
+    cxx = _compiler()
+    key = hashlib.sha256()
+    for part in (*(f.read_bytes() for f in SOURCES + HEADERS), " ".join(build_flags(path, cxx)).encode(),
+                 cxx.encode()):
+        key.update(part)
+    return key.hexdigest()[:16]
+
+
 def _build(path: KernelPath) -> Path:
     cxx = _compiler()
     flags = build_flags(path, cxx)
-    key = hashlib.sha256()
-    for part in (*(f.read_bytes() for f in SOURCES + HEADERS), " ".join(flags).encode(), cxx.encode()):
-        key.update(part)
     out_dir = paths.home() / "kernels"
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"cpu_kernels-{path.name}-{key.hexdigest()[:16]}.so"
+    target = out_dir / f"cpu_kernels-{path.name}-{build_id(path)}.so"
     if target.exists():
         return target
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)

@@ -254,11 +254,20 @@ COST_FORMAT = 2
 def profile_key(loaded, draft_vocab: DraftVocab = DRAFTING.head_vocab) -> dict:
     """What a stored profile is valid for: the bundle it timed (its identity changes when it is pulled or
     packed again), the backend, the kernel path (a forced SPECZOO_KERNEL_PATH, or the bundle on another
-    CPU, measures its own), the thread count, the draft head's size its draft curve was timed through
-    and this module's COST_FORMAT. A stored profile of another key is timed again."""
+    CPU, measures its own), the compiled kernels' build (native.build_id: an upgrade that changed them times
+    again what the old ones cost), the thread count, the draft head's size its draft curve was timed
+    through and this module's COST_FORMAT. A stored profile of another key is timed again."""
     return {"cost_format": COST_FORMAT, "bundle": loaded.bundle_id, "backend": loaded.backend,
-            "kernel_path": native.chosen_path().name, "threads": torch.get_num_threads(),
-            "draft_vocab": draft_vocab}
+            "kernel_path": native.chosen_path().name, "kernels": _kernels_built(),
+            "threads": torch.get_num_threads(), "draft_vocab": draft_vocab}
+
+
+def _kernels_built() -> str:
+    """The compiled kernels' build id, or "none" where no compiler builds them (a torch-only backend)."""
+    try:
+        return native.build_id()
+    except native.KernelBuildError:
+        return "none"
 
 
 def profile_path(loaded, draft_vocab: DraftVocab = DRAFTING.head_vocab) -> Path:
