@@ -58,8 +58,9 @@ def test_auto_without_the_head_is_auto_with_the_eagle_drafters_left_out_for_its_
     rt.generate = spy
     res = interleaved(rt, rt.tokenizer.encode("hello"), ["auto", NOEAGLE], k=4, gen=20, runs=2)
     assert {s for s, _ in seen} == {"off", "auto"}
-    assert ("auto", ("ngram", "suffix", "draft", "eagle")) in seen
-    assert ("auto", ("ngram", "suffix", "draft")) in seen
+    # auto offers prompt lookup's tree too (where its matches branch: decoding/round.py `situations`)
+    assert ("auto", ("ngram", "ngram-tree", "suffix", "draft", "eagle")) in seen
+    assert ("auto", ("ngram", "ngram-tree", "suffix", "draft")) in seen
     assert rt.engine is engine and engine.drafters["eagle"].auto          # restored after each run
     assert res[NOEAGLE].lossless and len(res[NOEAGLE].tok_s) == 2
 
