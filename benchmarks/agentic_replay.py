@@ -27,14 +27,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from speczoo.decoding.controller import Controller
 from speczoo.decoding.drafters.base import Drafter
 from speczoo.decoding.drafters.ngram import NgramDrafter
 from speczoo.decoding.drafters.ngram_tree import NgramTreeDrafter
 from speczoo.decoding.drafters.suffix import SuffixDrafter
 from speczoo.decoding.drafters.suffix_memory import SuffixMemory
 from speczoo.decoding.pricing.cost import Costs, CvCurve
+from speczoo.decoding.policy import make_policy
 from speczoo.decoding.round import Generation, RoundPlan, run_round, verify_recorded
+from speczoo.request import GenerationRequest
 
 from benchmarks.replay_profiles import Profile, load_profile
 
@@ -92,9 +93,7 @@ def replay_turn(prompt: list[int], out: list[int], drafters: dict[str, Drafter],
     sees each round."""
     costs = Costs(cv=CvCurve.measured(profile.target_cv), draft_cost={n: 0.0 for n in drafters},
                   round_overhead=profile.round_overhead)
-    ctl = Controller(costs, list(drafters), k_max=k, priors={n: d.situation_priors for n, d in drafters.items()},
-                     trees={n for n, d in drafters.items() if d.drafts_trees})
-
+    ctl = make_policy(GenerationRequest(prompt_ids=prompt, k=k), drafters, costs)   # as the engine configures it
     t = Tally(tokens=len(out))
 
     def verify(g: Generation, plan: RoundPlan):

@@ -272,9 +272,9 @@ static void q8_tile(const uint8_t* w, int64_t nq, const int32_t* xk, int64_t S, 
 }
 
 // q4: the rows' sums over the groups so far in one L1 array (isb); the mins and the float step on registers
-// (q4_float_update's lane-wise operations in its order). One plain loop over the groups: a variant that
-// peeled the first group (storing isb instead of zeroing it) computed as fast in cache but streamed the
-// weights from DRAM 10-20% slower at S = 1 on Zen 3 (docs/results.md, the AVX2 q4 tile on Zen 3).
+// (q4_float_update's lane-wise operations in its order). One plain loop over the groups: peeling the first
+// group (storing isb instead of zeroing it) streams the weights from DRAM slower at S = 1 (docs/results.md,
+// "The AVX2 q4 tile on Zen 3 against its instruction bound").
 template <int R>
 static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, const float* ddb, const int32_t* xk,
                     const int32_t* xp, const float* sab, int64_t S, int ng, float* facc) {

@@ -17,6 +17,8 @@ This module must never change the numerics of one backend without changing its t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -588,24 +590,35 @@ class Q8bTorchBackend(LinearBackend):
         return Q8bTorch(packed, bias)
 
 
-class Q8bmBackend(LinearBackend):
+class _TwinnedBackend(LinearBackend):
+    """A compiled integer format whose torch twin is one flag away: `pack` quantizes an fp32 weight with the
+    format's packer (_pack), `build` gives its compiled kernel (_native), or with twin=True its torch twin
+    (_torch), named "<name>_torch"."""
+
+    stored = True
+    batch_invariant = True
+    _pack: Callable[[Tensor], dict[str, Tensor]]
+    _native: type[nn.Module]
+    _torch: type[nn.Module]
+
+    def __init__(self, path: native.KernelPath | None = None, twin: bool = False):
+        self.path, self.twin = path, twin
+        self.name = f"{type(self).name}_torch" if twin else type(self).name
+
+    def pack(self, weight: Tensor) -> dict[str, Tensor]:
+        return type(self)._pack(weight)
+
+    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
+        return self._torch(packed, bias) if self.twin else self._native(packed, bias, native.kernels(self.path))
+
+
+class Q8bmBackend(_TwinnedBackend):
     """q8bm (pack_q8b.py): a GGUF's Q4_1 / Q5_1 / Q5_K tensors exactly, when the pull packs them from their
     blocks; `pack` here quantizes an fp32 weight with an offset per 32 (the middle of its range) and q8b's
     codes of the rest (quantize_q8bm). twin: the torch twin "q8bm_torch" instead of the compiled kernel."""
 
     name = "q8bm"
-    stored = True
-    batch_invariant = True
-
-    def __init__(self, path: native.KernelPath | None = None, twin: bool = False):
-        self.path, self.twin = path, twin
-        self.name = "q8bm_torch" if twin else "q8bm"
-
-    def pack(self, weight: Tensor) -> dict[str, Tensor]:
-        return pack_q8bm(weight)
-
-    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
-        return Q8bmTorch(packed, bias) if self.twin else Q8bmNative(packed, bias, native.kernels(self.path))
+    _pack, _native, _torch = staticmethod(pack_q8bm), Q8bmNative, Q8bmTorch
 
 
 class Q6Backend(LinearBackend):
@@ -626,24 +639,13 @@ class Q6Backend(LinearBackend):
         return Q6Native(packed, bias, native.kernels(self.path))
 
 
-class Q40Backend(LinearBackend):
+class Q40Backend(_TwinnedBackend):
     """q40 (pack_q40.py): a GGUF's Q4_0 tensors in their own bytes, when packed from their blocks
     (pack_q40_gguf); `pack` here quantizes an fp32 weight as llama.cpp's Q4_0 quantizer does. twin: the torch
     twin "q40_torch" instead of the compiled kernel."""
 
     name = "q40"
-    stored = True
-    batch_invariant = True
-
-    def __init__(self, path: native.KernelPath | None = None, twin: bool = False):
-        self.path, self.twin = path, twin
-        self.name = "q40_torch" if twin else "q40"
-
-    def pack(self, weight: Tensor) -> dict[str, Tensor]:
-        return pack_q40(weight)
-
-    def build(self, packed: dict[str, Tensor], bias: Tensor | None) -> nn.Module:
-        return Q40Torch(packed, bias) if self.twin else Q40Native(packed, bias, native.kernels(self.path))
+    _pack, _native, _torch = staticmethod(pack_q40), Q40Native, Q40Torch
 
 
 class Q6TorchBackend(LinearBackend):
