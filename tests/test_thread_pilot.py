@@ -1,8 +1,8 @@
 """The thread pilot's decisions (speczoo/thread_pilot.py) on synthetic forward times, no clock: it stays at
 the top on a quiet machine, drops a thread within a few forwards of another program taking a core (also
 when that shows as rare long stalls, as measured on a 2-core Zen 4), takes the core back once it is free,
-keeps its probes cheap while the core stays taken, and compares forwards of different sizes through their
-own best times."""
+keeps its probes cheap while the core stays taken, meets a core taken at once even after a quiet drift made
+its trials lose, and compares forwards of different sizes through their own best times."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from speczoo.thread_pilot import PILOTING, SKIP, Piloting, ThreadPilot
+from speczoo.thread_pilot import LOOKBACK, PILOTING, SKIP, Piloting, ThreadPilot
 
 QUIET = {1: 0.034, 2: 0.020}       # seconds of a 1-row forward: two threads 1.7x one, as on two cores
 HOG = {1: 0.055, 2: 0.083}         # a busy loop on one of the two cores: 0.62x and 0.42x of quiet 2 threads
@@ -137,6 +137,44 @@ def test_a_core_taken_that_shows_as_rare_long_stalls_drops_a_thread():
     assert first_at_one <= PILOTING.window + 2 * (SKIP + PILOTING.try_steps) + 1
     spent = sum(stalls(n, 1, i + 100) for i, (n, _) in enumerate(ran))
     assert spent < 1.05 * sum(stalls(1, 1, i + 100) for i in range(2000))    # near one thread all along
+
+
+def drift_then_hog(hog_from: int) -> Callable[[int, int, int], float]:
+    """The 1.5B's greedy decode on a 2-core Zen 3 (/work/notes/pilot/trace.py's shape): quiet, two threads
+    start at 40 ms and drift to 60 ms (1.5x their best: trials of one thread start and lose, and their
+    wait doubles to its most), one thread 95 ms; from forward `hog_from` a busy loop on one core: two
+    threads 100 ms and every third forward 220 ms, one thread 95 ms as before."""
+    def seconds(n: int, s: int, i: int) -> float:
+        jitter = 1 + 0.04 * ((i * 7) % 5) / 4
+        if n == 1:
+            return 0.095 * jitter
+        if i >= hog_from:
+            return (0.220 if i % 3 == 0 else 0.100) * jitter
+        return (0.040 if i < 50 else 0.060) * jitter
+    return seconds
+
+
+def test_a_core_taken_after_a_drift_lost_trials_is_met_at_once_not_after_their_doubled_wait():
+    hog_from = 3000
+    pilot = ThreadPilot(2)
+    quiet = drive(pilot, drift_then_hog(hog_from), hog_from)
+    assert pilot.count == 2 and sum(n == 1 for n, _ in quiet) > 4 * LOOK    # the drift's trials, each lost
+    busy = drive(pilot, drift_then_hog(hog_from), 200, start=hog_from)
+    first_at_one = next(i for i, (n, settled) in enumerate(busy) if n == 1 and settled)
+    # the slow forwards that tip the window's median, then a trial that wins after LOOKBACK judged forwards
+    # (no forwards back at two threads): the wait that the drift's lost trials doubled is not waited out
+    assert first_at_one <= PILOTING.window // 2 + 2 + SKIP + LOOKBACK
+    trial = [n for n, _ in busy[first_at_one - SKIP - LOOKBACK:first_at_one]]
+    assert trial == [1] * (SKIP + LOOKBACK) and pilot.count == 1
+
+
+def test_a_try_plainly_faster_wins_without_forwards_back_at_the_slower_count():
+    pilot = ThreadPilot(2)
+    drive(pilot, noisy(QUIET), 100)
+    busy = drive(pilot, noisy(HOG, 1), 60, start=100)
+    start = next(i for i, (n, _) in enumerate(busy) if n == 1)
+    assert busy[start:start + SKIP + LOOKBACK] == [(1, False)] * (SKIP + LOOKBACK)
+    assert all(n == 1 for n, _ in busy[start:]) and all(settled for _, settled in busy[start + SKIP + LOOKBACK:])
 
 
 def test_a_process_started_under_stalls_finds_the_faster_count():

@@ -17,7 +17,11 @@ S and across counts. Then, with the constants of `Piloting`:
   * at n threads, when the median of the last `window` forwards took over `slow_factor` times the best of
     its S at n (the median: a lone stall on a quiet machine starts nothing; under a busy core, most
     forwards are slow too), a *trial* of n - 1 starts; the count never run below n is tried once after
-    `first_trial` forwards, so a process that started under load learns what n - 1 gives;
+    `first_trial` forwards, so a process that started under load learns what n - 1 gives. A trial waits
+    for the wait that lost trials doubled, unless that median, over a window all after the last trial
+    that lost, has grown past `abort_factor` times the one that started it: a quiet machine's drift (a 2-core Zen 3's forwards wander
+    from 1.0x to 1.6x their best) loses trials and doubles the wait, and a program that then takes a core
+    (2.5x) must not wait those hundreds of forwards;
   * below the top count, a *probe* of n + 1, so that a core freed is taken back: after `free_wait`
     forwards when at least `free_cores` of the process's cores sat idle on average over the last
     `free_wait` forwards (where the caller can tell: speczoo/threads.py reads /proc/stat), else every
@@ -30,7 +34,12 @@ S and across counts. Then, with the constants of `Piloting`:
     and is over does not make the other count look better, and one stall more or less on either side
     does not decide). A try whose mean passes `abort_factor` times the count in use's before it (the
     whole window's or its last LOOKBACK forwards', whichever is slower: a load may have just begun) ends
-    at once and loses: one slow forward is what a try of a worse count costs, most of the time. A try that
+    at once and loses: one slow forward is what a try of a worse count costs, most of the time. One whose
+    mean, after LOOKBACK judged forwards, is below the count in use's before it over `abort_factor` (the
+    window's later half's, those that made its median slow, or its last LOOKBACK's, whichever is faster)
+    wins at once, without the forwards back: the count in use is then plainly the slower one, and each
+    forward back at it would cost that much (were it a burst of load that just ended, the probe on idle
+    cores takes the count back). A try that
     loses doubles the wait before the next try in its direction (up to `wait_max`; a probe on idle cores,
     its own `free_wait`); one that wins resets them.
 Forwards of a try are not *settled*: the cost meter, which prices speculation from the forwards at the
@@ -126,6 +135,8 @@ class ThreadPilot:
         self._free_wait = piloting.free_wait              # forwards before a probe on idle cores
         self._free: deque[float] = deque(maxlen=piloting.free_wait)  # idle cores during the last forwards
         self._on_free = False                             # whether the try under way was started by idle cores
+        self._level = 1.0                                 # the median slowness at the count in use that started the try
+        self._lost_level = 0.0                            # and that which started the last trial down that lost
         self._run: set[int] = {top}                       # counts that have run a forward
         self._trying: int | None = None                   # the count on trial (a try is under way)
         self._back = False                                # the try's forwards are done: the count in use again
@@ -168,8 +179,11 @@ class ThreadPilot:
     def _settled_step(self) -> Decision:
         p = self.piloting
         self._since += 1
-        slow = len(self._own) == self._own.maxlen and statistics.median(self._own) > p.slow_factor
-        down = self.count > 1 and self._since >= self._wait[-1] and (
+        level = statistics.median(self._own) if len(self._own) == self._own.maxlen else 1.0
+        slow = level > p.slow_factor
+        # slower than when the last trial down lost, over a window of forwards all after it
+        worse = slow and self._since >= p.window and level > p.abort_factor * self._lost_level
+        down = self.count > 1 and (self._since >= self._wait[-1] or worse) and (
             slow or (self.count - 1 not in self._run and self._since >= p.first_trial))
         freed = (len(self._free) == self._free.maxlen and statistics.fmean(self._free) >= p.free_cores
                  and self._since >= self._free_wait)
@@ -177,6 +191,7 @@ class ThreadPilot:
         if (down or up) and self._recent:
             self._trying = self.count - 1 if down else self.count + 1
             self._on_free = not down and self._since < self._wait[+1]
+            self._level = level
             self._tried, self._after = [], []             # _recent stays as it was until the try ends
             self._seen = 0
         return Decision(self.wanted, True)
@@ -189,9 +204,13 @@ class ThreadPilot:
             return Decision(self.wanted, False)
         self._tried.append(slowness)
         before = list(self._recent)
-        now = max(statistics.fmean(before), statistics.fmean(before[-LOOKBACK:]))
-        if statistics.fmean(self._tried) > self.piloting.abort_factor * now:
+        tried = statistics.fmean(self._tried)
+        late = statistics.fmean(before[-LOOKBACK:])
+        if tried > self.piloting.abort_factor * max(statistics.fmean(before), late):
             return self._end_try(won=False)
+        if len(self._tried) >= LOOKBACK and (
+                tried * self.piloting.abort_factor < min(statistics.fmean(before[len(before) // 2:]), late)):
+            return self._end_try(won=True)
         if len(self._tried) >= self.piloting.try_steps:
             self._back, self._seen = True, 0
         return Decision(self.wanted, False)
@@ -219,13 +238,16 @@ class ThreadPilot:
             self._own.clear()
             self._wait = {-1: 0, +1: p.probe_every}
             self._free_wait = p.free_wait
+            self._lost_level = 0.0
         else:
+            if direction < 0:
+                self._lost_level = self._level
             if self._on_free:
                 self._free_wait = min(p.wait_max, 2 * self._free_wait)
             else:
                 self._wait[direction] = min(p.wait_max, max(p.probe_every, 2 * self._wait[direction]))
             self._recent.extend(self._after)
-        self._skip = SKIP if won or not self._back else 0     # the next forward changes the count
+        self._skip = SKIP if won == self._back else 0       # the next forward changes the count
         self._free.clear()
         self._trying, self._back = None, False
         self._since = 0
