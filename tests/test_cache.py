@@ -1,4 +1,8 @@
-"""KVCache: preallocation, O(1) truncate, compact, and CacheFullError leaving the cache untouched."""
+"""KVCache: preallocation (zeros whose pages come as slots fill), O(1) truncate, compact, and
+CacheFullError leaving the cache untouched."""
+
+import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -114,3 +118,19 @@ def test_a_hybrid_cache_refuses_a_rollback_past_its_reach():
     assert c.length == 21
     c.truncate(0)                                                  # a fresh start is always possible
     assert c.conv.nbytes < c.nbytes / 2                            # a few rows per layer beside the K/V
+
+
+def _rss_bytes() -> int:
+    return int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) * 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the process's resident memory (Linux)")
+def test_a_long_context_cache_takes_memory_only_as_its_slots_fill():
+    args = dataclasses.replace(tiny_args("qwen2"), n_layers=8, n_kv_heads=4, head_dim=64)
+    before = _rss_bytes()
+    c = KVCache(args, 32768, dtype=torch.float16)               # 2 x 256 MiB of keys and values
+    assert c.nbytes == 2 * 8 * 4 * (32768 + 64) * 64 * 2
+    assert _rss_bytes() - before < c.nbytes // 16               # nothing written yet: no page taken
+    assert c.k[3][:, 1000].abs().sum() == 0 and c.v[7][:, -1].abs().sum() == 0   # and every slot reads zero
+    c.k[0][:, :1024] = 1.0
+    assert _rss_bytes() - before >= 1024 * 4 * 64 * 2 // 2      # the slots written are there
