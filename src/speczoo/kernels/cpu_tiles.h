@@ -38,6 +38,11 @@ static inline void q4_float_update(const int32_t* isb, const int32_t* imn, const
 static inline void q4_prefetch_group(const uint8_t* qb, int g) {
     for (int l = 0; l < 256; l += 64) SZ_PREFETCH(qb + SZ_PF * 2048 + g * 256 + l);
 }
+// q6's the same way: group g's ql (laid out as q4's codes, 4 lines) and qh (2 lines) SZ_PF super-blocks ahead.
+static inline void q6_prefetch_group(const uint8_t* ql, const uint8_t* qh, int64_t g) {
+    for (int l = 0; l < 256; l += 64) SZ_PREFETCH(ql + SZ_PF * 2048 + g * 256 + l);
+    for (int l = 0; l < 128; l += 64) SZ_PREFETCH(qh + SZ_PF * 1024 + g * 128 + l);
+}
 
 #if defined(SZ_PATH_AVX512VNNI)
 #define SZ_TILE 12
@@ -527,6 +532,7 @@ static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, cons
     for (int64_t g = 0; g < nq / 8; ++g) {
         const uint8_t *lg = ql + g * 256, *hg = qh + g * 128;
         const float* d = dd + (g / 8) * 16;  // read where used: D held in registers would push f out of them
+        q6_prefetch_group(ql, qh, g);
         const int32_t* xq = xk + g * 8 * S;
         __m256i acc[R][2];
         __m256 m[R][2];  // (float)t0 * a0
