@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time the shapes with their weights in cache and report the path's c_v floor")
     args = ap.parse_args(argv)
     s_values = tuple(int(v) for v in args.s.split(","))
+    if args.floor and s_values[0] == s_values[-1]:
+        ap.error(f"--floor needs two S values (--s 1,9): its slope per row is taken between the first and the last "
+                 f"S, and --s {args.s} gives one")
     shapes = args.shapes.split(",")
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:

@@ -1,6 +1,7 @@
 """The kernel bench's floor (python -m benchmarks.kernel_bench --floor): its arithmetic, and a cached
 timing that runs on a small shape. Speeds themselves are measured by the bench, never asserted here."""
 
+import pytest
 import torch
 
 from benchmarks import kernel_bench as kb
@@ -31,3 +32,11 @@ def test_cached_timing_scales_a_slice_to_the_whole_shape():
     t = kb.time_shape_cached("q4", "k", 1, (1, 2), torch.Generator().manual_seed(0))
     assert t.ms[1] > 0 and t.ms[2] > 0
     assert t.bytes_per_copy > 256 * 1536 // 2           # the whole shape's bytes, not the slice's
+
+
+@pytest.mark.parametrize("s", ["1", "9,9"])
+def test_the_floor_with_one_s_value_is_a_clear_usage_error(s, capsys):
+    with pytest.raises(SystemExit) as e:
+        kb.main(["--floor", "--s", s, "--backend", "q4", "--shapes", "k"])
+    assert e.value.code == 2
+    assert "--floor needs two S values" in capsys.readouterr().err

@@ -337,23 +337,22 @@ static void q40_strip(const uint8_t* qs, const uint16_t* sd, int64_t KP, const i
 
 // q6: ql u8 [NB, KP/32, 4, 16, 4] (nibbles, as q4's qs), qh u8 [NB, KP/32, 2, 16, 4] (the 2 high bits of
 // quad 4h + m at bits 2m of half h's bytes), sc i8 [NB, KP/16, 16], dd f32 [NB, KB, 16]:
-// w = D_b * sc_j * (u - 32), u in [0, 63]. Each super-block's scales a = D * sc are made here, once for all
-// row tiles (exact: an fp16 D times an int8 is 19 bits); from there it is q8b's arithmetic.
+// w = D_b * sc_j * (u - 32), u in [0, 63]; the tiles make each half's scales a = D * sc themselves (q6_tile),
+// from there it is q8b's arithmetic.
 static void q6_strip(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t KP,
                      const int32_t* xw, const int32_t* xh, const float* sa, int64_t S, const float* bias, int32_t* ws,
                      float* out, int64_t N, int64_t ncols, bool accum) {
     float* facc = (float*)ws;  // [S][16]
     for (int64_t i = 0; i < S * 16; ++i) facc[i] = 0.0f;
-    alignas(64) float a[16 * 16];  // one super-block's scales [16 halves][16 columns]
     const int64_t tile = row_tile(S), KQ = KP / 4;
-    for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {  // super-blocks of 256 inputs
-        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK, b = q0 / SZ_KBLOCK;
-        for (int64_t j = 0; j < nq / 4; ++j)
-            for (int c = 0; c < 16; ++c) a[j * 16 + c] = dd[b * 16 + c] * (float)sc[(q0 / 4 + j) * 16 + c];
+    // super-blocks of 256 inputs, each in L1 across the row tiles; one tile takes the whole strip in one call
+    const int64_t step = tile < S ? SZ_KBLOCK : KQ;
+    for (int64_t q0 = 0; q0 < KQ; q0 += step) {
+        const int64_t nq = KQ - q0 < step ? KQ - q0 : step, b = q0 / SZ_KBLOCK;
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
-            TL::q6[R - 1](ql + (q0 / 8) * 256, qh + (q0 / 8) * 128, a, nq, xw + q0 * S + r0, xh + (q0 / 4) * S + r0,
-                          sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
+            TL::q6[R - 1](ql + (q0 / 8) * 256, qh + (q0 / 8) * 128, sc + (q0 / 4) * 16, dd + b * 16, nq,
+                          xw + q0 * S + r0, xh + (q0 / 4) * S + r0, sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
         }
     }
     alignas(64) float f[16];

@@ -12,7 +12,7 @@
 //   group_sums<R>(quads, xk, xh, S, t): one group of 32 inputs of a q8b, q6 or q40 strip (the Quads type
 //     reads its codes: Q8bQuads, Q6Quads, Q40Quads): t[r][h][16] = the exact integer sums of q * x over each
 //     half h of 16 inputs; q8b_tile / q8bm_tile / q6_tile / q40_tile (below, shared) then apply the float
-//     step of their format.
+//     step of their format. A path may define its own q6_tile (SZ_Q6_TILE: AVX2's) with those sums and steps.
 // Integer sums are exact in every path (each path states why its narrow intermediates cannot overflow
 // or saturate), so the tiles may sum in any order; the float steps are the same lane-wise operations
 // everywhere. That makes every path bit-identical to the scalar one. SZ_TILE is the most rows a tile
@@ -37,6 +37,11 @@ static inline void q4_float_update(const int32_t* isb, const int32_t* imn, const
 // rows, where one burst a super-block would leave it idle while the rows compute.
 static inline void q4_prefetch_group(const uint8_t* qb, int g) {
     for (int l = 0; l < 256; l += 64) SZ_PREFETCH(qb + SZ_PF * 2048 + g * 256 + l);
+}
+// q6's the same way: group g's ql (laid out as q4's codes, 4 lines) and qh (2 lines) SZ_PF super-blocks ahead.
+static inline void q6_prefetch_group(const uint8_t* ql, const uint8_t* qh, int64_t g) {
+    for (int l = 0; l < 256; l += 64) SZ_PREFETCH(ql + SZ_PF * 2048 + g * 256 + l);
+    for (int l = 0; l < 128; l += 64) SZ_PREFETCH(qh + SZ_PF * 1024 + g * 128 + l);
 }
 
 #if defined(SZ_PATH_AVX512VNNI)
@@ -410,9 +415,9 @@ struct Q40Quads {
 // q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r.
 // AVX-VNNI: vpdpbusd sums u * x, then BIAS * the half's activation sum comes off. AVX2: the signed codes
 // s = u - BIAS (|s| <= BIAS) as q8_tile does, |s| * (x * sign(s)): a vpmaddubsw pair is at most
-// 2 * BIAS * 127 and cannot saturate. q8b's (BIAS 128: 32512) is widened by vpmaddwd at once; q6's and
-// q40's (BIAS 32: 8128; 8: 2032) are summed over the half's 4 quads in int16 first (at most 32512, exact),
-// then widened once.
+// 2 * BIAS * 127 and cannot saturate. q8b's (BIAS 128: 32512) is widened by vpmaddwd at once; q40's (BIAS 8:
+// 2032) is summed over the half's 4 quads in int16 first (at most 8128, exact), then widened once (q6's
+// own AVX2 tile is below; AVX-VNNI's goes through here with BIAS 32).
 template <int R, class Quads>
 static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
 #if !defined(SZ_PATH_AVXVNNI)
@@ -465,6 +470,94 @@ static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh,
     }
     (void)xh;
 }
+
+#if !defined(SZ_PATH_AVXVNNI)
+#define SZ_Q6_TILE 1  // q6_tile below, in place of the shared one
+// q6 on AVX2: the shared q6_tile's integer sums and float step, with neither going through memory. The
+// unsigned codes u (0..63) times the activations: a vpmaddubsw pair is at most 2 * 63 * 128 = 16128 in size,
+// two quads' pairs summed in int16 at most 32256 (exact), widened by vpmaddwd; each half starts at -32 times
+// its activation sum (xh), so it ends at the sum of (u - 32) * x, without group_sums' sign and abs a code.
+// The high bits of quad m come to bits 4-5 with one 16-bit shift by 4 - 2m (none for m = 2; a bit shifted
+// in from the neighbouring byte lands outside 0x30). Each half's scales are made in registers
+// (a = D * (float)sc) and q8b_float_update's operations follow on registers in its order:
+// facc + ((float)t0 * a0 + (float)t1 * a1) * sag[r].
+template <int M>
+static inline __m256i q6_high_bits(__m256i h) {
+    const __m256i v = M == 0 ? _mm256_slli_epi16(h, 4) : M == 1 ? _mm256_slli_epi16(h, 2)
+                    : M == 2 ? h : _mm256_srli_epi16(h, 2);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x30));
+}
+
+// u of quad 4h + q, columns 8c .. 8c + 7 (p: ql of quad q, hb: qh of half h, both at column part c)
+template <int H, int Q>
+static inline __m256i q6_codes(__m256i p, __m256i hb) {
+    const __m256i nib = _mm256_and_si256(H == 0 ? p : _mm256_srli_epi16(p, 4), _mm256_set1_epi8(0x0F));
+    return _mm256_or_si256(nib, q6_high_bits<Q>(hb));
+}
+
+// one half H of group g: acc[r][c] = the exact sums of (u - 32) * x for rows r, column parts c
+template <int R, int H>
+static inline void q6_half_sums(const uint8_t* lg, const uint8_t* hg, const int32_t* xq, const int32_t* xh, int64_t S,
+                                __m256i (&acc)[R][2]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_set1_epi32(-32 * xh[r]);
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; ++c) {  // a column half's codes at a time (see sz_half_words)
+        const __m256i hb = _mm256_loadu_si256((const __m256i*)(hg + H * 64 + 32 * c));
+#pragma GCC unroll 2
+        for (int jp = 0; jp < 2; ++jp) {  // quads 2 jp, 2 jp + 1: their pairs summed in int16
+            const __m256i p0 = _mm256_loadu_si256((const __m256i*)(lg + (2 * jp) * 64 + 32 * c));
+            const __m256i p1 = _mm256_loadu_si256((const __m256i*)(lg + (2 * jp + 1) * 64 + 32 * c));
+            const __m256i u0 = jp == 0 ? q6_codes<H, 0>(p0, hb) : q6_codes<H, 2>(p0, hb);
+            const __m256i u1 = jp == 0 ? q6_codes<H, 1>(p1, hb) : q6_codes<H, 3>(p1, hb);
+            const int32_t* x0 = sz_half_words(xq + (2 * jp) * S);
+            const int32_t* x1 = x0 + S;
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(u0, _mm256_set1_epi32(x0[r])),
+                                                   _mm256_maddubs_epi16(u1, _mm256_set1_epi32(x1[r])));
+                acc[r][c] = sz_chain(_mm256_add_epi32(acc[r][c], _mm256_madd_epi16(s, ones)));
+            }
+        }
+    }
+}
+
+// q6: R rows x nq quads (whole groups of 32) of one strip, as the shared q6_tile (below) computes them.
+template <int R>
+static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t nq,
+                    const int32_t* xk, const int32_t* xh, const float* sag, int64_t S, float* facc) {
+    __m256 f[R][2];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < 2; ++c) f[r][c] = _mm256_loadu_ps(facc + r * 16 + 8 * c);
+    for (int64_t g = 0; g < nq / 8; ++g) {
+        const uint8_t *lg = ql + g * 256, *hg = qh + g * 128;
+        const float* d = dd + (g / 8) * 16;  // read where used: D held in registers would push f out of them
+        q6_prefetch_group(ql, qh, g);
+        const int32_t* xq = xk + g * 8 * S;
+        __m256i acc[R][2];
+        __m256 m[R][2];  // (float)t0 * a0
+        q6_half_sums<R, 0>(lg, hg, xq, xh + 2 * g * S, S, acc);
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; ++c) {
+            const __m128i s8 = _mm_loadl_epi64((const __m128i*)(sc + g * 32 + 8 * c));
+            const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(d + 8 * c), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)));
+            for (int r = 0; r < R; ++r) m[r][c] = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][c]), a);
+        }
+        q6_half_sums<R, 1>(lg, hg, xq + 4 * S, xh + (2 * g + 1) * S, S, acc);
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; ++c) {
+            const __m128i s8 = _mm_loadl_epi64((const __m128i*)(sc + g * 32 + 16 + 8 * c));
+            const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(d + 8 * c), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)));
+            for (int r = 0; r < R; ++r) {
+                const __m256 u = _mm256_add_ps(m[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][c]), a));
+                f[r][c] = _mm256_add_ps(f[r][c], _mm256_mul_ps(u, _mm256_set1_ps(sag[g * S + r])));
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < 2; ++c) _mm256_storeu_ps(facc + r * 16 + 8 * c, f[r][c]);
+}
+#endif
 #elif defined(SZ_FLOAT_NEON)
 #define SZ_TILE 4
 #define SZ_Q8_UNSIGNED 0
@@ -842,18 +935,23 @@ static void q8bm_tile(const uint8_t* w, const float* a, const float* m, int64_t 
 }
 
 
-// q6: R rows x nq quads (whole groups of 32) of one strip. ql, qh: the codes of the first group (384 bytes
-// a group); a: the scales of its halves [nq / 4][16] (D * sc, made by the strip); xk, xh, sag as for q8b.
-// The float step is q8b's: a q6 weight computes what its q8b twin (the same codes and scales) computes.
+// q6: R rows x nq quads (whole groups of 32, from a super-block's first) of one strip. ql, qh: the codes of the
+// first group (384 bytes a group); sc: the int8 sub-scales of its halves [nq / 4][16]; dd: the super-blocks'
+// D [ceil(nq / 64)][16]; xk, xh, sag as for q8b. Each half's scales are a = D * (float)sc (exact: an fp16 D times an int8 is 19 bits), then the float
+// step is q8b's: a q6 weight computes what its q8b twin (the same codes and scales) computes.
+#if !defined(SZ_Q6_TILE)
 template <int R>
-static void q6_tile(const uint8_t* ql, const uint8_t* qh, const float* a, int64_t nq, const int32_t* xk,
-                    const int32_t* xh, const float* sag, int64_t S, float* facc) {
+static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t nq,
+                    const int32_t* xk, const int32_t* xh, const float* sag, int64_t S, float* facc) {
     alignas(64) int32_t t[R * 32];
+    alignas(64) float a[32];
     for (int64_t g = 0; g < nq / 8; ++g) {
         group_sums<R>(Q6Quads{ql + g * 256, qh + g * 128}, xk + g * 8 * S, xh + g * 2 * S, S, t);
-        q8b_float_update<R>(t, a + g * 32, sag + g * S, facc);
+        for (int i = 0; i < 32; ++i) a[i] = dd[(g / 8) * 16 + i % 16] * (float)sc[g * 32 + i];
+        q8b_float_update<R>(t, a, sag + g * S, facc);
     }
 }
+#endif
 
 // q40: R rows x nq quads (whole groups of 32) of one strip. qs: the codes of the first group (256 bytes a
 // group, q6's ql layout); d: its groups' scales [nq / 8][16] fp16; xk, xh, sag as for q8b.
@@ -876,8 +974,8 @@ typedef void (*q8bm_tile_fn)(const uint8_t*, const float*, const float*, int64_t
                              const float*, int64_t, float*);
 typedef void (*q40_tile_fn)(const uint8_t*, const uint16_t*, int64_t, const int32_t*, const int32_t*, const float*,
                             int64_t, float*);
-typedef void (*q6_tile_fn)(const uint8_t*, const uint8_t*, const float*, int64_t, const int32_t*, const int32_t*,
-                           const float*, int64_t, float*);
+typedef void (*q6_tile_fn)(const uint8_t*, const uint8_t*, const int8_t*, const float*, int64_t, const int32_t*,
+                           const int32_t*, const float*, int64_t, float*);
 template <int... Rs>
 struct Tiles {
     static constexpr q8_tile_fn q8[sizeof...(Rs)] = {&q8_tile<Rs>...};
