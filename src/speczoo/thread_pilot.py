@@ -19,9 +19,9 @@ S and across counts. Then, with the constants of `Piloting`:
     forwards are slow too), a *trial* of n - 1 starts; the count never run below n is tried once after
     `first_trial` forwards, so a process that started under load learns what n - 1 gives. A trial waits
     for the wait that lost trials doubled, unless that median, over a window all after the last trial
-    that lost, has grown past `abort_factor` times the one that started it: a quiet machine's drift (a 2-core Zen 3's forwards wander
-    from 1.0x to 1.6x their best) loses trials and doubles the wait, and a program that then takes a core
-    (2.5x) must not wait those hundreds of forwards;
+    that lost, has grown past `abort_factor` times the one that started it: a quiet host's drift loses
+    trials and doubles the wait (docs/tuning.md), and a program that then takes a core must not wait
+    those hundreds of forwards;
   * below the top count, a *probe* of n + 1, so that a core freed is taken back: after `free_wait`
     forwards when at least `free_cores` of the process's cores sat idle on average over the last
     `free_wait` forwards (where the caller can tell: speczoo/threads.py reads /proc/stat), else every
@@ -39,9 +39,8 @@ S and across counts. Then, with the constants of `Piloting`:
     window's later half's, those that made its median slow, or its last LOOKBACK's, whichever is faster)
     wins at once, without the forwards back: the count in use is then plainly the slower one, and each
     forward back at it would cost that much (were it a burst of load that just ended, the probe on idle
-    cores takes the count back). A try that
-    loses doubles the wait before the next try in its direction (up to `wait_max`; a probe on idle cores,
-    its own `free_wait`); one that wins resets them.
+    cores takes the count back). A try that loses doubles the wait before the next try in its direction
+    (up to `wait_max`; a probe on idle cores, its own `free_wait`); one that wins resets them.
 Forwards of a try are not *settled*: the cost meter, which prices speculation from the forwards at the
 count in use, does not time them (decoding/round.py).
 
@@ -135,8 +134,8 @@ class ThreadPilot:
         self._free_wait = piloting.free_wait              # forwards before a probe on idle cores
         self._free: deque[float] = deque(maxlen=piloting.free_wait)  # idle cores during the last forwards
         self._on_free = False                             # whether the try under way was started by idle cores
-        self._level = 1.0                                 # the median slowness at the count in use that started the try
-        self._lost_level = 0.0                            # and that which started the last trial down that lost
+        self._level = 1.0                                 # the median slowness that started the try under way
+        self._lost_level = 0.0                            # and the one that started the last trial down that lost
         self._run: set[int] = {top}                       # counts that have run a forward
         self._trying: int | None = None                   # the count on trial (a try is under way)
         self._back = False                                # the try's forwards are done: the count in use again
