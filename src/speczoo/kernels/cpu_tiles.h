@@ -522,6 +522,12 @@ static inline void q6_half_sums(const uint8_t* lg, const uint8_t* hg, const int3
     }
 }
 
+// a = D * (float)sc for 8 columns of a half: sc8 its int8 sub-scales, d the super-block's D of those columns
+static inline __m256 q6_half_scales(const int8_t* sc8, const float* d) {
+    const __m128i s8 = _mm_loadl_epi64((const __m128i*)sc8);
+    return _mm256_mul_ps(_mm256_loadu_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)));
+}
+
 // q6: R rows x nq quads (whole groups of 32) of one strip, as the shared q6_tile (below) computes them.
 template <int R>
 static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t nq,
@@ -539,15 +545,13 @@ static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, cons
         q6_half_sums<R, 0>(lg, hg, xq, xh + 2 * g * S, S, acc);
 #pragma GCC unroll 2
         for (int c = 0; c < 2; ++c) {
-            const __m128i s8 = _mm_loadl_epi64((const __m128i*)(sc + g * 32 + 8 * c));
-            const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(d + 8 * c), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)));
+            const __m256 a = q6_half_scales(sc + g * 32 + 8 * c, d + 8 * c);
             for (int r = 0; r < R; ++r) m[r][c] = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][c]), a);
         }
         q6_half_sums<R, 1>(lg, hg, xq + 4 * S, xh + (2 * g + 1) * S, S, acc);
 #pragma GCC unroll 2
         for (int c = 0; c < 2; ++c) {
-            const __m128i s8 = _mm_loadl_epi64((const __m128i*)(sc + g * 32 + 16 + 8 * c));
-            const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(d + 8 * c), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)));
+            const __m256 a = q6_half_scales(sc + g * 32 + 16 + 8 * c, d + 8 * c);
             for (int r = 0; r < R; ++r) {
                 const __m256 u = _mm256_add_ps(m[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][c]), a));
                 f[r][c] = _mm256_add_ps(f[r][c], _mm256_mul_ps(u, _mm256_set1_ps(sag[g * S + r])));
@@ -937,8 +941,9 @@ static void q8bm_tile(const uint8_t* w, const float* a, const float* m, int64_t 
 
 // q6: R rows x nq quads (whole groups of 32, from a super-block's first) of one strip. ql, qh: the codes of the
 // first group (384 bytes a group); sc: the int8 sub-scales of its halves [nq / 4][16]; dd: the super-blocks'
-// D [ceil(nq / 64)][16]; xk, xh, sag as for q8b. Each half's scales are a = D * (float)sc (exact: an fp16 D times an int8 is 19 bits), then the float
-// step is q8b's: a q6 weight computes what its q8b twin (the same codes and scales) computes.
+// D [ceil(nq / 64)][16]; xk, xh, sag as for q8b. Each half's scales are a = D * (float)sc (exact: an fp16 D
+// times an int8 is 19 bits), then the float step is q8b's: a q6 weight computes what its q8b twin (the same
+// codes and scales) computes.
 #if !defined(SZ_Q6_TILE)
 template <int R>
 static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t nq,
