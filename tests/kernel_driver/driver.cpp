@@ -21,7 +21,7 @@
 //   g++ -O2 -std=c++17 -fopenmp -ffp-contract=off <path flags> tests/kernel_driver/driver.cpp
 //       src/speczoo/kernels/cpu_kernels.cpp src/speczoo/kernels/cpu_block.cpp -o driver   (one line)
 // Usage: driver [--list] [--dump DIR] [GROUP...]
-//   GROUP: q8, q8b, q8bm, q40, q6, q4, f32, f16, bf16, attn, block (default: all); --list: the case names only; --dump DIR: also write each
+//   GROUP: q8, q8b, q8bm, q40, q50, q80, q6, q4, f32, f16, bf16, attn, block (default: all); --list: the case names only; --dump DIR: also write each
 //   case's output (fp32, native byte order) to DIR/<name, '/' -> '_'>.bin, to see where two paths differ.
 
 #include <math.h>
@@ -43,6 +43,10 @@ int sz_q8b_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8
 int sz_q8bm_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const float* sb,
                    const float* mb, int64_t N, const float* bias, float* y, int nthreads);
 int sz_q40_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs, const uint16_t* sd, int64_t N,
+                  const float* bias, float* y, int nthreads);
+int sz_q50_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs, const uint8_t* qh,
+                  const uint16_t* sd, int64_t N, const float* bias, float* y, int nthreads);
+int sz_q80_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const uint16_t* sd, int64_t N,
                   const float* bias, float* y, int nthreads);
 int sz_q6_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* ql, const uint8_t* qh,
                  const int8_t* sc, const float* dd, int64_t N, const float* bias, float* y, int nthreads);
@@ -170,11 +174,12 @@ static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---------------------------------------------------------------- packed linears (random codes)
 enum { FMT_Q4 = 0, FMT_Q8 = 1, FMT_Q8B = 2, FMT_Q6 = 3, FMT_F32 = 4, FMT_F16 = 5, FMT_BF16 = 6, FMT_Q8BM = 7,
-       FMT_Q40 = 8 };
+       FMT_Q40 = 8, FMT_Q50 = 9, FMT_Q80 = 10 };
+static const int64_t FMT_LAST = FMT_Q80;
 
 static bool is_float(int64_t fmt) { return fmt == FMT_F32 || fmt == FMT_F16 || fmt == FMT_BF16; }
 static const char* fmt_name(int64_t fmt) {
-    const char* names[] = {"q4", "q8", "q8b", "q6", "f32", "f16", "bf16", "q8bm", "q40"};
+    const char* names[] = {"q4", "q8", "q8b", "q6", "f32", "f16", "bf16", "q8bm", "q40", "q50", "q80"};
     return names[fmt];
 }
 
@@ -192,9 +197,10 @@ static uint16_t rand_half(Rng& r, bool bf16) {
 
 struct Lin {
     int64_t fmt, N, K;
-    std::vector<uint8_t> a, b, c;  // q8, q8b: a = w8; q4, q40: a = qs; q4: b = sc, c = mn; q6: a = ql, b = qh, c = sc;
+    std::vector<uint8_t> a, b, c;  // q8, q8b, q80: a = w8; q4, q40, q50: a = qs; q4: b = sc, c = mn; q50: b = qh;
+                                   // q6: a = ql, b = qh, c = sc;
                                    // f32, f16, bf16: a = w [NB, 4, KP/16, 4, 16] of the element type (KP: K up to 16)
-    std::vector<float> d;          // q8: sw; q8b, q8bm: sb; q4, q6: dd; q40: sd (fp16 bits, two a float)
+    std::vector<float> d;          // q8: sw; q8b, q8bm: sb; q4, q6: dd; q40, q50, q80: sd (fp16 bits, two a float)
     std::vector<float> m;          // q8bm: mb [NB, KP/32, 16], an offset per 32 inputs
     std::vector<float> bias;       // empty: none
     int64_t desc[8];               // the descriptor sz_qwen_blocks reads (fmt, N, K, a, b, c, d, bias)
@@ -231,10 +237,12 @@ static void make_lin(Lin& L, Rng& r, int64_t fmt, int64_t N, int64_t K, bool bia
             L.m.resize((size_t)(NB * KP / 2));
             for (auto& v : L.m) v = (r.unif() - 0.5f) * 0.05f;
         }
-    } else if (fmt == FMT_Q40) {  // any byte is two valid codes; fp16 scales of either sign, subnormal and 0 too
-        const int64_t KP = cdiv(K, 32) * 32;
-        L.a.resize((size_t)(NB * KP * 8));
+    } else if (fmt == FMT_Q40 || fmt == FMT_Q50 || fmt == FMT_Q80) {  // any byte is valid codes (q40 and q50: two
+        const int64_t KP = cdiv(K, 32) * 32;       // low nibbles; q50's qh any fifth bits; q80: one int8); fp16
+        L.a.resize((size_t)(NB * KP * (fmt == FMT_Q80 ? 16 : 8)));   // scales of either sign, subnormal and 0 too
         for (auto& v : L.a) v = r.byte();
+        L.b.resize(fmt == FMT_Q50 ? (size_t)(NB * KP * 2) : 0);     // [NB, KP/32, 16, 4]
+        for (auto& v : L.b) v = r.byte();
         L.d.resize((size_t)(NB * KP / 4));  // [NB, KP/32, 16] fp16
         uint16_t* sd = (uint16_t*)L.d.data();
         for (int64_t i = 0; i < NB * KP / 2; ++i) sd[i] = rand_half(r, false);
@@ -284,6 +292,11 @@ static int call_lin(const Lin& L, const float* x, int64_t S, int64_t ldx, float*
         return sz_q8bm_linear(x, S, L.K, ldx, L.a.data(), L.d.data(), L.m.data(), L.N, bias, y, threads);
     if (L.fmt == FMT_Q40)
         return sz_q40_linear(x, S, L.K, ldx, L.a.data(), (const uint16_t*)L.d.data(), L.N, bias, y, threads);
+    if (L.fmt == FMT_Q50)
+        return sz_q50_linear(x, S, L.K, ldx, L.a.data(), L.b.data(), (const uint16_t*)L.d.data(), L.N, bias, y,
+                             threads);
+    if (L.fmt == FMT_Q80)
+        return sz_q80_linear(x, S, L.K, ldx, L.a.data(), (const uint16_t*)L.d.data(), L.N, bias, y, threads);
     if (L.fmt == FMT_Q6)
         return sz_q6_linear(x, S, L.K, ldx, L.a.data(), L.b.data(), (const int8_t*)L.c.data(), L.d.data(), L.N, bias, y,
                             threads);
@@ -535,7 +548,7 @@ struct Layer {
     int64_t desc[64];  // sz_qwen_blocks' 8 descriptor slots: qkv runs 0-2, wo, gate_up runs 4-5, down, unused
 };
 
-// fmt: "q4", "q8", "q8b", "q6", "f32", "f16", "bf16", "q8bm", "q40"; "mix" (q8 for qkv, q8b for down, q4 for wo and
+// fmt: "q4", "q8", "q8b", "q6", "f32", "f16", "bf16", "q8bm", "q40", "q50", "q80"; "mix" (q8 for qkv, q8b for down, q4 for wo and
 // gate_up: one call may mix formats); "split" (q|k in q4 and v in q6, gate in q4 and up in q8, down in q8b:
 // q|k|v and gate|up as two calls each); "fsplit" (q|k in f16 and v in bf16, wo in f32, gate in q4 and up in
 // f16, down in bf16: float formats beside integer ones in one block).
@@ -550,7 +563,7 @@ static void make_layer(Layer& ly, Rng& r, const BlockShape& b, const char* fmt) 
     memset(ly.desc, 0, sizeof ly.desc);
     struct Part { int slot; int64_t N, K; bool bias; int64_t fmt; };
     int64_t one = FMT_Q4;
-    for (int64_t f = FMT_Q4; f <= FMT_Q40; ++f)
+    for (int64_t f = FMT_Q4; f <= FMT_LAST; ++f)
         if (!strcmp(fmt, fmt_name(f))) one = f;
     const bool mix = !strcmp(fmt, "mix");
     std::vector<Part> parts;
@@ -753,6 +766,11 @@ static void block_cases() {
     block_case(tiny, "q40", 2, "tree", 9);
     block_case(tiny, "q40", 3, "chain", 5);
     block_case(qwen, "q40", 1, "chain", 9);
+    for (const char* fmt : {"q50", "q80"}) {
+        block_case(tiny, fmt, 2, "tree", 9);
+        block_case(tiny, fmt, 3, "chain", 5);
+        block_case(qwen, fmt, 1, "chain", 9);
+    }
     block_case(tiny, "mix", 2, "tree", 9);
     block_case(tiny, "mix", 1, "chain", 5);
     block_case(tiny, "split", 2, "tree", 9);
@@ -790,10 +808,11 @@ int main(int argc, char** argv) {
         return false;
     };
     for (auto& g : groups)
-        if (g != "q8" && g != "q8b" && g != "q8bm" && g != "q40" && g != "q6" && g != "q4" && g != "f32" && g != "f16" && g != "bf16" && g != "attn" &&
-            g != "block") {
+        if (g != "q8" && g != "q8b" && g != "q8bm" && g != "q40" && g != "q50" && g != "q80" && g != "q6" && g != "q4" &&
+            g != "f32" && g != "f16" && g != "bf16" && g != "attn" && g != "block") {
             fprintf(stderr,
-                    "unknown group %s; usage: driver [--list] [--dump DIR] [q8|q8b|q8bm|q40|q6|q4|f32|f16|bf16|attn|block ...]\n",
+                    "unknown group %s; usage: driver [--list] [--dump DIR] "
+                    "[q8|q8b|q8bm|q40|q50|q80|q6|q4|f32|f16|bf16|attn|block ...]\n",
                     g.c_str());
             return 2;
         }
@@ -805,6 +824,8 @@ int main(int argc, char** argv) {
                          {"q8b", [] { linear_cases(FMT_Q8B); }},
                          {"q8bm", [] { linear_cases(FMT_Q8BM); }},
                          {"q40", [] { linear_cases(FMT_Q40); }},
+                         {"q50", [] { linear_cases(FMT_Q50); }},
+                         {"q80", [] { linear_cases(FMT_Q80); }},
                          {"q6", [] { linear_cases(FMT_Q6); }},
                          {"q4", [] { linear_cases(FMT_Q4); }},
                          {"f32", [] { linear_cases(FMT_F32); }},

@@ -119,7 +119,7 @@ def test_q6_fp32_quantizer_grid():
     assert ((c.dequantize()[:, :300] - w).norm() / w.norm()).item() < 0.03
 
 
-@pytest.mark.parametrize("fmt", ["q8b", "q8bm", "q40", "q6", "f32", "f16", "bf16w"])
+@pytest.mark.parametrize("fmt", ["q8b", "q8bm", "q40", "q50", "q80", "q6", "f32", "f16", "bf16w"])
 def test_fused_and_strip_selected_modules_compute_the_same_columns(fmt):
     g = torch.Generator().manual_seed(6)
     w1, w2 = torch.randn(32, 96, generator=g), torch.randn(48, 96, generator=g)
@@ -140,12 +140,12 @@ def test_fused_and_strip_selected_modules_compute_the_same_columns(fmt):
 def test_a_packing_builds_the_module_of_its_own_format():
     from speczoo.kernels import native
     from speczoo.kernels.quantized import (Bf16Native, F16Native, F32Native, Q4Native, Q6Native, Q8bmNative,
-                                           Q8bNative, Q8Native, Q40Native, build_compiled)
+                                           Q8bNative, Q8Native, Q40Native, Q50Native, Q80Native, build_compiled)
 
     w = torch.randn(16, 64, generator=torch.Generator().manual_seed(8))
     lib = native.kernels()
     for fmt, cls in (("q4", Q4Native), ("q6", Q6Native), ("q8b", Q8bNative), ("q8bm", Q8bmNative), ("q8", Q8Native),
-                     ("q40", Q40Native), ("f32", F32Native),
+                     ("q40", Q40Native), ("q50", Q50Native), ("q80", Q80Native), ("f32", F32Native),
                      ("f16", F16Native), ("bf16w", Bf16Native)):
         assert type(build_compiled(get_backend(fmt).pack(w), None, lib)) is cls
     with pytest.raises(ValueError, match="re-pull"):

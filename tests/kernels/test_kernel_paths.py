@@ -2,7 +2,7 @@
 
 Each path is its own build of the same sources (kernels/native.py, flags per path); a CPU that cannot
 run a path skips it here, and the torch-free driver (test_kernel_paths_driver.py) covers the Arm paths
-under qemu. Compared bit for bit against the scalar build: q8, q4, q40 and the float formats' (f32, f16, bf16)
+under qemu. Compared bit for bit against the scalar build: q8, q4, q40, q50, q80 and the float formats' (f32, f16, bf16)
 linears (S in {1, 2, 5, 9, 17}, K off every block size and ending in partial super-blocks, N ending in a
 partial strip, bias or not, one and two threads; subnormal weights of each float type), attention over
 chains and tree rows (plain and soft-capped), and whole tiny models of the compiled block's shapes and
@@ -26,7 +26,9 @@ from speczoo.cache import KVCache
 from speczoo.kernels import attention, native
 from speczoo.kernels.pack import pack_q4, pack_q8
 from speczoo.kernels.pack_q40 import pack_q40
-from speczoo.kernels.quantized import FloatBackend, Q4Backend, Q8Backend, Q40Backend
+from speczoo.kernels.pack_q50 import pack_q50
+from speczoo.kernels.pack_q80 import pack_q80
+from speczoo.kernels.quantized import FloatBackend, Q4Backend, Q8Backend, Q40Backend, Q50Backend, Q80Backend
 from speczoo.models.forward import Tree
 from speczoo.models.registry import arch_class
 
@@ -59,6 +61,7 @@ def _float(fmt: str):
 
 
 FAMILIES = {"q8": (Q8Backend, pack_q8), "q4": (Q4Backend, pack_q4), "q40": (Q40Backend, pack_q40),
+            "q50": (Q50Backend, pack_q50), "q80": (Q80Backend, pack_q80),
             **{f: (_float(f), FloatBackend(f).pack) for f in ("f32", "f16", "bf16")}}
 # the smallest magnitudes each float format stores, subnormals included (0 for the integer formats)
 TINY = {"f16": (2.0 ** -24, 6.0e-5), "bf16": (1.0e-40, 1.0e-38), "f32": (1.0e-45, 1.0e-39)}

@@ -15,13 +15,13 @@ from speczoo.kernels.backends import BACKENDS, DEFAULT_FAST_BACKEND, get_backend
 from speczoo.kernels.pack import (Q4Codes, pack_q4, pack_q4_codes, pack_q8, q4_groups, quantize_q4, quantize_q8,
                                   unpack_q4, unpack_q8)
 from speczoo.kernels.quantized import (Q4Backend, Q6Backend, Q8Backend, Q8bBackend, Q8bmBackend, Q40Backend,
-                                       quantize_blocks)
+                                       Q50Backend, Q80Backend, quantize_blocks)
 
-INT_BACKENDS = ("q8", "q4", "q8b", "q8bm", "q40", "q6", "q8_torch", "q4_torch", "q8b_torch", "q8bm_torch", "q40_torch",
-                "q6_torch")
+INT_BACKENDS = ("q8", "q4", "q8b", "q8bm", "q40", "q50", "q80", "q6", "q8_torch", "q4_torch", "q8b_torch", "q8bm_torch",
+                "q40_torch", "q50_torch", "q80_torch", "q6_torch")
 FLOAT_BACKENDS = ("f32", "f16", "bf16w")       # the float formats (weights rounded to them here; no torch twin)
 TWINS = (("q8", "q8_torch"), ("q4", "q4_torch"), ("q8b", "q8b_torch"), ("q8bm", "q8bm_torch"), ("q40", "q40_torch"),
-         ("q6", "q6_torch"))
+         ("q50", "q50_torch"), ("q80", "q80_torch"), ("q6", "q6_torch"))
 S_VALUES = (1, 2, 5, 9, 17)
 # K or N off every block size (16 columns, 32/256 inputs), plus the 1.5B's and the 0.5B's own K (896 ends
 # in a half super-block)
@@ -108,7 +108,7 @@ def test_scalar_build_matches_vnni_build(packed_cache):
     lib = native.kernels(native.scalar_path())
     assert lib.path_name == "scalar"
     for fam, backend in (("q8", Q8Backend), ("q4", Q4Backend), ("q8b", Q8bBackend), ("q8bm", Q8bmBackend),
-                         ("q40", Q40Backend), ("q6", Q6Backend)):
+                         ("q40", Q40Backend), ("q50", Q50Backend), ("q80", Q80Backend), ("q6", Q6Backend)):
         w, b, packed = packed_cache(fam, 33, 600)
         x = _acts(5, 600)
         assert torch.equal(backend(native.scalar_path()).build(packed, b)(x), get_backend(fam).build(packed, b)(x))
@@ -118,8 +118,9 @@ def test_scalar_build_matches_vnni_build(packed_cache):
 # 20x outlier channels, which the int8 activation scale of the block holding them pays for: q8 measures
 # 0.016-0.020 here (it measured ~0.028 with one scale per row), q8b 0.007-0.009, q8bm 0.007-0.009 (its
 # offsets centre each group's range; the activation rounding dominates), q6 0.019-0.021, q4 0.066-0.078,
-# q40 0.079-0.088 (llama.cpp's Q4_0 rounding: 16 levels a block of 32, no search))
-TOLERANCE = {"q8": 0.04, "q4": 0.12, "q8b": 0.015, "q8bm": 0.015, "q6": 0.035, "q40": 0.12,
+# q40 0.079-0.088 (llama.cpp's Q4_0 rounding: 16 levels a block of 32, no search), q50 and q80 their own
+# rounding (32 and 255 levels a block of 32))
+TOLERANCE = {"q8": 0.04, "q4": 0.12, "q8b": 0.015, "q8bm": 0.015, "q6": 0.035, "q40": 0.12, "q50": 0.06, "q80": 0.015,
              # the float formats round only the weights (fp16: 11 significant bits, bf16: 8) and never x
              "f32": 1e-6, "f16": 1e-3, "bf16w": 5e-3}
 
@@ -154,7 +155,7 @@ def test_pack_is_deterministic_and_thread_independent():
     w, _ = _weights(70, 700)
     threads = torch.get_num_threads()
     try:
-        for fam in ("q8", "q4", "q8b", "q8bm", "q40", "q6"):
+        for fam in ("q8", "q4", "q8b", "q8bm", "q40", "q50", "q80", "q6"):
             a = get_backend(fam).pack(w)
             torch.set_num_threads(1)
             b = get_backend(fam).pack(w.clone())

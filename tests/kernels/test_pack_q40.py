@@ -7,48 +7,32 @@ codes with a scale per 16) computes, with each row independent of S = 1 .. 17.
 
 from __future__ import annotations
 
-import gguf
-import numpy as np
 import pytest
 import torch
 
+from legacy_blocks import (assert_kernel_and_twin_on_file_blocks, assert_the_q8b_twin_on_every_row_count,
+                           ggufs_quantization, ggufs_values, legacy_blocks)
+
 from speczoo.kernels import native
 from speczoo.kernels.backends import get_backend
-from speczoo.kernels.pack_q8b import pack_q8b_codes, pack_q8b_gguf, unpack_q8b
+from speczoo.kernels.pack_q8b import pack_q8b_gguf, unpack_q8b
 from speczoo.kernels.pack_q40 import (pack_q40, pack_q40_codes, pack_q40_gguf, q40_from_gguf, quantize_q40,
                                       unpack_q40)
-from speczoo.kernels.quantized import Q8bBackend, Q40Backend
+from speczoo.kernels.quantized import Q40Backend
 from speczoo.models.loader import dequantize
 
-Q4_0 = gguf.GGMLQuantizationType.Q4_0
 PATHS = native.runnable_paths()                 # the SIMD paths this CPU runs, then the scalar reference
 
 
 def _q4_0(n: int, k: int, seed: int = 0) -> torch.Tensor:
-    """Q4_0 data uint8 [N, K / 32 * 18] as a file holds it: gguf's quantizer over Gaussian weights, an all-zero
-    block, and scales that are negative, subnormal, zero and the largest fp16."""
-    rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
-    w[0, :32] = 0.0
-    raw = torch.from_numpy(np.ascontiguousarray(gguf.quants.quantize(w, Q4_0)).view(np.uint8)).clone()
-    blocks = raw.view(n, k // 32, 18)
-    special = torch.tensor([-0.01, 6e-8, 0.0, 65504.0, -3e-5], dtype=torch.float16).view(torch.uint8).view(-1, 2)
-    blocks[1, : special.shape[0], :2] = special
-    return raw
-
-
-def _acts(s: int, k: int, seed: int = 1) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(s, k, generator=g)
-    x[:, : max(1, k // 50)] *= 20.0
-    return x
+    return legacy_blocks("Q4_0", n, k, seed)
 
 
 def test_values_are_ggufs_own_dequantization_bit_for_bit():
     n, k = 24, 768
     raw = _q4_0(n, k)
     c = q40_from_gguf(raw, "Q4_0", k)
-    want = torch.from_numpy(np.array(gguf.quants.dequantize(raw.numpy(), Q4_0), dtype=np.float32))
+    want = ggufs_values(raw, "Q4_0")
     assert torch.equal(c.dequantize().view(torch.int32), want.view(torch.int32))
     assert torch.equal(c.dequantize(), dequantize(raw.numpy(), "Q4_0"))                 # speczoo's decoder too
     assert torch.equal(c.q8b().dequantize(), unpack_q8b(pack_q8b_gguf(raw, "Q4_0", k)).dequantize())
@@ -72,8 +56,7 @@ def test_the_fp32_quantizer_is_llama_cpps(k):
     w = torch.randn(20, k, generator=torch.Generator().manual_seed(k)) * 0.05
     w[3, :32] = 0.0
     w[4, 5] = -w[4].abs().max() * 2                                  # the largest magnitude negative: d > 0
-    raw = torch.from_numpy(np.ascontiguousarray(gguf.quants.quantize(w.numpy(), Q4_0)).view(np.uint8))
-    c, ref = quantize_q40(w), q40_from_gguf(raw, "Q4_0", k)
+    c, ref = quantize_q40(w), q40_from_gguf(ggufs_quantization(w, "Q4_0"), "Q4_0", k)
     assert torch.equal(c.qs, ref.qs) and torch.equal(c.d.view(torch.int16), ref.d.view(torch.int16))
 
 
@@ -101,27 +84,11 @@ def test_every_path_is_the_q8b_twin_bit_for_bit_and_batch_invariant(path, n, k):
     c = quantize_q40(torch.randn(n, k, generator=g) * 0.05)
     bias = torch.randn(n, generator=g)
     mod = Q40Backend(path).build(pack_q40_codes(c, n, k), bias)
-    twin = Q8bBackend(native.scalar_path()).build(pack_q8b_codes(c.q8b(), n, k), bias)
-    x = _acts(17, k)
-    ref = twin(x)
-    assert torch.equal(mod(x), ref), path.name
-    for s in range(1, 18):
-        assert torch.equal(mod(x[:s]), ref[:s]), f"{path.name} S={s}"
-    for i in range(17):
-        assert torch.equal(mod(x[i:i + 1])[0], ref[i]), f"{path.name} row {i} alone"
+    assert_the_q8b_twin_on_every_row_count(mod, c, n, k, bias, path.name)
 
 
 def test_the_torch_twin_and_the_kernel_on_gguf_blocks():
-    n, k = 24, 768
-    raw = _q4_0(n, k, seed=5)
-    raw.view(n, k // 32, 18)[1, :5, :2] = 0                          # scales a real file has (the 65504 aside)
-    packed = pack_q40_gguf(raw, "Q4_0", k)
-    x = _acts(9, k)
-    y = get_backend("q40").build(packed, None)(x)
-    assert torch.equal(y, get_backend("q40_torch").build(packed, None)(x))
-    w = dequantize(raw.numpy(), "Q4_0")
-    ref = x @ w.t()
-    assert ((y - ref).norm() / ref.norm()).item() < 0.01             # the activations' int8 rounding only
+    assert_kernel_and_twin_on_file_blocks("Q4_0", "q40", pack_q40_gguf)
 
 
 def test_pack_q40_is_the_backends_pack():

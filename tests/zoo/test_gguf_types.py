@@ -11,13 +11,13 @@ in the manifest; the fp32 reference is gguf's own values, bit for bit; and the l
 ("mixed") backend equal those of a reference that quantizes activations as the kernels do but keeps the
 source's exact fp32 weights ("fp32-act8-B", B the format's activation block; plain "fp32" for the float
 formats, which quantize no activation), within the bound of the weight's format: fp32 rounding where the
-format holds the type exactly (Q4_K -> q4, Q6_K -> q6, Q4_0 -> q40, Q8_0 / Q5_0 / Q3_K -> q8b, Q4_1 / Q5_1 /
-Q5_K -> q8bm, F32 / F16 / BF16 -> f32 / f16 / bf16); where it does not (q8b from fp32: the IQ, ternary and
+format holds the type exactly (Q4_K -> q4, Q6_K -> q6, Q4_0 -> q40, Q5_0 -> q50, Q8_0 -> q80, Q3_K -> q8b,
+Q4_1 / Q5_1 / Q5_K -> q8bm, F32 / F16 / BF16 -> f32 / f16 / bf16); where it does not (q8b from fp32: the IQ, ternary and
 FP4 types, Q2_K), the logits are bit for bit those of that format packed from the exact fp32 values (no
 other loss on the way), within Q8_LOGIT_BOUND of the reference, and the measured weight error is under q8's
 ceiling. So a format that silently lost precision, or a
-transcode one code off, fails here. A Q4_0 file decodes in q40 (its own 4.5 bits a weight) bit for bit as it
-did in q8b (the earlier table's row, 10 bits a weight).
+transcode one code off, fails here. A Q4_0, Q5_0 or Q8_0 file decodes in its own bits (q40, q50, q80) bit for
+bit as it did in q8b (the earlier table's row, 10 bits a weight).
 """
 
 from __future__ import annotations
@@ -153,22 +153,26 @@ def _packed_bytes(path) -> int:
                    for k in f.keys() if not k.endswith(".meta"))
 
 
-def test_q4_0_decodes_in_q40_bit_for_bit_as_it_did_in_q8b(tmp_path, home, monkeypatch):
-    """The same Q4_0 file pulled by the earlier table (Q4_0 -> q8b, 10 bits a weight) and by this one (q40, its
-    own 4.5): the same greedy tokens and logits, bit for bit, from a bundle 0.45x the size."""
+@pytest.mark.parametrize("kind,fmt,ratio", [("Q4_0", "q40", 4.5 / 10), ("Q5_0", "q50", 5.5 / 10),
+                                            ("Q8_0", "q80", 8.5 / 10)])
+def test_a_legacy_type_decodes_in_its_own_bits_bit_for_bit_as_it_did_in_q8b(tmp_path, home, monkeypatch, kind, fmt,
+                                                                            ratio):
+    """The same file pulled by the earlier table (kind -> q8b, 10 bits a weight) and by this one (its own bits:
+    Q4_0 -> q40 at 4.5, Q5_0 -> q50 at 5.5, Q8_0 -> q80 at 8.5): the same greedy tokens and logits, bit for bit,
+    from a bundle that much smaller."""
     bundles = {}
-    for fmt in ("q8b", "q40"):
-        path, _ = write_tiny_gguf(tmp_path / f"{fmt}.gguf", "qwen2", seed=3, linear_type="Q4_0", **DIMS)
+    for f in ("q8b", fmt):
+        path, _ = write_tiny_gguf(tmp_path / f"{f}.gguf", "qwen2", seed=3, linear_type=kind, **DIMS)
         with monkeypatch.context() as m:
-            m.setitem(POLICY, "Q4_0", Rule(fmt, exact=True))
-            bundles[fmt] = pull(str(path), progress=False, log=_quiet).bundle
-        rows = read_manifest(bundles[fmt]).packing["mixed"]
-        assert [(r["source_type"], r["format"], r["err2"]) for r in rows] == [("Q4_0", fmt, 0.0)]
-    assert POLICY["Q4_0"].format == "q40"
+            m.setitem(POLICY, kind, Rule(f, exact=True))
+            bundles[f] = pull(str(path), progress=False, log=_quiet).bundle
+        rows = read_manifest(bundles[f]).packing["mixed"]
+        assert [(r["source_type"], r["format"], r["err2"]) for r in rows] == [(kind, f, 0.0)]
+    assert POLICY[kind].format == fmt
     sizes = {f: _packed_bytes(b / "weights-mixed.safetensors") for f, b in bundles.items()}
-    assert 0.44 < sizes["q40"] / sizes["q8b"] < 0.46, sizes                # 4.5 bits a weight against 10
-    old, new = load_model(bundles["q8b"], "mixed"), load_model(bundles["q40"], "mixed")
-    assert new.layers[0].native is not None                         # the compiled block, with q40 descriptors
+    assert ratio - 0.01 < sizes[fmt] / sizes["q8b"] < ratio + 0.01, sizes
+    old, new = load_model(bundles["q8b"], "mixed"), load_model(bundles[fmt], "mixed")
+    assert new.layers[0].native is not None                         # the compiled block, with its descriptors
     (tok_old, log_old), (tok_new, log_new) = _greedy(old), _greedy(new)
     assert tok_new == tok_old and torch.equal(log_new, log_old)
 

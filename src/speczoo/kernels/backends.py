@@ -10,7 +10,7 @@ from __future__ import annotations
 from speczoo.kernels.linear import Bf16Backend, Fp32Backend, LinearBackend
 from speczoo.kernels.quantized import (FloatBackend, MixedBackend, Q4Backend, Q4MixBackend, Q4TorchBackend, Q6Backend,
                                       Q6TorchBackend, Q8Backend, Q8bBackend, Q8bmBackend, Q8bTorchBackend,
-                                      Q8TorchBackend, Q40Backend)
+                                      Q8TorchBackend, Q40Backend, Q50Backend, Q80Backend)
 
 # Each weight in the compiled kernel format its source type maps to (zoo/policy.py: q4 for Q4_K, q8 for the
 # rest), batch-invariant, one path per ISA (kernels/quantized.py).
@@ -26,7 +26,7 @@ NO_SIMD_BACKENDS = ("q8", "q8_torch", "mixed", "q4mix", "q4", "q4_torch")
 BACKENDS: dict[str, LinearBackend] = {b.name: b for b in (
     Fp32Backend(), Bf16Backend(), Q8Backend(), Q4Backend(), Q8TorchBackend(), Q4TorchBackend(), MixedBackend(),
     Q4MixBackend(), Q8bBackend(), Q8bTorchBackend(), Q8bmBackend(), Q8bmBackend(twin=True), Q40Backend(),
-    Q40Backend(twin=True), Q6Backend(),
+    Q40Backend(twin=True), Q50Backend(), Q50Backend(twin=True), Q80Backend(), Q80Backend(twin=True), Q6Backend(),
     Q6TorchBackend(), FloatBackend("f32"), FloatBackend("f16"), FloatBackend("bf16", name="bf16w"))}
 
 

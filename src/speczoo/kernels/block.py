@@ -4,8 +4,8 @@ per-head RMSNorm of q and k), NEOX RoPE, a SiLU-gated MLP; Qwen2, Llama, Qwen3 a
 
 The block's forward in PyTorch is ~40 small operations (norms, RoPE, cache writes, residual adds, SiLU)
 around four linear calls and the attention; on two cores their dispatch costs about a fifth of a decode
-step. When every linear of a block is a compiled kernel of any format (q4, q8, q8b, q8bm, q40, q6, or the float
-formats f32, f16, bf16; with q/k/v and gate/up fused where they share a format) the whole block runs in
+step. When every linear of a block is a compiled kernel of any format (q4, q8, q8b, q8bm, q40, q50, q80, q6, or
+the float formats f32, f16, bf16; with q/k/v and gate/up fused where they share a format) the whole block runs in
 C++ instead: the same linear and attention routines, the elementwise steps written out
 row by row, so the forward stays batch-invariant (tests/kernels/test_block.py holds it to that and to the
 PyTorch composition within round-off). It takes an fp32 or fp16 cache (an fp16 row rounded once when it
@@ -28,7 +28,8 @@ from torch import Tensor, nn
 
 from speczoo.kernels import native
 from speczoo.kernels.attention import KV_FORMATS
-from speczoo.kernels.quantized import FloatNative, Q4Native, Q6Native, Q8bmNative, Q8bNative, Q8Native, Q40Native
+from speczoo.kernels.quantized import (FloatNative, Q4Native, Q6Native, Q8bmNative, Q8bNative, Q8Native, Q40Native,
+                                      Q50Native, Q80Native)
 
 
 def _descriptor(mod: nn.Module) -> list[int] | None:
@@ -44,6 +45,10 @@ def _descriptor(mod: nn.Module) -> list[int] | None:
         return [7, mod.n, mod.k, mod.w8.data_ptr(), 0, mod.mb.data_ptr(), mod.sb.data_ptr(), bias]
     if type(mod) is Q40Native:
         return [8, mod.n, mod.k, mod.qs.data_ptr(), 0, 0, mod.sd.data_ptr(), bias]
+    if type(mod) is Q50Native:
+        return [9, mod.n, mod.k, mod.qs.data_ptr(), mod.qh.data_ptr(), 0, mod.sd.data_ptr(), bias]
+    if type(mod) is Q80Native:
+        return [10, mod.n, mod.k, mod.w8.data_ptr(), 0, 0, mod.sd.data_ptr(), bias]
     if type(mod) is Q6Native:
         return [3, mod.n, mod.k, mod.ql.data_ptr(), mod.qh.data_ptr(), mod.sc.data_ptr(), mod.dd.data_ptr(), bias]
     if isinstance(mod, FloatNative):

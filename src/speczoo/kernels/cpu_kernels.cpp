@@ -41,7 +41,10 @@
 //       with xs_g the exact sum of xq[s] over the group (see q8bm_float_update)
 //   q40: llama.cpp's Q4_0 in its own 4.5 bits a weight: qs u8 [NB, KP/32, 4, 16, 4] (q6's ql: low nibble
 //       u of quad j, high nibble quad j + 4; q = u - 8), sd fp16 [NB, KP/32, 16] one scale d per group of 32:
-//       q8b's F with a_2g = a_2g+1 = d_g, bit for bit its q8b twin's (see q40_float_update)
+//       q8b's F with a_2g = a_2g+1 = d_g, bit for bit its q8b twin's (see d16_float_update)
+//   q50: llama.cpp's Q5_0 in its own 5.5 bits: q40's qs (the low 4 bits u) and qh u8 [NB, KP/32, 16, 4]: bit j
+//       of byte (col, i) is the fifth bit of quad j's input i (q = u + 16 * bit - 16), sd as q40's; q40's F
+//   q80: llama.cpp's Q8_0 in its own 8.5 bits: w8 as q8b's (q + 128), sd as q40's; q40's F
 //   f32, f16, bf16: float weights and fp32 activations, not quantized: see cpu_float.h.
 
 #include <math.h>
@@ -65,7 +68,7 @@
 #define SZ_KBLOCK (SZ_ABLOCK / 4)
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 14; }
+SZ_API int sz_abi_version(void) { return 15; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;
@@ -313,19 +316,20 @@ static void q8b_strip(const uint8_t* w, const float* a, const float* m, int64_t 
     }
 }
 
-// q40: qs u8 [KP/32, 4, 16, 4] and sd fp16 [KP/32, 16] of one strip; activation blocks of 32 as q8b's.
-static void q40_strip(const uint8_t* qs, const uint16_t* sd, int64_t KP, const int32_t* xw, const int32_t* xh,
-                      const float* sa, int64_t S, const float* bias, int32_t* ws, float* out, int64_t N, int64_t ncols,
-                      bool accum) {
+// q40, q50, q80 (one fp16 d per group of 32): codes qs (ga bytes a group: 256, or q80's 512) and q50's qh (64
+// bytes a group; null for the others), sd fp16 [KP/32, 16] of one strip; activation blocks of 32 as q8b's.
+static void d16_strip(const d16_tile_fn* tiles, const uint8_t* qs, const uint8_t* qh, int64_t ga, const uint16_t* sd,
+                      int64_t KP, const int32_t* xw, const int32_t* xh, const float* sa, int64_t S, const float* bias,
+                      int32_t* ws, float* out, int64_t N, int64_t ncols, bool accum) {
     float* facc = (float*)ws;  // [S][16]
     for (int64_t i = 0; i < S * 16; ++i) facc[i] = 0.0f;
     const int64_t tile = row_tile(S), KQ = KP / 4;
     for (int64_t q0 = 0; q0 < KQ; q0 += SZ_KBLOCK) {  // k-blocks of 256 inputs (8 groups) stay in L1 across tiles
-        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK;
+        const int64_t nq = KQ - q0 < SZ_KBLOCK ? KQ - q0 : SZ_KBLOCK, g0 = q0 / 8;
         for (int64_t r0 = 0; r0 < S; r0 += tile) {
             const int64_t R = (S - r0) < tile ? (S - r0) : tile;
-            TL::q40[R - 1](qs + (q0 / 8) * 256, sd + (q0 / 8) * 16, nq, xw + q0 * S + r0, xh + (q0 / 4) * S + r0,
-                           sa + (q0 / 8) * S + r0, S, facc + r0 * 16);
+            tiles[R - 1](qs + g0 * ga, qh ? qh + g0 * 64 : nullptr, sd + g0 * 16, nq, xw + q0 * S + r0,
+                         xh + (q0 / 4) * S + r0, sa + g0 * S + r0, S, facc + r0 * 16);
         }
     }
     alignas(64) float f[16];
@@ -387,10 +391,12 @@ static void float_linear_omp(const SzLinear& w, const float* x, int64_t S, int64
     }
 }
 
-// Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b / q6 / q40 group of 32 (llama.cpp's
-// Q8_0 activations, for the Q8_0 / Q5_0 / Q4_0 weights q8b and q40 hold; finer than the Q8_K it uses for Q6_K).
+static inline bool is_d16(int64_t fmt) { return fmt == SZ_FMT_Q40 || fmt == SZ_FMT_Q50 || fmt == SZ_FMT_Q80; }
+
+// Inputs per activation scale: a q4 super-block, a q8 k-block, and the q8b / q6 / q40 / q50 / q80 group of 32
+// (llama.cpp's Q8_0 activations, for the Q8_0 / Q5_0 / Q4_0 weights; finer than the Q8_K it uses for Q6_K).
 static inline int64_t sz_ablock(int64_t fmt) {
-    return fmt == SZ_FMT_Q8B || fmt == SZ_FMT_Q8BM || fmt == SZ_FMT_Q6 || fmt == SZ_FMT_Q40 ? 32 : SZ_ABLOCK;
+    return fmt == SZ_FMT_Q8B || fmt == SZ_FMT_Q8BM || fmt == SZ_FMT_Q6 || is_d16(fmt) ? 32 : SZ_ABLOCK;
 }
 
 // Inside a parallel region (every thread calls it): quantize x's rows (barrier), then the strips (barrier).
@@ -427,13 +433,15 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
             q6_strip(w.a + nb * KP * 8, w.b + nb * KP * 4, (const int8_t*)w.c + nb * KP, w.d + nb * KB * 16, KP, s.xw,
                      s.xh, s.sa, S, w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
         }
-    } else if (w.fmt == SZ_FMT_Q40) {
-        const int64_t KP = ((w.K + 31) / 32) * 32;
+    } else if (is_d16(w.fmt)) {
+        const int64_t KP = ((w.K + 31) / 32) * 32, G = KP / 32, ga = w.fmt == SZ_FMT_Q80 ? 512 : 256;
+        const d16_tile_fn* tiles = w.fmt == SZ_FMT_Q40 ? TL::q40 : w.fmt == SZ_FMT_Q50 ? TL::q50 : TL::q80;
 #pragma omp for schedule(dynamic, strip_chunk(NB))
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
-            q40_strip(w.a + nb * KP * 8, (const uint16_t*)w.d + nb * (KP / 2), KP, s.xw, s.xh, s.sa, S,
-                      w.bias ? w.bias + nb * 16 : nullptr, ws, y + nb * 16, ldy, ncols, accum);
+            d16_strip(tiles, w.a + nb * G * ga, w.b ? w.b + nb * G * 64 : nullptr, ga,
+                      (const uint16_t*)w.d + nb * G * 16, KP, s.xw, s.xh, s.sa, S, w.bias ? w.bias + nb * 16 : nullptr,
+                      ws, y + nb * 16, ldy, ncols, accum);
         }
     } else {
         const int64_t KP = ((w.K + 31) / 32) * 32;
@@ -489,6 +497,20 @@ SZ_API int sz_q8bm_linear(const float* x, int64_t S, int64_t K, int64_t ldx, con
 SZ_API int sz_q40_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs, const uint16_t* sd,
                          int64_t N, const float* bias, float* y, int nthreads) {
     const SzLinear w{SZ_FMT_Q40, N, K, qs, nullptr, nullptr, (const float*)sd, bias};
+    return linear_call(w, x, S, ldx, y, nthreads);
+}
+
+// q50: qs as q40's, qh u8 [NB, KP/32, 16, 4], sd as q40's (kernels/pack_q50.py)
+SZ_API int sz_q50_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* qs, const uint8_t* qh,
+                         const uint16_t* sd, int64_t N, const float* bias, float* y, int nthreads) {
+    const SzLinear w{SZ_FMT_Q50, N, K, qs, qh, nullptr, (const float*)sd, bias};
+    return linear_call(w, x, S, ldx, y, nthreads);
+}
+
+// q80: w8 as q8b's, sd as q40's (kernels/pack_q80.py)
+SZ_API int sz_q80_linear(const float* x, int64_t S, int64_t K, int64_t ldx, const uint8_t* w8, const uint16_t* sd,
+                         int64_t N, const float* bias, float* y, int nthreads) {
+    const SzLinear w{SZ_FMT_Q80, N, K, w8, nullptr, nullptr, (const float*)sd, bias};
     return linear_call(w, x, S, ldx, y, nthreads);
 }
 

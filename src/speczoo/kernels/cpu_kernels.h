@@ -13,13 +13,14 @@
 #define SZ_API extern "C" __attribute__((visibility("default")))
 
 enum { SZ_FMT_Q4 = 0, SZ_FMT_Q8 = 1, SZ_FMT_Q8B = 2, SZ_FMT_Q6 = 3, SZ_FMT_F32 = 4, SZ_FMT_F16 = 5, SZ_FMT_BF16 = 6,
-       SZ_FMT_Q8BM = 7, SZ_FMT_Q40 = 8 };
+       SZ_FMT_Q8BM = 7, SZ_FMT_Q40 = 8, SZ_FMT_Q50 = 9, SZ_FMT_Q80 = 10 };
 #define SZ_WS_WORDS 48  // per-thread linear workspace, in 32-bit words per activation row
 #define SZ_ABLOCK 256   // inputs per activation scale (a q4 super-block; a q8 k-block)
 
 // One packed linear layer (kernels/pack.py layouts). q4: a = qs, b = sc, c = mn, d = dd; q8: a = w8, d = sw;
 // q8b: a = w8, d = sb; q8bm: a = w8, c = mb (f32, cast), d = sb;
-// q40: a = qs, d = sd (fp16, cast); q6: a = ql, b = qh, c = sc (int8), d = dd; f32, f16, bf16: a = w (cpu_float.h), the rest null.
+// q40: a = qs, d = sd (fp16, cast); q50: a = qs, b = qh, d = sd; q80: a = w8, d = sd; q6: a = ql, b = qh,
+// c = sc (int8), d = dd; f32, f16, bf16: a = w (cpu_float.h), the rest null.
 struct SzLinear {
     int64_t fmt, N, K;
     const uint8_t *a, *b, *c;

@@ -9,9 +9,9 @@
 //     integers isb = sum_g sc_g * (sum_{k in g} q * x) and imn = sum_g m_g * (sum_{k in g} x) per (row,
 //     column), then facc += ((float)isb * D - (float)imn * Dm) * sab[r], lane-wise, in that order (sab:
 //     the rows' activation scales of this super-block).
-//   group_sums<R>(quads, xk, xh, S, t): one group of 32 inputs of a q8b, q6 or q40 strip (the Quads type
-//     reads its codes: Q8bQuads, Q6Quads, Q40Quads): t[r][h][16] = the exact integer sums of q * x over each
-//     half h of 16 inputs; q8b_tile / q8bm_tile / q6_tile / q40_tile (below, shared) then apply the float
+//   group_sums<R>(quads, xk, xh, S, t): one group of 32 inputs of a q8b, q6, q40, q50 or q80 strip (the Quads
+//     type reads its codes: Q8bQuads, Q6Quads, Q40Quads, Q50Quads): t[r][h][16] = the exact integer sums of q * x
+//     over each half h of 16 inputs; q8b_tile / q8bm_tile / q6_tile / d16_tile (below, shared) then apply the float
 //     step of their format. A path may define its own q6_tile (SZ_Q6_TILE: AVX2's) with those sums and steps.
 // Integer sums are exact in every path (each path states why its narrow intermediates cannot overflow
 // or saturate), so the tiles may sum in any order; the float steps are the same lane-wise operations
@@ -184,6 +184,20 @@ struct Q40Quads {
     __m512i operator()(int jq) const {
         const __m512i p = _mm512_loadu_si512((const void*)(qs + (jq % 4) * 64));
         return _mm512_and_si512(jq < 4 ? p : _mm512_srli_epi16(p, 4), _mm512_set1_epi8(0x0F));
+    }
+};
+// q50 (Q5_0): q40's nibble with bit jq of qh's byte (the input's fifth bit) at bit 4. No 16-bit lane shift
+// below moves a bit of one byte onto bit 4 of the other (that would take a left shift of 5 or a right shift of
+// 4), so the mask keeps exactly the byte's own bit.
+struct Q50Quads {
+    static constexpr int SHIFT = 4;  // BIAS = 16
+    const uint8_t *qs, *qh;
+    __m512i operator()(int jq) const {
+        const __m512i p = _mm512_loadu_si512((const void*)(qs + (jq % 4) * 64));
+        const __m512i h = _mm512_loadu_si512((const void*)qh);
+        const __m512i nib = _mm512_and_si512(jq < 4 ? p : _mm512_srli_epi16(p, 4), _mm512_set1_epi8(0x0F));
+        const __m512i hb = jq <= 4 ? _mm512_slli_epi16(h, 4 - jq) : _mm512_srli_epi16(h, jq - 4);
+        return _mm512_or_si512(nib, _mm512_and_si512(hb, _mm512_set1_epi8(0x10)));
     }
 };
 
@@ -409,6 +423,17 @@ struct Q40Quads {
     __m256i operator()(int jq, int part) const {
         const __m256i p = _mm256_loadu_si256((const __m256i*)(qs + (jq % 4) * 64 + 32 * part));
         return _mm256_and_si256(jq < 4 ? p : _mm256_srli_epi16(p, 4), _mm256_set1_epi8(0x0F));
+    }
+};
+struct Q50Quads {
+    static constexpr int SHIFT = 4;  // BIAS = 16
+    const uint8_t *qs, *qh;
+    __m256i operator()(int jq, int part) const {
+        const __m256i p = _mm256_loadu_si256((const __m256i*)(qs + (jq % 4) * 64 + 32 * part));
+        const __m256i h = _mm256_loadu_si256((const __m256i*)(qh + 32 * part));
+        const __m256i nib = _mm256_and_si256(jq < 4 ? p : _mm256_srli_epi16(p, 4), _mm256_set1_epi8(0x0F));
+        const __m256i hb = jq <= 4 ? _mm256_slli_epi16(h, 4 - jq) : _mm256_srli_epi16(h, jq - 4);
+        return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
     }
 };
 
@@ -770,6 +795,16 @@ struct Q40Quads {
         return jq < 4 ? vandq_u8(p, vdupq_n_u8(0x0F)) : vshrq_n_u8(p, 4);
     }
 };
+struct Q50Quads {
+    static constexpr int SHIFT = 4;  // BIAS = 16
+    const uint8_t *qs, *qh;
+    uint8x16_t operator()(int jq, int m) const {
+        const uint8x16_t p = vld1q_u8(qs + (jq % 4) * 64 + 16 * m), hb = vld1q_u8(qh + 16 * m);
+        const uint8x16_t lo = jq < 4 ? vandq_u8(p, vdupq_n_u8(0x0F)) : vshrq_n_u8(p, 4);
+        const uint8x16_t hi = vandq_u8(vshlq_u8(hb, vdupq_n_s8((int8_t)(4 - jq))), vdupq_n_u8(0x10));
+        return vorrq_u8(lo, hi);
+    }
+};
 
 // q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r,
 // on the signed codes u - BIAS (sdot, or smull with pairwise widening).
@@ -860,6 +895,15 @@ struct Q40Quads {
         return jq < 4 ? p & 15 : p >> 4;
     }
 };
+// q50 (Q5_0): q40's nibble, and bit jq of qh's byte (c, i) as its fifth bit.
+struct Q50Quads {
+    static constexpr int SHIFT = 4;  // BIAS = 16
+    const uint8_t *qs, *qh;
+    int32_t operator()(int jq, int c, int i) const {
+        const uint8_t p = qs[(jq % 4) * 64 + c * 4 + i];
+        return (jq < 4 ? p & 15 : p >> 4) | (((qh[c * 4 + i] >> jq) & 1) << 4);
+    }
+};
 
 // q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r.
 template <int R, class Quads>
@@ -887,11 +931,11 @@ static inline void q8b_float_update(const int32_t* t, const float* a, const floa
     }
 }
 
-// q40's float step, shared by every path: q8b's with both halves' scales the group's d (fp16 [16], widened
-// exactly), facc [R][16] += ((float)t0 * d + (float)t1 * d) * sag[r]: a q40 weight computes, bit for bit, what
-// its q8b twin (the same codes, a = d for both halves) computes.
+// The float step of q40, q50 and q80, shared by every path: q8b's with both halves' scales the group's d (fp16
+// [16], widened exactly), facc [R][16] += ((float)t0 * d + (float)t1 * d) * sag[r]: such a weight computes, bit
+// for bit, what its q8b twin (the same codes, a = d for both halves) computes.
 template <int R>
-static inline void q40_float_update(const int32_t* t, const uint16_t* d, const float* sag, float* facc) {
+static inline void d16_float_update(const int32_t* t, const uint16_t* d, const float* sag, float* facc) {
     const V16 dv = v_load_f16(d);
     for (int r = 0; r < R; ++r) {
         const V16 u = v_add(v_mul(v_cvt_i32(t + r * 32), dv), v_mul(v_cvt_i32(t + r * 32 + 16), dv));
@@ -958,15 +1002,29 @@ static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, cons
 }
 #endif
 
-// q40: R rows x nq quads (whole groups of 32) of one strip. qs: the codes of the first group (256 bytes a
-// group, q6's ql layout); d: its groups' scales [nq / 8][16] fp16; xk, xh, sag as for q8b.
-template <int R>
-static void q40_tile(const uint8_t* qs, const uint16_t* d, int64_t nq, const int32_t* xk, const int32_t* xh,
-                     const float* sag, int64_t S, float* facc) {
+// The codes of group g of a strip of q40 (qs: 256 bytes a group, q6's ql layout), q50 (the same, and qh: 64 bytes
+// a group) or q80 (q8b's codes: 512 bytes a group).
+template <class Quads>
+static inline Quads quads_at(const uint8_t* qs, const uint8_t* qh, int64_t g);
+template <>
+inline Q40Quads quads_at<Q40Quads>(const uint8_t* qs, const uint8_t*, int64_t g) { return Q40Quads{qs + g * 256}; }
+template <>
+inline Q50Quads quads_at<Q50Quads>(const uint8_t* qs, const uint8_t* qh, int64_t g) {
+    return Q50Quads{qs + g * 256, qh + g * 64};
+}
+template <>
+inline Q8bQuads quads_at<Q8bQuads>(const uint8_t* w, const uint8_t*, int64_t g) { return Q8bQuads{w + g * 512}; }
+
+// q40, q50, q80 (llama.cpp's Q4_0, Q5_0, Q8_0 in their own bits: one fp16 d per group of 32 of a column): R rows
+// x nq quads (whole groups of 32) of one strip. qs, qh: the codes of the first group (quads_at; qh null but for
+// q50); d: its groups' scales [nq / 8][16] fp16; xk, xh, sag as for q8b.
+template <int R, class Quads>
+static void d16_tile(const uint8_t* qs, const uint8_t* qh, const uint16_t* d, int64_t nq, const int32_t* xk,
+                     const int32_t* xh, const float* sag, int64_t S, float* facc) {
     alignas(64) int32_t t[R * 32];
     for (int64_t g = 0; g < nq / 8; ++g) {
-        group_sums<R>(Q40Quads{qs + g * 256}, xk + g * 8 * S, xh + g * 2 * S, S, t);
-        q40_float_update<R>(t, d + g * 16, sag + g * S, facc);
+        group_sums<R>(quads_at<Quads>(qs, qh, g), xk + g * 8 * S, xh + g * 2 * S, S, t);
+        d16_float_update<R>(t, d + g * 16, sag + g * S, facc);
     }
 }
 
@@ -977,8 +1035,8 @@ typedef void (*q8b_tile_fn)(const uint8_t*, const float*, int64_t, const int32_t
                             int64_t, float*);
 typedef void (*q8bm_tile_fn)(const uint8_t*, const float*, const float*, int64_t, const int32_t*, const int32_t*,
                              const float*, int64_t, float*);
-typedef void (*q40_tile_fn)(const uint8_t*, const uint16_t*, int64_t, const int32_t*, const int32_t*, const float*,
-                            int64_t, float*);
+typedef void (*d16_tile_fn)(const uint8_t*, const uint8_t*, const uint16_t*, int64_t, const int32_t*, const int32_t*,
+                            const float*, int64_t, float*);
 typedef void (*q6_tile_fn)(const uint8_t*, const uint8_t*, const int8_t*, const float*, int64_t, const int32_t*,
                            const int32_t*, const float*, int64_t, float*);
 template <int... Rs>
@@ -988,7 +1046,9 @@ struct Tiles {
     static constexpr q8b_tile_fn q8b[sizeof...(Rs)] = {&q8b_tile<Rs>...};
     static constexpr q8bm_tile_fn q8bm[sizeof...(Rs)] = {&q8bm_tile<Rs>...};
     static constexpr q6_tile_fn q6[sizeof...(Rs)] = {&q6_tile<Rs>...};
-    static constexpr q40_tile_fn q40[sizeof...(Rs)] = {&q40_tile<Rs>...};
+    static constexpr d16_tile_fn q40[sizeof...(Rs)] = {&d16_tile<Rs, Q40Quads>...};
+    static constexpr d16_tile_fn q50[sizeof...(Rs)] = {&d16_tile<Rs, Q50Quads>...};
+    static constexpr d16_tile_fn q80[sizeof...(Rs)] = {&d16_tile<Rs, Q8bQuads>...};
 };
 #if SZ_TILE == 12
 typedef Tiles<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12> TL;

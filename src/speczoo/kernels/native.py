@@ -35,7 +35,7 @@ from speczoo.kernels import cpu_family
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.cpp", "cpu_block.cpp"))
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.h", "cpu_simd.h", "cpu_tiles.h", "cpu_float.h"))
 BASE_FLAGS = ("-O3", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden")
-ABI_VERSION = 14
+ABI_VERSION = 15
 PATH_ENV = "SPECZOO_KERNEL_PATH"
 
 _P = ctypes.c_void_p
@@ -299,9 +299,8 @@ def _build(path: KernelPath) -> Path:
 
 
 class NativeKernels:
-    """The loaded library: q8_linear / q8b_linear / q8bm_linear / q40_linear / q6_linear / q4_linear / float_linear
-    write
-    y[S, N] for x[S, K] (fp32, unit column stride);
+    """The loaded library: q8_linear / q8b_linear / q8bm_linear / q40_linear / q50_linear / q80_linear / q6_linear /
+    q4_linear / float_linear write y[S, N] for x[S, K] (fp32, unit column stride);
     attend writes out[S, H, Dh] from q[S, H, Dh] and a layer's K/V cache (see kernels/attention.py)."""
 
     def __init__(self, so: Path, path: KernelPath):
@@ -328,6 +327,12 @@ class NativeKernels:
         self._q40 = lib.sz_q40_linear
         self._q40.argtypes = [_P, _I, _I, _I, _P, _P, _I, _P, _P, ctypes.c_int]
         self._q40.restype = ctypes.c_int
+        self._q50 = lib.sz_q50_linear
+        self._q50.argtypes = [_P, _I, _I, _I, _P, _P, _P, _I, _P, _P, ctypes.c_int]
+        self._q50.restype = ctypes.c_int
+        self._q80 = lib.sz_q80_linear
+        self._q80.argtypes = [_P, _I, _I, _I, _P, _P, _I, _P, _P, ctypes.c_int]
+        self._q80.restype = ctypes.c_int
         self._q6 = lib.sz_q6_linear
         self._q6.argtypes = [_P, _I, _I, _I, _P, _P, _P, _P, _I, _P, _P, ctypes.c_int]
         self._q6.restype = ctypes.c_int
@@ -363,6 +368,14 @@ class NativeKernels:
     @property
     def q40_fn(self):  # (x, S, K, ldx, qs, sd, N, bias, y, nthreads) -> 0, or -1 as above
         return self._q40
+
+    @property
+    def q50_fn(self):  # (x, S, K, ldx, qs, qh, sd, N, bias, y, nthreads) -> 0, or -1 as above
+        return self._q50
+
+    @property
+    def q80_fn(self):  # (x, S, K, ldx, w8, sd, N, bias, y, nthreads) -> 0, or -1 as above
+        return self._q80
 
     @property
     def q6_fn(self):  # (x, S, K, ldx, ql, qh, sc, dd, N, bias, y, nthreads) -> 0, or -1 as above

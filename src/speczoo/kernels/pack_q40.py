@@ -94,16 +94,38 @@ def q40_from_gguf(data: Tensor, encoding: str, k: int) -> Q40Codes:
 
 
 # ---------------------------------------------------------------- the kernel layout
-def pack_q40_codes(c: Q40Codes, n: int, k: int) -> dict[str, Tensor]:
-    g = c.qs.shape[1]
+def scales_by_strips(d: Tensor, n: int) -> Tensor:
+    """fp16 scales [N, G] -> sd [NB, G, 16] (0 for the padding rows): q40's, q50's and q80's."""
+    g = d.shape[1]
     np_ = _round_up(n, STRIP)
-    nb = np_ // STRIP
-    qs = torch.full((np_, g, 16), _PAD_CODES, dtype=torch.uint8)
-    qs[:n] = c.qs
     sd = torch.zeros(np_, g, dtype=torch.float16)
-    sd[:n] = c.d
-    return {"qs": qs.view(nb, STRIP, g, 4, 4).permute(0, 2, 3, 1, 4).contiguous(),      # [NB, G, 4, 16, 4]
-            "sd": sd.view(nb, STRIP, g).permute(0, 2, 1).contiguous(), "meta": _meta(n, k)}
+    sd[:n] = d
+    return sd.view(np_ // STRIP, STRIP, g).permute(0, 2, 1).contiguous()
+
+
+def scales_by_rows(sd: Tensor, n: int) -> Tensor:
+    """Inverse of scales_by_strips: the scales [N, G] of the real N rows."""
+    nb, g = sd.shape[0], sd.shape[1]
+    return sd.permute(0, 2, 1).reshape(nb * STRIP, g)[:n].contiguous()
+
+
+def nibbles_by_strips(qs: Tensor, n: int, pad: int = _PAD_CODES) -> Tensor:
+    """Code bytes [N, G, 16] -> qs u8 [NB, G, 4, 16, 4] (`pad` in the padding rows): q40's and q50's."""
+    g = qs.shape[1]
+    np_ = _round_up(n, STRIP)
+    out = torch.full((np_, g, 16), pad, dtype=torch.uint8)
+    out[:n] = qs
+    return out.view(np_ // STRIP, STRIP, g, 4, 4).permute(0, 2, 3, 1, 4).contiguous()
+
+
+def nibbles_by_rows(qs: Tensor, n: int) -> Tensor:
+    """Inverse of nibbles_by_strips: the code bytes [N, G, 16] of the real N rows."""
+    nb, g = qs.shape[0], qs.shape[1]
+    return qs.permute(0, 3, 1, 2, 4).reshape(nb * STRIP, g, 16)[:n].contiguous()
+
+
+def pack_q40_codes(c: Q40Codes, n: int, k: int) -> dict[str, Tensor]:
+    return {"qs": nibbles_by_strips(c.qs, n), "sd": scales_by_strips(c.d, n), "meta": _meta(n, k)}
 
 
 def pack_q40(weight: Tensor) -> dict[str, Tensor]:
@@ -120,8 +142,4 @@ def pack_q40_gguf(data: Tensor, encoding: str, k: int) -> dict[str, Tensor]:
 def unpack_q40(packed: dict[str, Tensor]) -> Q40Codes:
     """Inverse layout of pack_q40_codes: the code bytes and scales of the real N rows."""
     n, _ = (int(v) for v in packed["meta"])
-    qs = packed["qs"]                                        # [NB, G, 4, 16, 4]
-    nb, g = qs.shape[0], qs.shape[1]
-    plain = qs.permute(0, 3, 1, 2, 4).reshape(nb * STRIP, g, 16)
-    d = packed["sd"].permute(0, 2, 1).reshape(nb * STRIP, g)
-    return Q40Codes(qs=plain[:n].contiguous(), d=d[:n].contiguous())
+    return Q40Codes(qs=nibbles_by_rows(packed["qs"], n), d=scales_by_rows(packed["sd"], n))

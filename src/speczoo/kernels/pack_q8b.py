@@ -162,14 +162,25 @@ def q8b_from_gguf(data: Tensor, encoding: str, k: int) -> Q8bCodes:
 
 
 # ---------------------------------------------------------------- the kernel layout
-def pack_q8b_codes(c: Q8bCodes, n: int, k: int) -> dict[str, Tensor]:
-    kp = c.q.shape[1]
+def codes_by_strips(q: Tensor, n: int) -> Tensor:
+    """int8 codes [N, KP] -> w8 u8 [NB, KP/4, 16, 4] = q + 128 (128 in the padding rows): q8b's and q80's."""
+    kp = q.shape[1]
     np_ = _round_up(n, STRIP)
-    nb = np_ // STRIP
     w8 = torch.full((np_, kp), 128, dtype=torch.uint8)
-    w8[:n] = (c.q.to(torch.int16) + 128).to(torch.uint8)
-    parts = {"w8": w8.view(nb, STRIP, kp // 4, 4).permute(0, 2, 1, 3).contiguous(),
-             "sb": _by_strips(c.a, np_), "meta": _meta(n, k)}
+    w8[:n] = (q.to(torch.int16) + 128).to(torch.uint8)
+    return w8.view(np_ // STRIP, STRIP, kp // 4, 4).permute(0, 2, 1, 3).contiguous()
+
+
+def codes_by_rows(w8: Tensor, n: int) -> Tensor:
+    """Inverse of codes_by_strips: the int8 codes [N, KP] of the real N rows."""
+    nb, kq = w8.shape[0], w8.shape[1]
+    q = (w8.permute(0, 2, 1, 3).reshape(nb * STRIP, kq * 4).to(torch.int16) - 128).to(torch.int8)
+    return q[:n].contiguous()
+
+
+def pack_q8b_codes(c: Q8bCodes, n: int, k: int) -> dict[str, Tensor]:
+    np_ = _round_up(n, STRIP)
+    parts = {"w8": codes_by_strips(c.q, n), "sb": _by_strips(c.a, np_), "meta": _meta(n, k)}
     if c.m is not None:
         parts["mb"] = _by_strips(c.m, np_)
     return parts
@@ -208,8 +219,5 @@ def pack_q8b_gguf(data: Tensor, encoding: str, k: int) -> dict[str, Tensor]:
 def unpack_q8b(packed: dict[str, Tensor]) -> Q8bCodes:
     """Inverse layout of pack_q8b_codes: codes, scales (and q8bm's offsets) of the real N rows (KP columns)."""
     n, _ = (int(v) for v in packed["meta"])
-    w8 = packed["w8"]                                        # [NB, KP/4, 16, 4]
-    nb, kq = w8.shape[0], w8.shape[1]
-    q = (w8.permute(0, 2, 1, 3).reshape(nb * STRIP, kq * 4).to(torch.int16) - 128).to(torch.int8)
-    return Q8bCodes(q=q[:n].contiguous(), a=_by_rows(packed["sb"], n),
+    return Q8bCodes(q=codes_by_rows(packed["w8"], n), a=_by_rows(packed["sb"], n),
                     m=_by_rows(packed["mb"], n) if "mb" in packed else None)

@@ -1,13 +1,15 @@
-"""Batch-invariant linear backends: the integer ones "q8", "q8b", "q8bm", "q40", "q6", "q4", "mixed", "q4mix"
-(compiled kernels), "q8_torch", "q8b_torch", "q8bm_torch", "q40_torch", "q6_torch", "q4_torch", and the float
+"""Batch-invariant linear backends: the integer ones "q8", "q8b", "q8bm", "q40", "q50", "q80", "q6", "q4", "mixed",
+"q4mix" (compiled kernels), "q8_torch", "q8b_torch", "q8bm_torch", "q40_torch", "q50_torch", "q80_torch", "q6_torch",
+"q4_torch", and the float
 ones "f32", "f16", "bf16w" (compiled kernels).
 
 All of them quantize activations per block of a row (sa = amax / 127 over the block, round half to even;
-ABLOCK = 256 inputs for q4 and q8, 32 for q8b, q8bm, q40 and q6), accumulate integer products exactly and apply
-fp32 scales in one fixed order, so row i of an S-row forward is bit-identical to the 1-row forward of row i. The torch
+ABLOCK = 256 inputs for q4 and q8, 32 for q8b, q8bm, q40, q50, q80 and q6), accumulate integer products exactly
+and apply fp32 scales in one fixed order, so row i of an S-row forward is bit-identical to the 1-row forward of row i. The torch
 backends read the same packed tensors as their compiled twins and reproduce them bit for bit (the tests
 hold them to it): "q8_torch" (torch._int_mm) is the fallback where no compiler exists; "q4_torch",
-"q8b_torch", "q8bm_torch", "q40_torch" and "q6_torch" are slow, memory-hungry oracles (4 bytes per weight at build).
+"q8b_torch", "q8bm_torch", "q40_torch", "q50_torch", "q80_torch" and "q6_torch" are slow, memory-hungry oracles
+(4 bytes per weight at build).
 The float formats (f32, f16, bf16: pack_float.py, cpu_float.h) keep the weight's own float values and fp32
 activations; each output is one dot product in one fixed order (16 lanes of fused multiply-adds, a fixed
 tree), so they are batch-invariant too, with the scalar build as their reference (no torch twin: torch
@@ -29,6 +31,8 @@ from speczoo.kernels.pack import (ABLOCK, GROUP, STRIP, SUPER, check_packed, com
 from speczoo.kernels.pack_float import FLOAT_DTYPES, FLOAT_KALIGN, GROUPS, float_part, pack_float
 from speczoo.kernels.pack_q6 import pack_q6, unpack_q6
 from speczoo.kernels.pack_q40 import pack_q40, unpack_q40
+from speczoo.kernels.pack_q50 import pack_q50, unpack_q50
+from speczoo.kernels.pack_q80 import pack_q80, unpack_q80
 from speczoo.kernels.pack_q8b import Q8B_GROUP, Q8bCodes, pack_q8b, pack_q8bm, unpack_q8b
 
 Q8_PARTS = ("w8", "sw", "meta")
@@ -37,6 +41,8 @@ Q8B_PARTS = ("w8", "sb", "meta")
 Q8BM_PARTS = ("w8", "sb", "mb", "meta")
 Q6_PARTS = ("ql", "qh", "sc", "dd", "meta")
 Q40_PARTS = ("qs", "sd", "meta")
+Q50_PARTS = ("qs", "qh", "sd", "meta")
+Q80_PARTS = ("w8", "sd", "meta")
 
 
 def _as_rows(x: Tensor, k: int, who: str) -> Tensor:
@@ -168,28 +174,44 @@ class Q4Native(nn.Module):
 class Q40Native(nn.Module):
     """4-bit codes with an fp16 scale per 32 inputs (pack_q40.py: Q4_0 in its own bytes) x int8 activations
     with a scale per 32 inputs of a row, compiled kernel (per-ISA paths, bit-identical; every column equal
-    to its q8b twin's)."""
+    to its q8b twin's). Q50Native and Q80Native are the same with Q5_0's and Q8_0's codes."""
+
+    fmt, parts = "q40", Q40_PARTS                  # the code parts, then "sd" and "meta"
 
     def __init__(self, packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels):
         super().__init__()
-        self.n, self.k = check_packed(packed, Q40_PARTS, "q40")
-        self.qs = packed["qs"].contiguous()        # [NB, KP/32, 4, 16, 4] u8
+        self.n, self.k = check_packed(packed, self.parts, self.fmt)
+        for part in self.parts[:-2]:               # q40, q50: qs [NB, KP/32, 4, 16, 4] u8; q50 also qh
+            setattr(self, part, packed[part].contiguous())   # [NB, KP/32, 16, 4] u8; q80: w8 [NB, KP/4, 16, 4] u8
         self.sd = packed["sd"].contiguous()        # [NB, KP/32, 16] f16, as stored (no fp32 copy)
         if self.sd.dtype != torch.float16:
-            raise ValueError(f"packed q40 scales must be float16, got {self.sd.dtype}; re-pull the model "
+            raise ValueError(f"packed {self.fmt} scales must be float16, got {self.sd.dtype}; re-pull the model "
                              "(speczoo pull NAME --force)")
         self.bias = _check_bias(bias, self.n)
         self.lib = lib
-        self._fn = lib.q40_fn
-        self._args = (self.qs.data_ptr(), self.sd.data_ptr(), self.n, None if self.bias is None else self.bias.data_ptr())
+        self._fn = getattr(lib, f"{self.fmt}_fn")
+        self._args = (*(getattr(self, part).data_ptr() for part in self.parts[:-1]), self.n,
+                      None if self.bias is None else self.bias.data_ptr())
 
     def forward(self, x: Tensor) -> Tensor:  # x: [S, K] fp32 -> [S, N] fp32
-        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, "q40 linear")
+        x2 = x if _is_plain(x, self.k) else _as_rows(x, self.k, f"{self.fmt} linear")
         s = x2.shape[0]
         y = torch.empty(s, self.n)                 # [S, N] fp32
         if s and self._fn(x2.data_ptr(), s, self.k, x2.stride(0), *self._args, y.data_ptr(), torch.get_num_threads()):
-            raise MemoryError(f"q40 kernel could not allocate its scratch for S={s}, K={self.k}")
+            raise MemoryError(f"{self.fmt} kernel could not allocate its scratch for S={s}, K={self.k}")
         return y if x2 is x else y.view(*x.shape[:-1], self.n)
+
+
+class Q50Native(Q40Native):
+    """Q5_0 in its own 5.5 bits (pack_q50.py): q40's kernel with a fifth bit per code."""
+
+    fmt, parts = "q50", Q50_PARTS
+
+
+class Q80Native(Q40Native):
+    """Q8_0 in its own 8.5 bits (pack_q80.py): q8b's codes with q40's fp16 scale per 32."""
+
+    fmt, parts = "q80", Q80_PARTS
 
 
 class Q6Native(nn.Module):
@@ -269,15 +291,17 @@ class Bf16Native(FloatNative):
 _STRIP_PARTS: dict[type, tuple[str, ...]] = {Q4Native: ("qs", "sc", "mn", "dd"), Q8Native: ("w8", "sw"),
                                              Q8bNative: ("w8", "sb"), Q8bmNative: ("w8", "sb", "mb"),
                                              Q6Native: ("ql", "qh", "sc", "dd"), Q40Native: ("qs", "sd"),
+                                             Q50Native: ("qs", "qh", "sd"), Q80Native: ("w8", "sd"),
                                              **{c: (float_part(c.fmt),) for c in (F32Native, F16Native, Bf16Native)}}
 # The compiled kernel formats a weight may be stored in, by name. A bundle of the "mixed" backend holds each
 # weight in one of these, recognised at build by its parts.
 KERNEL_FORMATS: dict[str, type[nn.Module]] = {"q4": Q4Native, "q8": Q8Native, "q8b": Q8bNative, "q8bm": Q8bmNative,
-                                              "q6": Q6Native, "q40": Q40Native, "f32": F32Native, "f16": F16Native, "bf16": Bf16Native}
+                                              "q6": Q6Native, "q40": Q40Native, "q50": Q50Native, "q80": Q80Native,
+                                              "f32": F32Native, "f16": F16Native, "bf16": Bf16Native}
 # The activation block each integer format's kernel quantizes x by (one int8 scale per this many inputs of a
 # row). The float formats quantize no activation and have no entry.
 ACT_BLOCK: dict[str, int] = {"q4": ABLOCK, "q8": ABLOCK, "q8b": 2 * Q8B_GROUP, "q8bm": 2 * Q8B_GROUP,
-                             "q6": 2 * Q8B_GROUP, "q40": 2 * Q8B_GROUP}
+                             "q6": 2 * Q8B_GROUP, "q40": 2 * Q8B_GROUP, "q50": 2 * Q8B_GROUP, "q80": 2 * Q8B_GROUP}
 
 
 def kernel_format(packed: dict[str, Tensor]) -> str:
@@ -292,7 +316,7 @@ def kernel_format(packed: dict[str, Tensor]) -> str:
 
 def build_compiled(packed: dict[str, Tensor], bias: Tensor | None, lib: native.NativeKernels) -> nn.Module:
     """The compiled module of whichever format `packed` holds, told by its parts (a bundle may pack each
-    tensor in the format that holds its GGUF type: q4, q6, q40, q8b, q8bm, q8, f32, f16, bf16)."""
+    tensor in the format that holds its GGUF type: q4, q6, q40, q50, q80, q8b, q8bm, q8, f32, f16, bf16)."""
     return KERNEL_FORMATS[kernel_format(packed)](packed, bias, lib)
 
 
@@ -439,6 +463,22 @@ class Q40Torch(Q8bTorch):
     def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
         self.n, self.k = check_packed(packed, Q40_PARTS, "q40")
         return unpack_q40(packed).q8b()
+
+
+class Q50Torch(Q8bTorch):
+    """Reference twin of Q50Native: its q8b twin's arithmetic on the same codes and scales (d per half)."""
+
+    def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
+        self.n, self.k = check_packed(packed, Q50_PARTS, "q50")
+        return unpack_q50(packed).q8b()
+
+
+class Q80Torch(Q8bTorch):
+    """Reference twin of Q80Native: its q8b twin's arithmetic on the same codes and scales (d per half)."""
+
+    def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
+        self.n, self.k = check_packed(packed, Q80_PARTS, "q80")
+        return unpack_q80(packed).q8b()
 
 
 class Q4Torch(nn.Module):
@@ -646,6 +686,24 @@ class Q40Backend(_TwinnedBackend):
 
     name = "q40"
     _pack, _native, _torch = staticmethod(pack_q40), Q40Native, Q40Torch
+
+
+class Q50Backend(_TwinnedBackend):
+    """q50 (pack_q50.py): a GGUF's Q5_0 tensors in their own bits, when packed from their blocks
+    (pack_q50_gguf); `pack` here quantizes an fp32 weight as llama.cpp's Q5_0 quantizer does. twin: the torch
+    twin "q50_torch" instead of the compiled kernel."""
+
+    name = "q50"
+    _pack, _native, _torch = staticmethod(pack_q50), Q50Native, Q50Torch
+
+
+class Q80Backend(_TwinnedBackend):
+    """q80 (pack_q80.py): a GGUF's Q8_0 tensors in their own bytes, when packed from their blocks
+    (pack_q80_gguf); `pack` here quantizes an fp32 weight as llama.cpp's Q8_0 quantizer does. twin: the torch
+    twin "q80_torch" instead of the compiled kernel."""
+
+    name = "q80"
+    _pack, _native, _torch = staticmethod(pack_q80), Q80Native, Q80Torch
 
 
 class Q6TorchBackend(LinearBackend):

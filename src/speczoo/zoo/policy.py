@@ -9,14 +9,17 @@ compiled ones of kernels/quantized.py KERNEL_FORMATS:
   q4   4-bit codes, 6- or 8-bit sub-scales and mins per 32, fp32 scales per 256: holds Q4_K exactly;
   q6   6-bit codes, int8 sub-scales per 16, fp32 scale per 256: holds Q6_K exactly (6.6 bits a weight);
   q40  4-bit codes, one fp16 scale per 32: Q4_0 in its own bytes (4.5 bits a weight);
-  q8b  int8 codes, one fp32 scale per 16: holds Q8_0, Q5_0 and Q3_K exactly (codes d * q, no offset), and
-       Q4_0 too (at 10 bits a weight: q40 holds it in its own 4.5);
+  q50  q40's codes with a fifth bit: Q5_0 in its own bits (5.5 bits a weight);
+  q80  int8 codes, one fp16 scale per 32: Q8_0 in its own bytes (8.5 bits a weight);
+  q8b  int8 codes, one fp32 scale per 16: holds Q3_K exactly (codes d * q, no offset), and Q8_0, Q5_0 and
+       Q4_0 too (at 10 bits a weight, where q80, q50 and q40 hold them in their own 8.5, 5.5 and 4.5);
   q8bm q8b plus one fp32 offset per 32: holds Q4_1, Q5_1 and Q5_K exactly (d * q + m);
   q8   int8 codes, one fp32 scale per output row: holds no GGUF type exactly; kept so that bundles of
        earlier pulls load, never chosen here (q8b is finer on every weight);
   f32, f16, bf16   the weight's own float values (4, 2, 2 bytes a weight) with fp32 activations, nothing
        quantized (kernels/pack_float.py, cpu_float.h): hold F32, F16 and BF16 exactly.
-Exact rows are transcoded from the file's blocks (models/gguf_blocks.py, kernels/pack_q8b.py, pack_q6.py, pack_q40.py:
+Exact rows are transcoded from the file's blocks (models/gguf_blocks.py, kernels/pack_q8b.py, pack_q6.py, pack_q40.py,
+pack_q50.py, pack_q80.py:
 no search, no fp32 round trip). A type no format holds (non-linear codebooks; Q2_K's 16-value sub-blocks
 with a min each) goes to q8b packed from its fp32 values: int8 codes with a scale per 16
 inputs, the nearest grid above every one of them. q6 from fp32 is not above them: on Gaussian weights
@@ -53,6 +56,8 @@ from speczoo.kernels.pack import (STRIP, Rows, WeightError, concat_rows, pack_q4
 from speczoo.kernels.pack_float import FLOAT_DTYPES, pack_float, unpack_float
 from speczoo.kernels.pack_q6 import pack_q6, pack_q6_codes, q6_from_gguf, unpack_q6
 from speczoo.kernels.pack_q40 import pack_q40, pack_q40_codes, q40_from_gguf, unpack_q40
+from speczoo.kernels.pack_q50 import pack_q50, pack_q50_codes, q50_from_gguf, unpack_q50
+from speczoo.kernels.pack_q80 import pack_q80, pack_q80_codes, q80_from_gguf, unpack_q80
 from speczoo.kernels.pack_q8b import (Q8B_GGUF_TYPES, Q8BM_GGUF_TYPES, pack_q8b, pack_q8b_codes, pack_q8bm,
                                       q8b_from_gguf, unpack_q8b)
 from speczoo.kernels.quantized import MixedBackend, kernel_format
@@ -74,9 +79,11 @@ _Q8B = Rule("q8b", exact=False)
 POLICY: dict[str, Rule] = {
     "Q4_K": Rule("q4", exact=True),      # transcoded block for block (gguf_blocks.q4_k_codes)
     "Q6_K": Rule("q6", exact=True),      # transcoded block for block (pack_q6.q6_from_gguf)
-    # int8, or 5-bit codes minus their zero point, times one fp16 d per 32: q8b's codes and scales
-    **{t: Rule("q8b", exact=True) for t in Q8B_GGUF_TYPES if t not in ("Q6_K", "Q4_0")},
-    "Q4_0": Rule("q40", exact=True),     # its own bytes, moved into strips (pack_q40.q40_from_gguf)
+    # int8, 5- or 4-bit codes minus their zero point, times one fp16 d per 32: each in its own bits, moved
+    # into strips (pack_q80.q80_from_gguf, pack_q50.q50_from_gguf, pack_q40.q40_from_gguf)
+    "Q8_0": Rule("q80", exact=True),
+    "Q5_0": Rule("q50", exact=True),
+    "Q4_0": Rule("q40", exact=True),
     # 5/4-bit codes times one fp16 d plus one fp16 m per 32: q8bm's codes, scales and offsets
     **{t: Rule("q8bm", exact=True) for t in Q8BM_GGUF_TYPES},
     "Q5_K": Rule("q8bm", exact=True),    # (d * sc) * q - dmin * m per 32 (gguf_blocks.k_quant_codes)
@@ -116,6 +123,8 @@ PACKERS: dict[str, Callable[[Rows, WeightError], dict[str, Tensor]]] = {
     "q8bm": _by_rows(pack_q8bm),
     "q6": _by_rows(pack_q6),
     "q40": _by_rows(pack_q40),
+    "q50": _by_rows(pack_q50),
+    "q80": _by_rows(pack_q80),
     "q4": lambda rows, error: pack_q4(rows.read(0, rows.shape[0]), error),
     **{fmt: _by_rows(functools.partial(pack_float, fmt=fmt)) for fmt in FLOAT_DTYPES},
 }
@@ -158,12 +167,16 @@ _Q8B_FROM_BLOCKS = _Transcode(q8b_from_gguf, lambda c: _all_finite(c.a, *([] if 
 _K_FROM_BLOCKS = _Transcode(lambda raw, kind, k: k_quant_codes(raw, kind), _Q8B_FROM_BLOCKS.finite, pack_q8b_codes)
 _Q6_FROM_BLOCKS = _Transcode(q6_from_gguf, lambda c: _all_finite(c.d), pack_q6_codes)
 _Q40_FROM_BLOCKS = _Transcode(q40_from_gguf, lambda c: _all_finite(c.d), pack_q40_codes)
+_Q50_FROM_BLOCKS = _Transcode(q50_from_gguf, lambda c: _all_finite(c.d), pack_q50_codes)
+_Q80_FROM_BLOCKS = _Transcode(q80_from_gguf, lambda c: _all_finite(c.d), pack_q80_codes)
 
 # (source type, format) -> the packing made straight from the source's blocks (no fp32 detour, no search).
 TRANSCODERS: dict[tuple[str, str], _Transcode] = {
     ("Q4_K", "q4"): _Q4_FROM_BLOCKS,
     ("Q6_K", "q6"): _Q6_FROM_BLOCKS,
     ("Q4_0", "q40"): _Q40_FROM_BLOCKS,
+    ("Q5_0", "q50"): _Q50_FROM_BLOCKS,
+    ("Q8_0", "q80"): _Q80_FROM_BLOCKS,
     **{(t, "q8b"): _Q8B_FROM_BLOCKS for t in Q8B_GGUF_TYPES},
     **{(t, "q8bm"): _Q8B_FROM_BLOCKS for t in Q8BM_GGUF_TYPES},
     **{(t, fmt): _K_FROM_BLOCKS for t, fmt in (("Q5_K", "q8bm"), ("Q3_K", "q8b"))},
@@ -261,6 +274,7 @@ def packed_values(parts: dict[str, Tensor], k: int) -> Tensor:
 
 
 _UNPACK: dict[str, Callable[[dict[str, Tensor]], object]] = {"q4": unpack_q4, "q6": unpack_q6, "q40": unpack_q40,
+                                                             "q50": unpack_q50, "q80": unpack_q80,
                                                              "q8b": unpack_q8b, "q8bm": unpack_q8b}
 
 
