@@ -564,12 +564,50 @@ struct KvF16 {
     }
 };
 
+#if defined(SZ_FLOAT_256)
+// 8 values of a cache element type as fp32 lanes: half of a V16 chunk (exact, as E::loadn).
+static inline __m256 kv_load8(const float* p) { return _mm256_loadu_ps(p); }
+static inline __m256 kv_load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+
+// s1[h][t] for HB heads (q rows qh[h * Dh]) and the 8 keys kp[t] (Dh % 16 == 0): the first level of v_sum_tree
+// over the score's fma chain, lanes 0-7 of the chain plus its lanes 8-15. Those two halves never meet before
+// that level, so each runs alone: 8 / HB keys x HB heads of 8-lane accumulators (8 ymm) over the chunks in
+// order, the first half then the second, and each 8 values of a key converted once for the HB heads.
+template <class T, int HB>
+static inline void attend_tile8(const float* qh, const T* const* kp, int64_t Dh, __m256 (*s1)[8]) {
+    constexpr int KT = 8 / HB;
+    const int64_t nc = Dh / 16;
+    for (int t0 = 0; t0 < 8; t0 += KT)
+        for (int half = 0; half < 2; ++half) {
+            __m256 acc[KT][HB];
+            for (int t = 0; t < KT; ++t)
+                for (int h = 0; h < HB; ++h) acc[t][h] = _mm256_setzero_ps();
+            for (int64_t c = 0; c < nc; ++c) {
+                const int64_t o = 16 * c + 8 * half;
+                __m256 qv[HB];
+#pragma GCC unroll 4
+                for (int h = 0; h < HB; ++h) qv[h] = _mm256_loadu_ps(qh + h * Dh + o);
+#pragma GCC unroll 8
+                for (int t = 0; t < KT; ++t) {
+                    const __m256 k = kv_load8(kp[t0 + t] + o);
+#pragma GCC unroll 4
+                    for (int h = 0; h < HB; ++h) acc[t][h] = _mm256_fmadd_ps(qv[h], k, acc[t][h]);
+                }
+            }
+            for (int t = 0; t < KT; ++t)
+                for (int h = 0; h < HB; ++h)
+                    s1[h][t0 + t] = half ? _mm256_add_ps(s1[h][t0 + t], acc[t][h]) : acc[t][h];
+        }
+}
+#endif
+
 // scores[h][j] = q_h . k_j for the G heads and n keys: per key, one fma chain over the 16-lane chunks of
 // Dh in order (a last partial chunk zero-filled), then v_sum_tree.
 template <class E>
 static void attend_scores(const float* qh, const typename E::T* kh, int64_t Dh, int64_t G, const int32_t* slots,
                           int64_t n, float* scores, int64_t n16) {
     const int64_t nc = (Dh + 15) / 16;
+    int64_t j = 0;  // keys before j are scored by a SIMD tile
 #if defined(SZ_PATH_AVX512VNNI)
     if (Dh % 16 == 0) {
         for (int64_t j0 = 0; j0 < n; j0 += 16) {
@@ -589,8 +627,26 @@ static void attend_scores(const float* qh, const typename E::T* kh, int64_t Dh, 
         }
         return;
     }
+#elif defined(SZ_FLOAT_256)
+    if (Dh % 16 == 0)  // whole tiles of 8 keys, heads in blocks of 4, 2, 1; the last n % 8 keys below
+        for (; j + 8 <= n; j += 8) {
+            const typename E::T* kp[8];
+            for (int t = 0; t < 8; ++t) kp[t] = kh + (int64_t)slots[j + t] * Dh;
+            __m256 s1[4][8];
+            for (int64_t h0 = 0; h0 < G;) {
+                const int hb = G - h0 >= 4 ? 4 : G - h0 >= 2 ? 2 : 1;
+                if (hb == 4)
+                    attend_tile8<typename E::T, 4>(qh + h0 * Dh, kp, Dh, s1);
+                else if (hb == 2)
+                    attend_tile8<typename E::T, 2>(qh + h0 * Dh, kp, Dh, s1);
+                else
+                    attend_tile8<typename E::T, 1>(qh + h0 * Dh, kp, Dh, s1);
+                for (int h = 0; h < hb; ++h) _mm256_storeu_ps(scores + (h0 + h) * n16 + j, lane_sums8(s1[h]));
+                h0 += hb;
+            }
+        }
 #endif
-    for (int64_t j = 0; j < n; ++j) {
+    for (; j < n; ++j) {
         const typename E::T* k = kh + (int64_t)slots[j] * Dh;
         for (int64_t h = 0; h < G; ++h) {
             const float* q = qh + h * Dh;

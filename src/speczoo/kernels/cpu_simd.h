@@ -327,6 +327,26 @@ static inline __m512 lane_sums16(__m512* a) {
 }
 #endif
 
+#if defined(SZ_FLOAT_256)
+// The rest of v_sum_tree for 8 V16s at once, from its first level: s1[k] holds s1[m] = x[m] + x[m+8] of V16 k
+// (its lanes 0-7 plus its lanes 8-15, one ymm add). Returns one vector whose lane k is v_sum_tree of V16 k:
+// the same pairs added in the same order as for one (8 sums at once, e.g. 8 keys' attention scores, by
+// shuffles across the 8 vectors instead of 8 horizontal sums).
+static inline __m256 lane_sums8(const __m256* s1) {
+    __m256 r2[4], r3[2];
+    for (int p = 0; p < 4; ++p)  // s2[m] = s1[m] + s1[m+4]; lanes 0-3 of V16 2p, 4-7 of V16 2p+1
+        r2[p] = _mm256_add_ps(_mm256_permute2f128_ps(s1[2 * p], s1[2 * p + 1], 0x20),
+                              _mm256_permute2f128_ps(s1[2 * p], s1[2 * p + 1], 0x31));
+    for (int p = 0; p < 2; ++p)  // s3[m] = s2[m] + s2[m+2]; lanes 0-1: V16 4p, 2-3: 4p+2, 4-5: 4p+1, 6-7: 4p+3
+        r3[p] = _mm256_add_ps(
+            _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(r2[2 * p]), _mm256_castps_pd(r2[2 * p + 1]))),
+            _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(r2[2 * p]), _mm256_castps_pd(r2[2 * p + 1]))));
+    // sum = s3[0] + s3[1]; lanes 0-7 hold V16 0, 2, 4, 6, 1, 3, 5, 7
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(r3[0], r3[1], 0x88), _mm256_shuffle_ps(r3[0], r3[1], 0xDD));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+#endif
+
 // out[k] = v_sum_tree(a[k]) for the 16 vectors a[0 .. 15], the very same tree for each (on AVX-512 by
 // shuffles across the 16 vectors at once instead of 16 horizontal sums).
 static inline void v_sum_tree16(V16* a, float* out) {
