@@ -513,7 +513,7 @@ static void attention_case(const Heads& hd, const char* kind, int64_t S, int64_t
 }
 
 static void attention_cases() {
-    const Heads heads[] = {{14, 2, 64}, {12, 2, 128}, {4, 4, 16}};
+    const Heads heads[] = {{14, 2, 64}, {12, 2, 128}, {4, 4, 16}, {8, 2, 128}};  // the last: G = 4 (Llama 3)
     const int64_t Ss[] = {1, 2, 5, 9, 17};
     for (const Heads& hd : heads)
         for (int64_t S : Ss) {
