@@ -437,17 +437,20 @@ struct Q50Quads {
     }
 };
 
-// q8b / q6: one group of 32 inputs: t[r][h][16] = the exact sums of (u - BIAS) * x over half h for rows r.
-// AVX-VNNI: vpdpbusd sums u * x, then BIAS * the half's activation sum comes off. AVX2: the signed codes
-// s = u - BIAS (|s| <= BIAS) as q8_tile does, |s| * (x * sign(s)): a vpmaddubsw pair is at most
-// 2 * BIAS * 127 and cannot saturate. q8b's (BIAS 128: 32512) is widened by vpmaddwd at once; q40's (BIAS 8:
-// 2032) is summed over the half's 4 quads in int16 first (at most 8128, exact), then widened once (q6's
-// own AVX2 tile is below; AVX-VNNI's goes through here with BIAS 32).
+// q8b, q40, q50, q80 (and q6 on AVX-VNNI): one group of 32 inputs: t[r][h][16] = the exact sums of
+// (u - BIAS) * x over half h for rows r. AVX-VNNI: vpdpbusd sums u * x, then BIAS * the half's activation
+// sum comes off. AVX2, codes below 32 (q40's and q50's, BIAS 8 and 16): the same, u * x by vpmaddubsw (a
+// pair at most 2 * 31 * 127 = 7874, the half's 4 quads summed in int16 at most 31496: exact), widened once
+// by vpmaddwd, BIAS * the half's activation sum off at the end. AVX2, wider codes (q8b's): the signed codes
+// s = u - BIAS (|s| <= BIAS) as q8_tile does, |s| * (x * sign(s)): a vpmaddubsw pair is at most 2 * BIAS *
+// 127 = 32512 and cannot saturate, widened by vpmaddwd at once (q6's own AVX2 tile is below; AVX-VNNI's goes
+// through here with BIAS 32).
 template <int R, class Quads>
 static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
 #if !defined(SZ_PATH_AVXVNNI)
     const __m256i bias = _mm256_set1_epi8((char)(1 << Quads::SHIFT)), ones = _mm256_set1_epi16(1);
-    constexpr bool SUM16 = 4 * 2 * (1 << Quads::SHIFT) * 127 <= 32767;
+    constexpr bool UNSIGNED = Quads::SHIFT <= 4;     // codes u < 32: u * x with the bias taken off at the end
+    static_assert(!UNSIGNED || 4 * 2 * 31 * 127 <= 32767, "a half's int16 sums must not overflow");
 #endif
     for (int h = 0; h < 2; ++h) {
         __m256i a[R][2];
@@ -465,26 +468,33 @@ static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh,
 #else
 #pragma GCC unroll 2
             for (int c = 0; c < 2; ++c) {  // a column half's codes at a time (see sz_half_words)
-                const __m256i s = _mm256_sub_epi8(quads(4 * h + q, c), bias), u = _mm256_abs_epi8(s);
                 const int32_t* xr = sz_half_words(xk + (4 * h + q) * S);
+                if constexpr (UNSIGNED) {
+                    const __m256i u = quads(4 * h + q, c);
 #pragma GCC unroll 8
-                for (int r = 0; r < R; ++r) {
-                    const __m256i xb = _mm256_set1_epi32(xr[r]);
-                    const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(xb, s));
-                    if constexpr (SUM16) a[r][c] = sz_chain(_mm256_add_epi16(a[r][c], p));
-                    else a[r][c] = sz_chain(_mm256_add_epi32(a[r][c], _mm256_madd_epi16(p, ones)));
+                    for (int r = 0; r < R; ++r) {
+                        const __m256i p = _mm256_maddubs_epi16(u, _mm256_set1_epi32(xr[r]));
+                        a[r][c] = sz_chain(_mm256_add_epi16(a[r][c], p));
+                    }
+                } else {
+                    const __m256i s = _mm256_sub_epi8(quads(4 * h + q, c), bias), u = _mm256_abs_epi8(s);
+#pragma GCC unroll 8
+                    for (int r = 0; r < R; ++r) {
+                        const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(_mm256_set1_epi32(xr[r]), s));
+                        a[r][c] = sz_chain(_mm256_add_epi32(a[r][c], _mm256_madd_epi16(p, ones)));
+                    }
                 }
             }
 #endif
         }
         for (int r = 0; r < R; ++r) {
 #if !defined(SZ_PATH_AVXVNNI)
-            if constexpr (SUM16) {
-                a[r][0] = _mm256_madd_epi16(a[r][0], ones);
-                a[r][1] = _mm256_madd_epi16(a[r][1], ones);
+            if constexpr (UNSIGNED) {
+                const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), Quads::SHIFT);
+                a[r][0] = _mm256_sub_epi32(_mm256_madd_epi16(a[r][0], ones), corr);
+                a[r][1] = _mm256_sub_epi32(_mm256_madd_epi16(a[r][1], ones), corr);
             }
-#endif
-#if defined(SZ_PATH_AVXVNNI)
+#else
             const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), Quads::SHIFT);
             a[r][0] = _mm256_sub_epi32(a[r][0], corr);
             a[r][1] = _mm256_sub_epi32(a[r][1], corr);
