@@ -26,7 +26,7 @@ from speczoo.zoo.pull import pull
 from speczoo.zoo.weights import load_model
 
 BACKEND = "mixed"
-# Q8_0 linears pack in q8b, Q4_K in q4 (dims of 256 for the K-quant's super-blocks)
+# Q8_0 linears pack in q80, Q4_K in q4 (dims of 256 for the K-quant's super-blocks)
 TYPES = {"Q8_0": {}, "Q4_K": dict(dim=256, n_heads=4, head_dim=64, n_kv_heads=2, ffn_dim=256, n_layers=2)}
 
 
@@ -65,7 +65,7 @@ def _logits(model) -> torch.Tensor:
     return model(tokens, torch.arange(9), KVCache(model.args, max_seq=32)).logits
 
 
-PARTS = ("w8", "sb", "mb", "qs", "sc", "mn", "dd", "ql", "qh")     # the packed parts of q8b, q8bm, q4, q6
+PARTS = ("w8", "sb", "mb", "qs", "sc", "mn", "dd", "ql", "qh", "sd")   # of q8b, q8bm, q4, q6, q40, q50, q80
 
 
 def _parts(m) -> list[torch.Tensor]:

@@ -98,7 +98,7 @@ def test_pull_local_gguf_writes_a_complete_bundle(tmp_path, home, arch):
     # the packing table: each source type's linear weights in the kernel format the policy gives it
     rows = {(r["source_type"], r["format"]): r["tensors"] for r in m.packing[DEFAULT_FAST_BACKEND]}
     n_linear = len(linear_weight_sources(tensors))
-    f32, q8_0 = POLICY["F32"].format, POLICY["Q8_0"].format                 # f32, q8b (both exactly)
+    f32, q8_0 = POLICY["F32"].format, POLICY["Q8_0"].format                 # f32, q80 (both exactly)
     assert rows == ({("F32", f32): n_linear - 3, ("Q8_0", q8_0): 3} if arch == "qwen2" else {("F32", f32): n_linear})
     assert source_gguf(b) == path and find_bundle(str(path)) == b and find_bundle(b) == b
     # fp32 weights under GGUF names, rebuilt from the source: what the reader dequantizes
