@@ -9,7 +9,10 @@ import numpy as np
 import torch
 
 from speczoo.kernels import native
+from speczoo.kernels.backends import get_backend
+from speczoo.kernels.pack_q8b import pack_q8b_codes
 from speczoo.kernels.quantized import Q8bBackend
+from speczoo.models.loader import dequantize
 
 BLOCK_BYTES = {"Q4_0": 18, "Q5_0": 22, "Q8_0": 34}      # a block of 32 inputs: fp16 d first
 
@@ -51,8 +54,6 @@ def assert_the_q8b_twin_on_every_row_count(mod: torch.nn.Module, codes, n: int, 
                                            who: str) -> None:
     """mod's output equals the scalar reference's q8b output on the same codes (codes.q8b()) for every S from
     1 to 17, and each row equals its 1-row call."""
-    from speczoo.kernels.pack_q8b import pack_q8b_codes
-
     twin = Q8bBackend(native.scalar_path()).build(pack_q8b_codes(codes.q8b(), n, k), bias)
     x = acts(17, k)
     ref = twin(x)
@@ -66,9 +67,6 @@ def assert_the_q8b_twin_on_every_row_count(mod: torch.nn.Module, codes, n: int, 
 def assert_kernel_and_twin_on_file_blocks(kind: str, fmt: str, pack_gguf) -> None:
     """On blocks as a file holds them (zero scales among them), the format's kernel equals its torch twin bit
     for bit and gguf's own values times x within the activations' int8 rounding."""
-    from speczoo.kernels.backends import get_backend
-    from speczoo.models.loader import dequantize
-
     n, k = 24, 768
     raw = legacy_blocks(kind, n, k, seed=5)
     raw.view(n, k // 32, BLOCK_BYTES[kind])[1, :5, :2] = 0           # scales a real file has (the 65504 aside)

@@ -24,13 +24,9 @@ from speczoo.models.loader import dequantize
 PATHS = native.runnable_paths()                 # the SIMD paths this CPU runs, then the scalar reference
 
 
-def _q4_0(n: int, k: int, seed: int = 0) -> torch.Tensor:
-    return legacy_blocks("Q4_0", n, k, seed)
-
-
 def test_values_are_ggufs_own_dequantization_bit_for_bit():
     n, k = 24, 768
-    raw = _q4_0(n, k)
+    raw = legacy_blocks("Q4_0", n, k)
     c = q40_from_gguf(raw, "Q4_0", k)
     want = ggufs_values(raw, "Q4_0")
     assert torch.equal(c.dequantize().view(torch.int32), want.view(torch.int32))
@@ -40,7 +36,7 @@ def test_values_are_ggufs_own_dequantization_bit_for_bit():
 
 def test_the_layout_keeps_the_files_bytes_at_4_5_bits_a_weight():
     n, k = 40, 512                                                   # N ends in a partial strip
-    raw = _q4_0(n, k, seed=2)
+    raw = legacy_blocks("Q4_0", n, k, seed=2)
     packed = pack_q40_gguf(raw, "Q4_0", k)
     assert packed["qs"].shape == (3, k // 32, 4, 16, 4) and packed["sd"].shape == (3, k // 32, 16)
     assert packed["qs"].dtype == torch.uint8 and packed["sd"].dtype == torch.float16

@@ -54,15 +54,15 @@ class Q40Codes:
         return (self.codes().view(n, g, Q40_GROUP).float() * self.d.float()[:, :, None]).view(n, g * Q40_GROUP)
 
 
-def quantize_q40(weight: Tensor) -> Q40Codes:
-    """Any fp32 weight [N, K] as llama.cpp's quantize_row_q4_0_ref quantizes it, per block of 32 (K padded
-    with zeros): m = the first value of largest magnitude, d = m / -8, u = min(15, trunc(w / d + 8.5)) (all
-    8 where d = 0), d stored in fp16."""
+def max_magnitude_codes(weight: Tensor, bias: int) -> tuple[Tensor, Tensor]:
+    """llama.cpp's reference rounding of Q4_0 (bias 8) and Q5_0 (bias 16), per block of 32 of any fp32 weight
+    [N, K] (K padded with zeros): m = the first value of largest magnitude, d = m / -bias, u = min(2 * bias - 1,
+    trunc(w / d + bias + 0.5)) (all `bias` where d = 0). Returns u uint8 [N, G, 32] and d float16 [N, G]."""
     w = _check_shape(weight)
     n, k = w.shape
     kp = _round_up(k, Q8_KALIGN)
     g = kp // Q40_GROUP
-    qs = torch.empty(n, g, Q40_GROUP // 2, dtype=torch.uint8)
+    u = torch.empty(n, g, Q40_GROUP, dtype=torch.uint8)
     d = torch.empty(n, g, dtype=torch.float16)
     for r0 in range(0, n, _ROW_CHUNK):
         r1 = min(n, r0 + _ROW_CHUNK)
@@ -71,12 +71,18 @@ def quantize_q40(weight: Tensor) -> Q40Codes:
         b = rows.view(r1 - r0, g, Q40_GROUP)                                 # [R, G, 32]
         _check_finite(bool(torch.isfinite(b).all()))
         m = b.gather(-1, b.abs().argmax(-1, keepdim=True))                   # [R, G, 1]: first largest |w|
-        dd = m / -8.0
+        dd = m / -float(bias)
         inv = torch.where(dd != 0, 1.0 / torch.where(dd != 0, dd, torch.ones_like(dd)), torch.zeros_like(dd))
-        u = (b * inv + 8.5).trunc_().clamp_(max=15).to(torch.uint8)          # [R, G, 32]
-        qs[r0:r1] = u[..., :16] | (u[..., 16:] << 4)
+        u[r0:r1] = (b * inv + (bias + 0.5)).trunc_().clamp_(max=2 * bias - 1).to(torch.uint8)
         d[r0:r1] = dd.squeeze(-1).half()
-    return Q40Codes(qs=qs, d=d)
+    return u, d
+
+
+def quantize_q40(weight: Tensor) -> Q40Codes:
+    """Any fp32 weight [N, K] as llama.cpp's quantize_row_q4_0_ref quantizes it (max_magnitude_codes, bias 8),
+    d stored in fp16."""
+    u, d = max_magnitude_codes(weight, 8)
+    return Q40Codes(qs=u[..., :16] | (u[..., 16:] << 4), d=d)
 
 
 def q40_from_gguf(data: Tensor, encoding: str, k: int) -> Q40Codes:

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from speczoo.kernels.pack import STRIP, Q8_KALIGN, _check_finite, _check_shape, _meta, _round_up
+from speczoo.kernels.pack import STRIP, _meta, _round_up
 from speczoo.kernels.pack_q8b import Q8bCodes
-from speczoo.kernels.pack_q40 import nibbles_by_rows, nibbles_by_strips, scales_by_rows, scales_by_strips
+from speczoo.kernels.pack_q40 import (max_magnitude_codes, nibbles_by_rows, nibbles_by_strips, scales_by_rows,
+                                      scales_by_strips)
 
 Q50_GROUP = 32        # inputs per scale (a Q5_0 block)
 _BLOCK_BYTES = 22     # a Q5_0 block: fp16 d, 4 bytes of fifth bits (little-endian, bit b: input b), 16 code bytes
-_ROW_CHUNK = 512      # rows pack_q50 quantizes at a time
 _QUAD_BITS = torch.arange(8, dtype=torch.int64).view(8, 1)   # bit j of a qh byte: quad j
 
 
@@ -65,31 +65,13 @@ class Q50Codes:
 
 
 def quantize_q50(weight: Tensor) -> Q50Codes:
-    """Any fp32 weight [N, K] as llama.cpp's quantize_row_q5_0_ref quantizes it, per block of 32 (K padded
-    with zeros): m = the first value of largest magnitude, d = m / -16, u = min(31, trunc(w / d + 16.5)) (all
-    16 where d = 0), d stored in fp16."""
-    w = _check_shape(weight)
-    n, k = w.shape
-    kp = _round_up(k, Q8_KALIGN)
-    g = kp // Q50_GROUP
-    qs = torch.empty(n, g, Q50_GROUP // 2, dtype=torch.uint8)
-    qh = torch.empty(n, g, 4, dtype=torch.uint8)
-    d = torch.empty(n, g, dtype=torch.float16)
-    for r0 in range(0, n, _ROW_CHUNK):
-        r1 = min(n, r0 + _ROW_CHUNK)
-        rows = torch.zeros(r1 - r0, kp, dtype=torch.float32)
-        rows[:, :k] = w[r0:r1]
-        b = rows.view(r1 - r0, g, Q50_GROUP)                                 # [R, G, 32]
-        _check_finite(bool(torch.isfinite(b).all()))
-        m = b.gather(-1, b.abs().argmax(-1, keepdim=True))                   # [R, G, 1]: first largest |w|
-        dd = m / -16.0
-        inv = torch.where(dd != 0, 1.0 / torch.where(dd != 0, dd, torch.ones_like(dd)), torch.zeros_like(dd))
-        u = (b * inv + 16.5).trunc_().clamp_(max=31).to(torch.uint8)         # [R, G, 32]
-        qs[r0:r1] = (u[..., :16] & 15) | ((u[..., 16:] & 15) << 4)
-        fifth = (u >> 4).to(torch.int64).view(r1 - r0, g, 4, 8)              # [R, G, byte, bit]
-        qh[r0:r1] = (fifth << torch.arange(8)).sum(-1).to(torch.uint8)       # the little-endian word's bytes
-        d[r0:r1] = dd.squeeze(-1).half()
-    return Q50Codes(qs=qs, qh=qh, d=d)
+    """Any fp32 weight [N, K] as llama.cpp's quantize_row_q5_0_ref quantizes it (pack_q40.max_magnitude_codes,
+    bias 16), d stored in fp16."""
+    u, d = max_magnitude_codes(weight, 16)                                   # [N, G, 32], [N, G]
+    n, g, _ = u.shape
+    fifth = (u >> 4).to(torch.int64).view(n, g, 4, 8)                        # [N, G, byte, bit]
+    qh = (fifth << torch.arange(8)).sum(-1).to(torch.uint8)                  # the little-endian word's bytes
+    return Q50Codes(qs=(u[..., :16] & 15) | ((u[..., 16:] & 15) << 4), qh=qh, d=d)
 
 
 def q50_from_gguf(data: Tensor, encoding: str, k: int) -> Q50Codes:

@@ -290,8 +290,8 @@ class Bf16Native(FloatNative):
 # The packed parts of each compiled format, every one laid out by 16-column strips along its first dim.
 _STRIP_PARTS: dict[type, tuple[str, ...]] = {Q4Native: ("qs", "sc", "mn", "dd"), Q8Native: ("w8", "sw"),
                                              Q8bNative: ("w8", "sb"), Q8bmNative: ("w8", "sb", "mb"),
-                                             Q6Native: ("ql", "qh", "sc", "dd"), Q40Native: ("qs", "sd"),
-                                             Q50Native: ("qs", "qh", "sd"), Q80Native: ("w8", "sd"),
+                                             Q6Native: ("ql", "qh", "sc", "dd"),
+                                             **{c: c.parts[:-1] for c in (Q40Native, Q50Native, Q80Native)},
                                              **{c: (float_part(c.fmt),) for c in (F32Native, F16Native, Bf16Native)}}
 # The compiled kernel formats a weight may be stored in, by name. A bundle of the "mixed" backend holds each
 # weight in one of these, recognised at build by its parts.
@@ -458,27 +458,22 @@ class Q6Torch(Q8bTorch):
 
 
 class Q40Torch(Q8bTorch):
-    """Reference twin of Q40Native: its q8b twin's arithmetic on the same codes and scales (d per half)."""
+    """Reference twin of Q40Native: its q8b twin's arithmetic on the same codes and scales (d per half).
+    Q50Torch and Q80Torch are the same for Q50Native and Q80Native."""
+
+    fmt, parts, unpack = "q40", Q40_PARTS, staticmethod(unpack_q40)
 
     def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
-        self.n, self.k = check_packed(packed, Q40_PARTS, "q40")
-        return unpack_q40(packed).q8b()
+        self.n, self.k = check_packed(packed, self.parts, self.fmt)
+        return self.unpack(packed).q8b()
 
 
-class Q50Torch(Q8bTorch):
-    """Reference twin of Q50Native: its q8b twin's arithmetic on the same codes and scales (d per half)."""
-
-    def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
-        self.n, self.k = check_packed(packed, Q50_PARTS, "q50")
-        return unpack_q50(packed).q8b()
+class Q50Torch(Q40Torch):
+    fmt, parts, unpack = "q50", Q50_PARTS, staticmethod(unpack_q50)
 
 
-class Q80Torch(Q8bTorch):
-    """Reference twin of Q80Native: its q8b twin's arithmetic on the same codes and scales (d per half)."""
-
-    def _codes(self, packed: dict[str, Tensor]) -> Q8bCodes:
-        self.n, self.k = check_packed(packed, Q80_PARTS, "q80")
-        return unpack_q80(packed).q8b()
+class Q80Torch(Q40Torch):
+    fmt, parts, unpack = "q80", Q80_PARTS, staticmethod(unpack_q80)
 
 
 class Q4Torch(nn.Module):
