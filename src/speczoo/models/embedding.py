@@ -1,7 +1,8 @@
 """The token embedding kept in its stored encoding: rows are decoded to fp32 only when they are looked up.
 
 A model reads its [V, D] embedding only by row lookup (`embed[tokens]`), so a lean bundle's embedding
-stays as unpacked.safetensors holds it (GGUF blocks, memory-mapped, or a narrower float dtype) and
+stays as unpacked.safetensors holds it (GGUF blocks or a narrower float dtype, read from the file a row at a
+time: models/file_rows.py; or a tensor in memory) and
 `EncodedEmbedding[ids]` decodes just the rows asked for, with the decoder a full decode runs, on the same
 bytes. Every GGUF block is decoded on its own (a row is whole blocks), so which other rows are decoded
 alongside changes no bit: the rows equal those of the whole decoded matrix, bit for bit. For the 1.5B
@@ -21,6 +22,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from speczoo.models.file_rows import FileRows
+
 RowDecoder = Callable[[Tensor], Tensor]     # stored rows [N, R] -> their fp32 values [N, D]
 
 
@@ -29,11 +32,11 @@ class EncodedEmbedding:
 
     dtype = torch.float32
 
-    def __init__(self, stored: Tensor, decode: RowDecoder):
+    def __init__(self, stored: Tensor | FileRows, decode: RowDecoder):
         if stored.dim() != 2 or stored.shape[0] == 0:
             raise ValueError(f"an embedding is stored as [V, bytes or values per row] with V >= 1; got "
                              f"{tuple(stored.shape)}")
-        self.stored = stored                                      # [V, R] as the file holds it
+        self.stored = stored                                      # [V, R] as the file holds it (or its rows there)
         self._decode = decode
         first = decode(stored[:1])                                # [1, D]: the width, and a decoder that works
         if first.dtype != torch.float32 or first.dim() != 2 or first.shape[0] != 1:
@@ -62,7 +65,8 @@ class EncodedEmbedding:
 
     def to_dense(self) -> Tensor:
         """The whole [V, D] fp32 matrix, decoded now (V * D * 4 bytes, a new tensor at every call)."""
-        return self._decode(self.stored).reshape(self.shape)
+        whole = self.stored.read() if isinstance(self.stored, FileRows) else self.stored
+        return self._decode(whole).reshape(self.shape)
 
     def __repr__(self) -> str:
         return (f"EncodedEmbedding(shape={tuple(self.shape)}, stored={self.stored.dtype} "

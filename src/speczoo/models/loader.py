@@ -3,8 +3,8 @@
 A bundle holds config.json (ModelArgs), weights-<backend>.safetensors for the backend whose packing was
 stored at pull time (keys "<tensor name>.<part>") and unpacked.safetensors: every tensor a backend does
 not pack (the embedding, norms, biases) in its source's encoding, which `read_unpacked` decodes to the
-exact fp32 values the source dequantizes to (a loaded model keeps its embedding so encoded, memory-mapped,
-and decodes the rows it looks up: models/embedding.py). An older bundle holds weights.safetensors instead
+exact fp32 values the source dequantizes to (a loaded model keeps its embedding so encoded, in the file,
+and reads and decodes the rows it looks up: models/embedding.py). An older bundle holds weights.safetensors instead
 (every tensor in fp32, GGUF names, torch [out, in] orientation), which is read as it is. The fp32 reference a
 backend without a stored packing needs is not in a lean bundle: the caller passes `reference`, a callable
 that builds it (speczoo.zoo.weights does, from the bundle's source). A tied LM head whose packing is
@@ -32,6 +32,7 @@ from speczoo.kernels.linear import LinearBackend
 from speczoo.kernels.pack import PACK_LAYOUT, concat_rows
 from speczoo.models.args import ModelArgs
 from speczoo.models.embedding import EncodedEmbedding, RowDecoder
+from speczoo.models.file_rows import FileRows
 from speczoo.models.gguf_blocks import BLOCK_BYTES, BLOCK_VALUES, TORCH_TYPES, decode
 from speczoo.models.mapped import read_mapped
 from speczoo.models.registry import LINEAR_WEIGHT_PATTERN, arch_class
@@ -173,16 +174,18 @@ def read_unpacked(path: Path, names: Iterable[str] | None = None,
                   encoded: Iterable[str] = ()) -> dict[str, Tensor | EncodedEmbedding]:
     """The fp32 tensors of an unpacked.safetensors file (all, or `names`): GGUF blocks are dequantized,
     float tensors widened (exact either way). A tensor named in `encoded` whose file copy is not fp32
-    comes back as an EncodedEmbedding instead: its stored rows (memory-mapped), decoded when looked up."""
+    comes back as an EncodedEmbedding instead: its stored rows, read from the file when looked up (FileRows)."""
     keep = set(encoded)
     with safe_open(str(path), framework="pt") as f:
         encodings = json.loads((f.metadata() or {}).get(ENCODINGS_KEY, "{}"))
         keys = list(f.keys())
         out: dict[str, Tensor | EncodedEmbedding] = {}
         for name in keys if names is None else [n for n in names if n in keys]:
-            t = f.get_tensor(name)                      # memory-mapped
             decode = row_decoder(encodings.get(name))
-            out[name] = EncodedEmbedding(t, decode) if name in keep and t.dtype != torch.float32 else decode(t)
+            if name in keep and f.get_slice(name).get_dtype() != "F32":
+                out[name] = EncodedEmbedding(FileRows(path, name), decode)
+            else:
+                out[name] = decode(f.get_tensor(name))  # memory-mapped
     return out
 
 
