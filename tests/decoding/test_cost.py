@@ -7,7 +7,7 @@ import json
 import pytest
 
 from speczoo.cli import main
-from speczoo.decoding.pricing.cost import (CvCurve, best_k, break_even_alpha, expected_tokens, round_cost,
+from speczoo.decoding.pricing.cost import (CvCurve, best_k, break_even_alpha, ceiling, expected_tokens, round_cost,
                                speedup)
 
 
@@ -124,3 +124,23 @@ def test_cli_cv_json(tmp_path, capsys):
     assert main(["cost", "--cv-json", str(bad)]) == 2
     assert '"cv"' in capsys.readouterr().err
     assert main(["cost", "--cv", "1,abc"]) == 2
+
+
+def test_the_ceiling_is_every_draft_token_accepted_for_free():
+    """Zen 3's 1.5B curve (docs/results.md): no drafter can give more than S / c_v(S) at its best S."""
+    zen3 = {1: 1.0, 2: 1.16, 3: 1.29, 5: 1.79, 9: 3.22, 17: 6.21}
+    top = ceiling(zen3)
+    assert (top.k + 1, top.speedup) == (9, 9 / 3.22)                           # 2.795x; S = 5 gives 2.793x
+    for a in (0.5, 0.9, 1.0):
+        assert best_k(a, CvCurve.measured(zen3), 0.0, k_max=16).speedup <= top.speedup + 1e-9
+    assert ceiling({"1": 1.0, "2": 1.0, "3": 1.5}).k == 1                      # ties: the smaller S
+    with pytest.raises(ValueError, match="S >= 2"):
+        ceiling({1: 1.0})
+
+
+def test_cli_prints_the_ceiling(tmp_path, capsys):
+    f = tmp_path / "cv.json"
+    f.write_text(json.dumps({"cv": {"1": 1.0, "2": 1.16, "5": 1.79, "9": 3.22}}))
+    assert main(["cost", "--cv-json", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "1.00 (ceiling)" in out and f"{9 / 3.22:.2f}×" in out

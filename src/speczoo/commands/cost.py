@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from speczoo.decoding.pricing.cost import CvCurve, best_k, break_even_alpha
+from speczoo.decoding.pricing.cost import CvCurve, best_k, break_even_alpha, ceiling
 
 DEFAULT_ALPHAS = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 DEFAULT_DRAFT_COSTS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
@@ -60,6 +60,8 @@ def ngram_table(curve: CvCurve, alphas: list[float], k_max: int) -> Table:
     for a in alphas:
         b = best_k(a, curve, 0.0, k_max)
         t.add_row(f"{a:.2f}", str(b.k), f"{b.expected:.2f}", f"{b.speedup:.2f}×")
+    b = ceiling(dict(curve.points)) if curve.points else best_k(1.0, curve, 0.0, k_max)
+    t.add_row("1.00 (ceiling)", str(b.k), f"{b.expected:.2f}", f"{b.speedup:.2f}×")
     return t
 
 

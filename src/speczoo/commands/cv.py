@@ -20,6 +20,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from speczoo.decoding.pricing.cost import ceiling
     from speczoo.decoding.pricing.profile import measure_cv
     from speczoo.runtime import load
 
@@ -42,6 +43,10 @@ def run(args) -> int:
     print(f"{'S':>4} {'ms':>9} {'c_v':>6}")
     for s, ms in res.ms.items():
         print(f"{s:>4} {ms:>9.2f} {res.cv[s]:>6.2f}")
+    if any(s >= 2 for s in res.cv):
+        top = ceiling(res.cv)
+        print(f"ceiling: {top.speedup:.2f}x plain decoding at S = {top.k + 1} (S / c_v(S) with every draft token "
+              f"accepted and drafting free): no drafter gets more from these forwards")
     if "draft_ms" in data:
         print(f"as a draft (reduced-vocabulary head): {data['draft_ms']:.2f} ms per step; over S rows: "
               + ", ".join(f"c({s}) = {c:.2f}" for s, c in data.get("draft_cv", {}).items()))

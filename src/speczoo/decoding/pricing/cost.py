@@ -206,6 +206,17 @@ def best_k(alpha: float, cv: float | CvCurve, draft_cost: float = 0.0, k_max: in
     return best
 
 
+def ceiling(cv: Mapping[int | str, float]) -> BestK:
+    """The most any lossless drafter can give at these measured verify costs: every draft token accepted and
+    drafting free, a round of S = K+1 rows emits S tokens for c_v(S), so S / c_v(S) at the best measured S
+    (ties: the smaller). No acceptance rate or drafter beats it; only cheaper wide forwards raise it."""
+    points = {int(s): float(c) for s, c in cv.items() if int(s) >= 2}
+    if not points:
+        raise ValueError("the ceiling needs c_v measured at some S >= 2")
+    s = max(sorted(points), key=lambda n: n / points[n] * (1 - 1e-12 * n))
+    return BestK(k=s - 1, speedup=s / points[s], expected=float(s))
+
+
 def break_even_alpha(cv: float | CvCurve, draft_cost: float = 0.0, k_max: int = 8,
                      overhead: float = 0.0, tol: float = 1e-6) -> float | None:
     """The smallest α at which the best K in 1..k_max reaches speedup 1; None if even α = 1 does not.

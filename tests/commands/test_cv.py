@@ -1,0 +1,25 @@
+"""`speczoo cv MODEL`: the measured c_v(S) table, and the ceiling it sets (S / c_v(S) at the best S: the most
+any drafter can give on these forwards), on the smallest real model, and as JSON for scripts."""
+
+import json
+
+from real_models import SMOLLM_NAME
+
+from speczoo import cli
+
+
+def test_prints_the_curve_and_its_ceiling(capsys):
+    assert cli.main(["cv", SMOLLM_NAME, "--sizes", "1,2,3", "--repeats", "1", "--context", "8"]) == 0
+    out = capsys.readouterr().out
+    rows = {int(line.split()[0]): float(line.split()[2]) for line in out.splitlines()
+            if line.split() and line.split()[0].isdigit()}
+    assert set(rows) == {1, 2, 3} and rows[1] == 1.0
+    line = next(line for line in out.splitlines() if line.startswith("ceiling:"))
+    top = float(line.split()[1].rstrip("x"))
+    assert abs(top - max(s / rows[s] for s in (2, 3))) < 0.02 and "no drafter gets more" in line
+
+
+def test_json_has_the_curve(capsys):
+    assert cli.main(["cv", SMOLLM_NAME, "--sizes", "1,2", "--repeats", "1", "--context", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert data["cv"]["1"] == 1.0 and set(data["cv"]) == {"1", "2"}
