@@ -12,14 +12,21 @@
 //   group_sums<R>(quads, xk, xh, S, t): one group of 32 inputs of a q8b, q6, q40, q50 or q80 strip (the Quads
 //     type reads its codes: Q8bQuads, Q6Quads, Q40Quads, Q50Quads): t[r][h][16] = the exact integer sums of q * x
 //     over each half h of 16 inputs; q8b_tile / q8bm_tile / q6_tile / d16_tile (below, shared) then apply the float
-//     step of their format. A path may define its own q6_tile (SZ_Q6_TILE: AVX2's) with those sums and steps.
+//     step of their format. A path may define its own q6_tile (SZ_Q6_TILE: AVX2's) or d16_tile (SZ_D16_TILE:
+//     AVX2's and AVX-VNNI's) with those sums and steps.
 // Integer sums are exact in every path (each path states why its narrow intermediates cannot overflow
 // or saturate), so the tiles may sum in any order; the float steps are the same lane-wise operations
 // everywhere. That makes every path bit-identical to the scalar one. SZ_TILE is the most rows a tile
 // holds in registers; tiling never changes a row's result.
 #pragma once
 #include <stdint.h>
+#include <type_traits>
 #include "cpu_simd.h"
+
+// The codes of group g of a strip of q40 (qs: 256 bytes a group, q6's ql layout), q50 (the same, and qh: 64 bytes
+// a group) or q80 (q8b's codes: 512 bytes a group), as the path's Quads type reads them (defined below it).
+template <class Quads>
+static inline Quads quads_at(const uint8_t* qs, const uint8_t* qh, int64_t g);
 
 // The float step every path but AVX-512's shares: facc [R][16] += ((float)isb * D - (float)imn * Dm) * sab[r].
 template <int R>
@@ -446,64 +453,105 @@ struct Q50Quads {
 // 127 = 32512 and cannot saturate, widened by vpmaddwd at once (q6's own AVX2 tile is below; AVX-VNNI's goes
 // through here with BIAS 32).
 template <int R, class Quads>
-static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+static inline void half_sums(Quads quads, int h, const int32_t* xk, const int32_t* xh, int64_t S, __m256i (&a)[R][2]) {
 #if !defined(SZ_PATH_AVXVNNI)
     const __m256i bias = _mm256_set1_epi8((char)(1 << Quads::SHIFT)), ones = _mm256_set1_epi16(1);
     constexpr bool UNSIGNED = Quads::SHIFT <= 4;     // codes u < 32: u * x with the bias taken off at the end
     static_assert(!UNSIGNED || 4 * 2 * 31 * 127 <= 32767, "a half's int16 sums must not overflow");
 #endif
-    for (int h = 0; h < 2; ++h) {
-        __m256i a[R][2];
-        for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_si256();
-        for (int q = 0; q < 4; ++q) {
+    for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_si256();
+    for (int q = 0; q < 4; ++q) {
 #if defined(SZ_PATH_AVXVNNI)
-            const __m256i w0 = quads(4 * h + q, 0), w1 = quads(4 * h + q, 1);
-            const int32_t* xr = xk + (4 * h + q) * S;
+        const __m256i w0 = quads(4 * h + q, 0), w1 = quads(4 * h + q, 1);
+        const int32_t* xr = xk + (4 * h + q) * S;
 #pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) {
-                const __m256i xb = _mm256_set1_epi32(xr[r]);
-                a[r][0] = _mm256_dpbusd_avx_epi32(a[r][0], w0, xb);
-                a[r][1] = _mm256_dpbusd_avx_epi32(a[r][1], w1, xb);
-            }
+        for (int r = 0; r < R; ++r) {
+            const __m256i xb = _mm256_set1_epi32(xr[r]);
+            a[r][0] = _mm256_dpbusd_avx_epi32(a[r][0], w0, xb);
+            a[r][1] = _mm256_dpbusd_avx_epi32(a[r][1], w1, xb);
+        }
 #else
 #pragma GCC unroll 2
-            for (int c = 0; c < 2; ++c) {  // a column half's codes at a time (see sz_half_words)
-                const int32_t* xr = sz_half_words(xk + (4 * h + q) * S);
-                if constexpr (UNSIGNED) {
-                    const __m256i u = quads(4 * h + q, c);
+        for (int c = 0; c < 2; ++c) {  // a column half's codes at a time (see sz_half_words)
+            const int32_t* xr = sz_half_words(xk + (4 * h + q) * S);
+            if constexpr (UNSIGNED) {
+                const __m256i u = quads(4 * h + q, c);
 #pragma GCC unroll 8
-                    for (int r = 0; r < R; ++r) {
-                        const __m256i p = _mm256_maddubs_epi16(u, _mm256_set1_epi32(xr[r]));
-                        a[r][c] = sz_chain(_mm256_add_epi16(a[r][c], p));
-                    }
-                } else {
-                    const __m256i s = _mm256_sub_epi8(quads(4 * h + q, c), bias), u = _mm256_abs_epi8(s);
+                for (int r = 0; r < R; ++r) {
+                    const __m256i p = _mm256_maddubs_epi16(u, _mm256_set1_epi32(xr[r]));
+                    a[r][c] = sz_chain(_mm256_add_epi16(a[r][c], p));
+                }
+            } else {
+                const __m256i s = _mm256_sub_epi8(quads(4 * h + q, c), bias), u = _mm256_abs_epi8(s);
 #pragma GCC unroll 8
-                    for (int r = 0; r < R; ++r) {
-                        const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(_mm256_set1_epi32(xr[r]), s));
-                        a[r][c] = sz_chain(_mm256_add_epi32(a[r][c], _mm256_madd_epi16(p, ones)));
-                    }
+                for (int r = 0; r < R; ++r) {
+                    const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(_mm256_set1_epi32(xr[r]), s));
+                    a[r][c] = sz_chain(_mm256_add_epi32(a[r][c], _mm256_madd_epi16(p, ones)));
                 }
             }
-#endif
         }
-        for (int r = 0; r < R; ++r) {
-#if !defined(SZ_PATH_AVXVNNI)
-            if constexpr (UNSIGNED) {
-                const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), Quads::SHIFT);
-                a[r][0] = _mm256_sub_epi32(_mm256_madd_epi16(a[r][0], ones), corr);
-                a[r][1] = _mm256_sub_epi32(_mm256_madd_epi16(a[r][1], ones), corr);
-            }
-#else
-            const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), Quads::SHIFT);
-            a[r][0] = _mm256_sub_epi32(a[r][0], corr);
-            a[r][1] = _mm256_sub_epi32(a[r][1], corr);
 #endif
+    }
+    for (int r = 0; r < R; ++r) {
+#if !defined(SZ_PATH_AVXVNNI)
+        if constexpr (UNSIGNED) {
+            const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), Quads::SHIFT);
+            a[r][0] = _mm256_sub_epi32(_mm256_madd_epi16(a[r][0], ones), corr);
+            a[r][1] = _mm256_sub_epi32(_mm256_madd_epi16(a[r][1], ones), corr);
+        }
+#else
+        const __m256i corr = _mm256_slli_epi32(_mm256_set1_epi32(xh[h * S + r]), Quads::SHIFT);
+        a[r][0] = _mm256_sub_epi32(a[r][0], corr);
+        a[r][1] = _mm256_sub_epi32(a[r][1], corr);
+#endif
+    }
+}
+
+template <int R, class Quads>
+static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
+    for (int h = 0; h < 2; ++h) {
+        __m256i a[R][2];
+        half_sums<R>(quads, h, xk, xh, S, a);
+        for (int r = 0; r < R; ++r) {
             _mm256_storeu_si256((__m256i*)(t + (2 * r + h) * 16), a[r][0]);
             _mm256_storeu_si256((__m256i*)(t + (2 * r + h) * 16 + 8), a[r][1]);
         }
     }
-    (void)xh;
+}
+
+// q40, q50, q80 on AVX2 and AVX-VNNI: the shared d16_tile's integer sums (half_sums) and float step with neither
+// going through memory, d16_float_update's lane-wise operations in its order: facc + ((float)t0 * d + (float)t1 *
+// d) * sag[r]; each group's codes (and q50's fifth bits) fetched SZ_PF k-blocks ahead, as q4's.
+#define SZ_D16_TILE 1
+template <int R, class Quads>
+static void d16_tile(const uint8_t* qs, const uint8_t* qh, const uint16_t* d, int64_t nq, const int32_t* xk,
+                     const int32_t* xh, const float* sag, int64_t S, float* facc) {
+    constexpr int64_t GA = std::is_same_v<Quads, Q8bQuads> ? 512 : 256;  // code bytes a group
+    __m256 f[R][2];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < 2; ++c) f[r][c] = _mm256_loadu_ps(facc + r * 16 + 8 * c);
+    for (int64_t g = 0; g < nq / 8; ++g) {
+        for (int64_t l = 0; l < GA; l += 64) SZ_PREFETCH(qs + (SZ_PF * 8 + g) * GA + l);
+        if (qh) SZ_PREFETCH(qh + (SZ_PF * 8 + g) * 64);
+        SZ_PREFETCH(d + (SZ_PF * 8 + g) * 16);
+        const Quads quads = quads_at<Quads>(qs, qh, g);
+        const int32_t *xq = xk + g * 8 * S, *xg = xh + g * 2 * S;
+        __m256 dv[2];
+        for (int c = 0; c < 2; ++c) dv[c] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(d + g * 16 + 8 * c)));
+        __m256i a[R][2];
+        __m256 m[R][2];  // (float)t0 * d
+        half_sums<R>(quads, 0, xq, xg, S, a);
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < 2; ++c) m[r][c] = _mm256_mul_ps(_mm256_cvtepi32_ps(a[r][c]), dv[c]);
+        half_sums<R>(quads, 1, xq, xg, S, a);
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < 2; ++c) {
+                const __m256 u = _mm256_add_ps(m[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(a[r][c]), dv[c]));
+                f[r][c] = _mm256_add_ps(f[r][c], _mm256_mul_ps(u, _mm256_set1_ps(sag[g * S + r])));
+            }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < 2; ++c) _mm256_storeu_ps(facc + r * 16 + 8 * c, f[r][c]);
 }
 
 #if !defined(SZ_PATH_AVXVNNI)
@@ -1012,10 +1060,6 @@ static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, cons
 }
 #endif
 
-// The codes of group g of a strip of q40 (qs: 256 bytes a group, q6's ql layout), q50 (the same, and qh: 64 bytes
-// a group) or q80 (q8b's codes: 512 bytes a group).
-template <class Quads>
-static inline Quads quads_at(const uint8_t* qs, const uint8_t* qh, int64_t g);
 template <>
 inline Q40Quads quads_at<Q40Quads>(const uint8_t* qs, const uint8_t*, int64_t g) { return Q40Quads{qs + g * 256}; }
 template <>
@@ -1028,6 +1072,7 @@ inline Q8bQuads quads_at<Q8bQuads>(const uint8_t* w, const uint8_t*, int64_t g) 
 // q40, q50, q80 (llama.cpp's Q4_0, Q5_0, Q8_0 in their own bits: one fp16 d per group of 32 of a column): R rows
 // x nq quads (whole groups of 32) of one strip. qs, qh: the codes of the first group (quads_at; qh null but for
 // q50); d: its groups' scales [nq / 8][16] fp16; xk, xh, sag as for q8b.
+#if !defined(SZ_D16_TILE)
 template <int R, class Quads>
 static void d16_tile(const uint8_t* qs, const uint8_t* qh, const uint16_t* d, int64_t nq, const int32_t* xk,
                      const int32_t* xh, const float* sag, int64_t S, float* facc) {
@@ -1037,6 +1082,7 @@ static void d16_tile(const uint8_t* qs, const uint8_t* qh, const uint16_t* d, in
         d16_float_update<R>(t, d + g * 16, sag + g * S, facc);
     }
 }
+#endif
 
 typedef void (*q8_tile_fn)(const uint8_t*, int64_t, const int32_t*, int64_t, int32_t*, bool);
 typedef void (*q4_tile_fn)(const uint8_t*, const uint8_t*, const uint8_t*, const float*, const int32_t*,
