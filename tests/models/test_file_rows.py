@@ -5,7 +5,10 @@ the process; a bad id or a truncated file is a clear error.
 
 from __future__ import annotations
 
+import copy
+import gc
 import os
+import pickle
 
 import pytest
 import torch
@@ -56,6 +59,16 @@ def test_the_file_is_never_memory_mapped(tmp_path):
     rows.read()
     with open("/proc/self/maps") as f:
         assert str(path) not in f.read()
+
+
+def test_a_copy_reads_the_same_rows_on_its_own_descriptor(tmp_path):
+    table = torch.arange(60, dtype=torch.float32).reshape(20, 3)
+    rows = FileRows(_file(tmp_path, {"table": table}), "table")
+    for twin in (copy.copy(rows), copy.deepcopy(rows), pickle.loads(pickle.dumps(rows))):
+        assert twin._fd != rows._fd and torch.equal(twin[torch.tensor([4, 19])], table[[4, 19]])
+        del twin
+        gc.collect()
+    assert torch.equal(rows.read(), table)
 
 
 def test_a_bad_id_or_a_truncated_file_is_a_clear_error(tmp_path):

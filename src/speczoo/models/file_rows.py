@@ -41,12 +41,17 @@ class FileRows:
     device = torch.device("cpu")
 
     def __init__(self, path: Path, name: str):
+        self.path, self.name = Path(path), name
         self.offset, self.shape, self.dtype = tensor_location(path, name)
         if len(self.shape) != 2:
             raise ValueError(f"{name} in {path} is {tuple(self.shape)}; FileRows reads a [V, R] tensor by rows")
         self.row_bytes = self.shape[1] * self.dtype.itemsize
         self._fd = os.open(path, os.O_RDONLY)
         weakref.finalize(self, os.close, self._fd)
+
+    def __reduce__(self):
+        """A copy (copy, deepcopy, pickle) opens the file again: never a second owner of this one's descriptor."""
+        return FileRows, (self.path, self.name)
 
     def dim(self) -> int:
         return 2
@@ -82,10 +87,11 @@ class FileRows:
     def _read_into(self, view: memoryview, offset: int) -> None:
         done = 0
         while done < len(view):
-            got = os.preadv(self._fd, [view[done:]], offset + done)
-            if got == 0:
-                raise EOFError(f"the file ends before row data at byte {offset + done}: it is truncated; re-pull")
-            done += got
+            got = os.pread(self._fd, len(view) - done, offset + done)
+            if not got:
+                raise EOFError(f"{self.path} ends before row data at byte {offset + done}: it is truncated; re-pull")
+            view[done:done + len(got)] = got
+            done += len(got)
 
     def _tensor(self, buf: bytearray, n: int) -> Tensor:
         if n == 0:
