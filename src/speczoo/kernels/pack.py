@@ -18,7 +18,7 @@ the packing stores no all-zero padding groups, which the kernels would otherwise
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +57,17 @@ def _check_weight(weight: Tensor) -> Tensor:
 
 def _round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
+
+
+def padded_rows(w: Tensor, width: int, chunk: int) -> Iterator[tuple[int, int, Tensor]]:
+    """The rows of an fp32 weight [N, K] `chunk` at a time, as a quantizer reads them: (r0, r1, rows), rows a new
+    fp32 [r1 - r0, width] holding w[r0:r1] with zeros past column K (width >= K)."""
+    n, k = w.shape
+    for r0 in range(0, n, chunk):
+        r1 = min(n, r0 + chunk)
+        rows = torch.zeros(r1 - r0, width, dtype=torch.float32)
+        rows[:, :k] = w[r0:r1]
+        yield r0, r1, rows
 
 
 def _meta(n: int, k: int) -> Tensor:

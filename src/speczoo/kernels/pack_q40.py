@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from speczoo.kernels.pack import STRIP, Q8_KALIGN, _check_finite, _check_shape, _meta, _round_up
+from speczoo.kernels.pack import (STRIP, Q8_KALIGN, _check_finite, _check_shape, _meta, _round_up,
+                                   padded_rows)
 from speczoo.kernels.pack_q8b import Q8bCodes
 
 Q40_GROUP = 32        # inputs per scale (a Q4_0 block)
@@ -64,10 +65,7 @@ def max_magnitude_codes(weight: Tensor, bias: int) -> tuple[Tensor, Tensor]:
     g = kp // Q40_GROUP
     u = torch.empty(n, g, Q40_GROUP, dtype=torch.uint8)
     d = torch.empty(n, g, dtype=torch.float16)
-    for r0 in range(0, n, _ROW_CHUNK):
-        r1 = min(n, r0 + _ROW_CHUNK)
-        rows = torch.zeros(r1 - r0, kp, dtype=torch.float32)
-        rows[:, :k] = w[r0:r1]
+    for r0, r1, rows in padded_rows(w, kp, _ROW_CHUNK):
         b = rows.view(r1 - r0, g, Q40_GROUP)                                 # [R, G, 32]
         _check_finite(bool(torch.isfinite(b).all()))
         m = b.gather(-1, b.abs().argmax(-1, keepdim=True))                   # [R, G, 1]: first largest |w|

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from speczoo.kernels.pack import STRIP, SUPER, Q8_KALIGN, _check_finite, _check_shape, _meta, _round_up
+from speczoo.kernels.pack import (STRIP, SUPER, Q8_KALIGN, _check_finite, _check_shape, _meta, _round_up,
+                                   padded_rows)
 from speczoo.kernels.pack_q8b import Q8B_GROUP, Q8bCodes, q6_k_blocks
 
 _ROW_CHUNK = 256      # rows pack_q6 quantizes at a time
@@ -54,10 +55,7 @@ def quantize_q6(weight: Tensor) -> Q6Codes:
     u = torch.full((n, kp), 32, dtype=torch.uint8)
     sc = torch.zeros(n, kp // Q8B_GROUP, dtype=torch.int8)
     d = torch.zeros(n, kb, dtype=torch.float32)
-    for r0 in range(0, n, _ROW_CHUNK):
-        r1 = min(n, r0 + _ROW_CHUNK)
-        rows = torch.zeros(r1 - r0, kb * SUPER, dtype=torch.float32)
-        rows[:, :k] = w[r0:r1]
+    for r0, r1, rows in padded_rows(w, kb * SUPER, _ROW_CHUNK):
         g = rows.view(r1 - r0, kb, SUPER // Q8B_GROUP, Q8B_GROUP)                # [R, KB, 16, 16]
         s = g.abs().amax(-1) / 31.0                                              # [R, KB, 16]
         _check_finite(bool(torch.isfinite(s).all()))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from speczoo.kernels.pack import Q8_KALIGN, _check_finite, _check_shape, _meta, _round_up
+from speczoo.kernels.pack import Q8_KALIGN, _check_finite, _check_shape, _meta, _round_up, padded_rows
 from speczoo.kernels.pack_q8b import Q8bCodes, codes_by_rows, codes_by_strips
 from speczoo.kernels.pack_q40 import scales_by_rows, scales_by_strips
 
@@ -54,10 +54,7 @@ def quantize_q80(weight: Tensor) -> Q80Codes:
     kp = _round_up(k, Q8_KALIGN)
     q = torch.empty(n, kp, dtype=torch.int8)
     d = torch.empty(n, kp // Q80_GROUP, dtype=torch.float16)
-    for r0 in range(0, n, _ROW_CHUNK):
-        r1 = min(n, r0 + _ROW_CHUNK)
-        rows = torch.zeros(r1 - r0, kp, dtype=torch.float32)
-        rows[:, :k] = w[r0:r1]
+    for r0, r1, rows in padded_rows(w, kp, _ROW_CHUNK):
         b = rows.view(r1 - r0, -1, Q80_GROUP)                                # [R, G, 32]
         amax = b.abs().amax(-1, keepdim=True)                                # [R, G, 1]; NaN/inf propagate
         _check_finite(bool(torch.isfinite(amax).all()))

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from speczoo.kernels.pack import STRIP, Q8_KALIGN, _check_shape, _check_finite, _meta, _round_up
+from speczoo.kernels.pack import (STRIP, Q8_KALIGN, _check_shape, _check_finite, _meta, _round_up,
+                                   padded_rows)
 
 Q8B_GROUP = 16        # inputs per weight scale
 Q8B_GGUF_TYPES = ("Q8_0", "Q6_K", "Q5_0", "Q4_0")     # the GGUF block types q8b holds exactly
@@ -58,10 +59,7 @@ def quantize_q8b(weight: Tensor) -> Q8bCodes:
     kp = _round_up(k, Q8_KALIGN)
     q = torch.zeros(n, kp, dtype=torch.int8)
     a = torch.zeros(n, kp // Q8B_GROUP, dtype=torch.float32)
-    for r0 in range(0, n, _ROW_CHUNK):
-        r1 = min(n, r0 + _ROW_CHUNK)
-        rows = torch.zeros(r1 - r0, kp, dtype=torch.float32)
-        rows[:, :k] = w[r0:r1]
+    for r0, r1, rows in padded_rows(w, kp, _ROW_CHUNK):
         g = rows.view(r1 - r0, -1, Q8B_GROUP)                               # [R, KP/16, 16]
         amax = g.abs().amax(-1)                                              # [R, KP/16]; NaN/inf propagate
         _check_finite(bool(torch.isfinite(amax).all()))
