@@ -3,7 +3,8 @@
 The recordings carry the costs measured when they were made, but `auto` must hold on every kernel path,
 whatever its costs. A profile re-prices a recording (its tokens and confidences unchanged): PROFILES
 holds three built-in shapes (cheap-verify, dear-verify, dear-draft; how each was chosen:
-docs/tuning.md), the shapes `auto` must hold under; MEASURED holds machines' costs as measured (zen4-1.5b), and `load_profile` reads a measured one (a target's profile as
+docs/tuning.md), the shapes `auto` must hold under; MEASURED holds machines' costs as measured
+(zen4-1.5b, zen3-1.5b), and `load_profile` reads a measured one (a target's profile as
 decoding/pricing/profile.py saves it, `speczoo cv MODEL --json` or a bundle's cost-<backend>.json, and
 optionally the draft's). Pure data; it never runs a model.
 """
@@ -65,6 +66,11 @@ DEAR_CV = {1: 1.0, 2: 1.6, 3: 2.1, 5: 3.05, 9: 5.0, 17: 7.5}      # between llam
 # Qwen2.5-Coder-1.5B on a 2-core Zen 4, quiet: `speczoo cv` c_v(S) and the reduced-head draft's r
 # (docs/results.md, "The demo, c_v and r on a Zen 4, quiet", 2026-12-03)
 ZEN4_15B_CV = {1: 1.0, 2: 1.15, 3: 1.22, 5: 1.56, 9: 2.69, 17: 4.66}
+# the same on a 2-core Zen 3 (AVX2), quiet, after the d16 tile: the bundle's cost profile as `speczoo generate
+# --spec auto` timed it (45.8 ms a step; the 0.5B's reduced-head step 15.6 ms, its rows 1.22 / 1.27 / 1.64 / 2.75
+# at S = 2 / 3 / 5 / 9; docs/tuning.md, 2026-12-03)
+ZEN3_15B_CV = {1: 1.0, 2: 1.08, 3: 1.15, 5: 1.42, 9: 2.32, 17: 4.33}
+ZEN3_05B_ROWS = {1: 1.0, 2: 1.22, 3: 1.27, 5: 1.64, 9: 2.75}
 PROFILES = {
     # a verify of up to 5 rows costs about one step; the draft 0.28 of a step (the product's figures)
     "cheap-verify": Profile("cheap-verify", ZEN4_CV, 0.28, ZEN4_CV),
@@ -76,6 +82,8 @@ PROFILES = {
 MEASURED = {
     # the 1.5B as measured on this project's Zen 4, its draft (the 0.5B, reduced head) at r = 0.367
     "zen4-1.5b": Profile("zen4-1.5b", ZEN4_15B_CV, 0.367, ZEN4_15B_CV),
+    # the 1.5B on a Zen 3 (AVX2), its draft at r = 0.34 over its own measured rows
+    "zen3-1.5b": Profile("zen3-1.5b", ZEN3_15B_CV, 0.34, ZEN3_05B_ROWS),
 }
 
 

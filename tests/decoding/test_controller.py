@@ -421,6 +421,30 @@ def test_a_confident_drafter_that_keeps_the_floor_drafts_deep_beside_prompt_look
     assert ctl.runs.expected("draft") < deep_run and c.k == shallow
 
 
+
+def test_a_confident_drafter_is_priced_by_what_its_rounds_yielded():
+    """A drafter that drafts deep where it is sure and stops after one token where it is not (8 of 8, then 1
+    of 1 rejected, over and over) yields more per round than a chain of its α would: the controller takes
+    the better of the two, so such a drafter wins a round from prompt lookup in a situation whose rate lies
+    between them; priced as a chain alone (a yield never used) it would lose it."""
+    costs = Costs(cv={1: 1.0, 2: 1.02, 3: 1.06, 5: 1.22, 9: 1.79}, draft_cost={"ngram": 0.0, "draft": 0.25})
+
+    def after_rounds(tuning: Tuning) -> Controller:
+        ctl = Controller(costs, ["ngram", "draft"], k_max=8, confident={"draft"}, priors={"ngram": {"s": 0.43}},
+                         tuning=tuning)
+        for i in range(12):
+            ctl.update("draft", *((8, 8), (1, 0))[i % 2])
+        return ctl
+
+    yielded, chain = after_rounds(Tuning()), after_rounds(Tuning(yield_rounds=10**6))
+    assert yielded.alpha("draft") == pytest.approx(chain.alpha("draft"))
+    per_round = yielded.yields["draft"]
+    assert per_round.rate() > chain._optimistic_rate("draft", 0, False)
+    situations = {"ngram": "s"}
+    assert yielded.choose(situations=situations).drafter == "draft"
+    assert chain.choose(situations=situations).drafter == "ngram"
+    assert Controller(costs, ["ngram", "draft"]).yields == {}  # only a confident drafter has a yield
+
 # -- the machine's costs, whatever they are: cheap or dear verify, cheap or dear draft -----------------
 
 ZEN4 = CvCurve.measured({1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02})

@@ -38,7 +38,10 @@ alone would lose the round (`spread_rounds`).
 
 Confidence: a drafter that knows how sure it is of each token it proposes (a draft model) is asked for
 up to K tokens with per-depth floors and stops itself once the chain is unlikely to survive
-(`stop_rate`); once it keeps the floor for long runs (decoding/runs.py) it may draft up to k_max. The
+(`stop_rate`); once it keeps the floor for long runs (decoding/runs.py) it may draft up to k_max. Drafting
+so, it yields more per round than a chain of its α would (deep where it is sure, short where it is not):
+it is also priced by what its own rounds yielded, tokens per round over their cost (decoding/round_yield.py),
+and chosen on the better of that and its α's rate. The
 engine re-prices the costs as it runs from its own timings (decoding/pricing/calibrate.py) and hands them over
 with `use_costs`.
 
@@ -54,6 +57,7 @@ from dataclasses import dataclass, replace
 
 from speczoo.decoding.acceptance import AcceptanceEstimate
 from speczoo.decoding.pricing.cost import Costs, best_k, round_cost, speedup
+from speczoo.decoding.round_yield import RoundYield
 from speczoo.decoding.runs import RunLengths
 from speczoo.decoding.tree_acceptance import TreeAcceptance
 from speczoo.decoding.tuning import Tuning
@@ -108,6 +112,7 @@ class Controller:
         if unknown:
             raise ValueError(f"confident drafters {sorted(unknown)} are not among the drafters {names}")
         self.confident = frozenset(confident)
+        self.yields = {d: RoundYield(tuning.yield_weight, tuning.yield_rounds) for d in self.confident}
         unknown = set(trees) - set(names)
         if unknown:
             raise ValueError(f"tree drafters {sorted(unknown)} are not among the drafters {names}")
@@ -254,7 +259,17 @@ class Controller:
             return self._best_tokens(drafter, lambda k: tree.optimistic_tokens(k, t.explore, t.ceiling_alpha),
                                      self._overhead(drafter, lag, spread))[1]
         a = self._estimate(drafter).upper(t.explore, t.ceiling_alpha)
-        return self.rate(drafter, self.plan(drafter, a, lag, spread).k, a, lag, spread)
+        chain = self.rate(drafter, self.plan(drafter, a, lag, spread).k, a, lag, spread)
+        return self._yielded(drafter, lag, spread, chain)
+
+    def _yielded(self, drafter: str, lag: int, spread: bool, rate: float) -> float:
+        """`rate`, or a confident drafter's yield if better: what its rounds emitted per target step
+        (decoding/round_yield.py), with this round's catch-up charged as `rate` charges it."""
+        y = self.yields.get(drafter)
+        if y is None:
+            return rate
+        got = y.rate(self._overhead(drafter, lag, spread) - self.costs.round_overhead)
+        return rate if got is None else max(rate, got)
 
     def _plan_known(self, drafter: str, lag: int, spread: bool) -> tuple[Choice, float]:
         """The K with the most tokens expected over what is known of the drafter's α (a tree drafter: of
@@ -263,7 +278,8 @@ class Controller:
         if drafter in self.trees:
             return self._best_tokens(drafter, self._tree(drafter).expected_tokens, overhead)
         est = self._estimate(drafter)
-        return self._best_tokens(drafter, lambda k: est.expected_tokens(k, self.tuning.plan_evidence), overhead)
+        c, r = self._best_tokens(drafter, lambda k: est.expected_tokens(k, self.tuning.plan_evidence), overhead)
+        return c, self._yielded(drafter, lag, spread, r)
 
     def _best_tokens(self, drafter: str, tokens, overhead: float) -> tuple[Choice, float]:
         """The K in 1..k_max with the most `tokens(K)` per unit of the round's cost, and that rate
@@ -330,6 +346,8 @@ class Controller:
         if not 0 <= accepted <= drafted:
             raise ValueError(f"need 0 <= accepted <= drafted, got accepted={accepted}, drafted={drafted}")
         self._estimate(drafter).update(drafted, accepted)
+        if drafter in self.yields and drafted:
+            self.yields[drafter].update(accepted + 1, self._cost(drafter, drafted, self.costs.round_overhead))
         if drafter in self.trees and drafted:
             if nodes < drafted or len(path) != accepted:
                 raise ValueError(f"a tree drafter's round needs its nodes and accepted path: got nodes={nodes}, "

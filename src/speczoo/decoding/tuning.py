@@ -63,6 +63,10 @@ class Tuning:
     run_prior:      the run length expected before any run has ended (below deep_run: no deep chains
                     until a drafter has shown a run of several rounds).
     run_weight:     the weight of the latest run in that running mean (runs change with the text).
+    yield_weight:   it is also priced by what its rounds yielded (decoding/round_yield.py: tokens per
+                    round over cost per round, the better of that and its α's rate); the weight of the
+                    latest round in those running means.
+    yield_rounds:   its rounds before that yield is used.
     """
 
     explore: float = 0.5
@@ -81,6 +85,8 @@ class Tuning:
     deep_run: float = 2.0
     run_prior: float = 0.5
     run_weight: float = 0.5
+    yield_weight: float = 0.125
+    yield_rounds: int = 2
 
     def __post_init__(self) -> None:
         bad = []
@@ -98,6 +104,10 @@ class Tuning:
             bad.append("prior_alpha must be > 0")
         if not 0.0 < self.run_weight <= 1.0:
             bad.append("run_weight must be in (0, 1]")
+        if not 0.0 < self.yield_weight <= 1.0:
+            bad.append("yield_weight must be in (0, 1]")
+        if self.yield_rounds < 1:
+            bad.append("yield_rounds must be >= 1 round")
         if self.reprobe_every < 1:
             bad.append("reprobe_every must be >= 1 round")
         if not self.catch_up_weight >= 1.0:
