@@ -445,20 +445,59 @@ def test_a_confident_drafter_is_priced_by_what_its_rounds_yielded():
     assert chain.choose(situations=situations).drafter == "ngram"
     assert Controller(costs, ["ngram", "draft"]).yields == {}  # only a confident drafter has a yield
 
+
+def test_a_lone_draft_model_missed_on_its_first_token_is_probed_again_soon():
+    """Live on a Zen 3 a lone draft model whose first token of a verbatim answer missed sat out the
+    whole answer (255 plain rounds): one judged token put its α at 0.33, its probes were spaced for a
+    drafter known to be poor, and by then the lag it had gathered cost more than any probe could win. A
+    drafter judged on fewer than Tuning.probe_evidence tokens is probed every reprobe_every rounds, and a
+    lone drafter's catch-up is spread over the rounds it would keep the floor when asked whether it could
+    win at all."""
+    zen3 = {1: 1.0, 2: 1.08, 3: 1.15, 5: 1.42, 9: 2.32, 17: 4.33}
+    t = Tuning()
+
+    def first_probe(tuning: Tuning) -> tuple[int, int]:
+        ctl = Controller(Costs(cv=zen3, draft_cost={"draft": 0.39}), ["draft"], k_max=8, confident={"draft"},
+                         tuning=tuning)
+        assert ctl.choose(lags={"draft": 1}).drafter == "draft"
+        ctl.update("draft", 1, 0)                          # its first token missed
+        for lag in range(500):                             # plain rounds: it falls behind by one id each
+            c = ctl.choose(lags={"draft": lag})
+            if c.drafter == "draft":
+                assert c.probe
+                return ctl.round, lag
+        raise AssertionError("never probed again")
+
+    rounds, _ = first_probe(t)
+    assert rounds <= t.reprobe_every + 1
+    later, lag = first_probe(Tuning(probe_evidence=0.0))   # spaced by its waste instead, yet still probed
+    assert later > 4 * t.reprobe_every
+    alone = Controller(Costs(cv=zen3, draft_cost={"draft": 0.39}), ["draft"], confident={"draft"})
+    beside = Controller(Costs(cv=zen3, draft_cost={"draft": 0.39, "ngram": 0.0}), ["ngram", "draft"],
+                        confident={"draft"})
+    for ctl in (alone, beside):
+        ctl.update("draft", 1, 0)
+    assert alone.could_beat("draft", 1.0, lag) and not beside.could_beat("draft", 1.0, lag)
+
+
 # -- the machine's costs, whatever they are: cheap or dear verify, cheap or dear draft -----------------
 
 ZEN4 = CvCurve.measured({1: 1.0, 2: 1.01, 3: 1.06, 5: 1.23, 9: 1.79, 17: 3.02})
 
 
 def test_probes_are_spaced_by_their_waste():
-    """A probe that finds nothing emits one token for its round's cost: probes of a drafter come every
-    reprobe_every rounds while that waste is at most reprobe_every × Tuning.probe_budget, rarer beyond."""
+    """A probe that finds nothing emits one token for its round's cost: probes of a drafter judged on
+    Tuning.probe_evidence tokens or more come every reprobe_every rounds while that waste is at most
+    reprobe_every × Tuning.probe_budget, rarer beyond (before that, every reprobe_every rounds)."""
     from speczoo.decoding.pricing.cost import round_cost
 
     for cv, step in ((ZEN4, 0.28), (ZEN4, 0.8), (LLAMA_15B, 0.35), (CvCurve.constant(1.0), 0.0)):
         ctl = Controller(Costs(cv=cv, draft_cost={"ngram": 0.0, "draft": step}, round_overhead=0.02),
                          ["ngram", "draft"], k_max=8)
         for d in ("ngram", "draft"):
+            assert ctl.probe_period(d) == ctl.tuning.reprobe_every     # nothing known of it yet
+            for _ in range(8):
+                ctl.update(d, 1, 0)                                    # now it has been judged: poor
             k = ctl.plan(d, ctl.tuning.probe_alpha).k
             cost = step if d == "draft" else 0.0
             waste = round_cost(k, cv, cost, 0.02) - 1.0
@@ -466,8 +505,11 @@ def test_probes_are_spaced_by_their_waste():
             budget = t.free_probe_budget if cost == 0.0 else t.probe_budget   # prompt lookup drafts for free
             assert ctl.probe_period(d) == pytest.approx(max(16.0, waste / budget))
     cheap = Controller(Costs(cv=ZEN4, draft_cost={"ngram": 0.0}, round_overhead=0.02), ["ngram"])
-    assert cheap.probe_period("ngram") == 16                    # a 4-token probe: 0.25 steps
     dear = Controller(Costs(cv=LLAMA_15B, draft_cost={"ngram": 0.0}, round_overhead=0.02), ["ngram"])
+    for ctl in (cheap, dear):
+        for _ in range(8):
+            ctl.update("ngram", 1, 0)
+    assert cheap.probe_period("ngram") == 16                    # a 4-token probe: 0.25 steps
     assert dear.probe_period("ngram") > 40                      # a 2-token probe: 1.1 steps
     with pytest.raises(ValueError, match="probe_budget"):
         Controller(Costs(cv=1.0, draft_cost={"ngram": 0.0}), ["ngram"], tuning=Tuning(probe_budget=0.0))

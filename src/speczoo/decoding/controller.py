@@ -295,19 +295,32 @@ class Controller:
         """Rounds between probes of `drafter` while it sits unused: Tuning.reprobe_every, or more where
         a probe that finds nothing (one token for its round's cost) would waste more than the probe
         budget (Tuning.free_probe_budget for a drafter that drafts for free) in target steps per round.
-        The catch-up of a lagging drafter is left to `could_beat`."""
+        The catch-up of a lagging drafter is left to `could_beat`. A drafter judged on fewer than
+        Tuning.probe_evidence tokens is probed every Tuning.reprobe_every rounds: one early miss says
+        little of what it can do, and a lone draft model written off on its first token sat out a whole
+        answer (its lag growing, so that no later probe could win)."""
         t = self.tuning
+        if self.evidence(drafter) < t.probe_evidence:
+            return float(t.reprobe_every)
         k = self.plan(drafter, max(self.alpha(drafter), t.probe_alpha)).k
         waste = round_cost(k, self.costs.cv, self.costs.draft_cost[drafter], self.costs.round_overhead) - 1.0
         budget = t.free_probe_budget if self.costs.draft_cost[drafter] == 0.0 else t.probe_budget
         return max(float(t.reprobe_every), waste / budget)
 
+    def evidence(self, drafter: str) -> float:
+        """The judged draft tokens (faded) `drafter`'s estimates rest on, over all its situations."""
+        return sum(e.trials for (d, _), e in self.estimates.items() if d == drafter)
+
     def could_beat(self, drafter: str, rate: float, lag: int = 0) -> bool:
         """Whether `drafter` could beat `rate` at all: its best rate if nearly every token were accepted
         (Tuning.ceiling_alpha). A probe that cannot win is not worth its cost (a draft model that must
-        first catch up on the text since it last ran, a verify over K + 1 tokens)."""
+        first catch up on the text since it last ran, a verify over K + 1 tokens). For the only drafter
+        that catch-up is spread over the rounds it would keep the floor if it won (see `spread_rounds`):
+        no other drafter takes a round from it, and charged whole, the lag it gathers in plain rounds
+        would keep it out for the rest of the answer."""
         top = self.tuning.ceiling_alpha
-        return self.rate(drafter, self.plan(drafter, top, lag).k, top, lag) > rate
+        spread = len(self.drafters) == 1
+        return self.rate(drafter, self.plan(drafter, top, lag, spread).k, top, lag, spread) > rate
 
     def choose(self, lags: dict[str, int] | None = None, situations: dict[str, str | None] | None = None
                ) -> Choice:

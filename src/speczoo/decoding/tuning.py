@@ -47,6 +47,8 @@ class Tuning:
     free_probe_budget: the same for a drafter whose drafting is free (prompt lookup): it is probed only
                     where it has a match, and text that copies the prompt comes in stretches that rarer
                     probes miss where a verify is dear.
+    probe_evidence: a drafter judged on fewer draft tokens than this is probed every reprobe_every
+                    rounds, whatever a probe costs: too little is known of it to write it off.
     A drafter that must first catch up (a draft model that sat out rounds):
     catch_up_weight: how many times a round charges that catch-up: a switch to a lagging draft model
                     usually ends with prompt lookup taking over again, after which it lags and pays again.
@@ -79,6 +81,7 @@ class Tuning:
     probe_alpha: float = 0.8
     probe_budget: float = 1.0 / 128
     free_probe_budget: float = 1.0 / 40
+    probe_evidence: float = 4.0
     catch_up_weight: float = 2.0
     spread_rounds: float = 8.0
     stop_rate: float = 1.5
@@ -90,7 +93,7 @@ class Tuning:
 
     def __post_init__(self) -> None:
         bad = []
-        for name in ("explore", "plan_evidence", "stop_rate"):
+        for name in ("explore", "plan_evidence", "stop_rate", "probe_evidence"):
             if not getattr(self, name) >= 0:
                 bad.append(f"{name} must be >= 0")
         for name in ("half_life", "prior_weight", "probe_budget", "free_probe_budget", "spread_rounds",
