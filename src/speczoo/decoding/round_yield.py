@@ -2,11 +2,12 @@
 
 A chain is priced by one α per position (decoding/acceptance.py): K tokens, each a full draft step, a
 truncated geometric run of acceptances. A drafter that stops on its own confidence (a draft model) does
-not draft like that: it drafts deep where it is sure and stops where it is not, and the ids prompt lookup
-guesses for it are confirmed without a step of their own. So the α model under-prices it, most where its
-confidence varies most (prose, arithmetic), and prompt lookup's rounds take the floor from it there. The
-controller (decoding/controller.py) also prices it by what its rounds showed: the running mean of their
-tokens (accepted + 1) over the running mean of their cost in target steps, and takes the better of the two.
+not draft like that: it drafts deep where it is sure and stops where it is not, so its misses cluster in
+short rounds. The α model under-prices it, most where its confidence varies most (prose, arithmetic), and
+prompt lookup's rounds take the floor from it there. The controller (decoding/controller.py) also prices
+it by what its rounds showed: the running mean of their tokens (accepted + 1) over the running mean of
+their cost in target steps (each drafted token at a full draft step, as the α model charges it), and
+takes the better of the two.
 What that bought: docs/tuning.md (`yield_weight`).
 
 Pure arithmetic: never touches a model, a cache or a clock.
