@@ -66,9 +66,7 @@ DEAR_CV = {1: 1.0, 2: 1.6, 3: 2.1, 5: 3.05, 9: 5.0, 17: 7.5}      # between llam
 # Qwen2.5-Coder-1.5B on a 2-core Zen 4, quiet: `speczoo cv` c_v(S) and the reduced-head draft's r
 # (docs/results.md, "The demo, c_v and r on a Zen 4, quiet", 2026-12-03)
 ZEN4_15B_CV = {1: 1.0, 2: 1.15, 3: 1.22, 5: 1.56, 9: 2.69, 17: 4.66}
-# the same on a 2-core Zen 3 (AVX2), quiet, after the d16 tile: the bundle's cost profile as `speczoo generate
-# --spec auto` timed it (45.8 ms a step; the 0.5B's reduced-head step 15.6 ms, its rows 1.22 / 1.27 / 1.64 / 2.75
-# at S = 2 / 3 / 5 / 9; docs/tuning.md, 2026-12-03)
+# the same on a 2-core Zen 3 (AVX2), quiet, and the 0.5B draft's own rows there (docs/tuning.md, "Profiles")
 ZEN3_15B_CV = {1: 1.0, 2: 1.08, 3: 1.15, 5: 1.42, 9: 2.32, 17: 4.33}
 ZEN3_05B_ROWS = {1: 1.0, 2: 1.22, 3: 1.27, 5: 1.64, 9: 2.75}
 PROFILES = {

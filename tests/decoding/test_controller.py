@@ -421,7 +421,6 @@ def test_a_confident_drafter_that_keeps_the_floor_drafts_deep_beside_prompt_look
     assert ctl.runs.expected("draft") < deep_run and c.k == shallow
 
 
-
 def test_a_confident_drafter_is_priced_by_what_its_rounds_yielded():
     """A drafter that drafts deep where it is sure and stops after one token where it is not (8 of 8, then 1
     of 1 rejected, over and over) yields more per round than a chain of its α would: the controller takes

@@ -260,15 +260,16 @@ class Controller:
                                      self._overhead(drafter, lag, spread))[1]
         a = self._estimate(drafter).upper(t.explore, t.ceiling_alpha)
         chain = self.rate(drafter, self.plan(drafter, a, lag, spread).k, a, lag, spread)
-        return self._yielded(drafter, lag, spread, chain)
+        return self._yielded(drafter, self._overhead(drafter, lag, spread), chain)
 
-    def _yielded(self, drafter: str, lag: int, spread: bool, rate: float) -> float:
+    def _yielded(self, drafter: str, overhead: float, rate: float) -> float:
         """`rate`, or a confident drafter's yield if better: what its rounds emitted per target step
-        (decoding/round_yield.py), with this round's catch-up charged as `rate` charges it."""
+        (decoding/round_yield.py), with this round's `overhead` (`_overhead`: its catch-up included) in place
+        of the plain round overhead its rounds were costed at."""
         y = self.yields.get(drafter)
         if y is None:
             return rate
-        got = y.rate(self._overhead(drafter, lag, spread) - self.costs.round_overhead)
+        got = y.rate(overhead - self.costs.round_overhead)
         return rate if got is None else max(rate, got)
 
     def _plan_known(self, drafter: str, lag: int, spread: bool) -> tuple[Choice, float]:
@@ -279,7 +280,7 @@ class Controller:
             return self._best_tokens(drafter, self._tree(drafter).expected_tokens, overhead)
         est = self._estimate(drafter)
         c, r = self._best_tokens(drafter, lambda k: est.expected_tokens(k, self.tuning.plan_evidence), overhead)
-        return c, self._yielded(drafter, lag, spread, r)
+        return c, self._yielded(drafter, overhead, r)
 
     def _best_tokens(self, drafter: str, tokens, overhead: float) -> tuple[Choice, float]:
         """The K in 1..k_max with the most `tokens(K)` per unit of the round's cost, and that rate
@@ -297,8 +298,8 @@ class Controller:
         budget (Tuning.free_probe_budget for a drafter that drafts for free) in target steps per round.
         The catch-up of a lagging drafter is left to `could_beat`. A drafter judged on fewer than
         Tuning.probe_evidence tokens is probed every Tuning.reprobe_every rounds: one early miss says
-        little of what it can do, and a lone draft model written off on its first token sat out a whole
-        answer (its lag growing, so that no later probe could win)."""
+        little of what it can do, and a draft model that sits out gathers a lag that soon keeps any
+        probe from winning."""
         t = self.tuning
         if self.evidence(drafter) < t.probe_evidence:
             return float(t.reprobe_every)
