@@ -296,12 +296,14 @@ class Controller:
         """Rounds between probes of `drafter` while it sits unused: Tuning.reprobe_every, or more where
         a probe that finds nothing (one token for its round's cost) would waste more than the probe
         budget (Tuning.free_probe_budget for a drafter that drafts for free) in target steps per round.
-        The catch-up of a lagging drafter is left to `could_beat`. A drafter judged on fewer than
-        Tuning.probe_evidence tokens is probed every Tuning.reprobe_every rounds: one early miss says
-        little of what it can do, and a draft model that sits out gathers a lag that soon keeps any
-        probe from winning."""
+        The catch-up of a lagging drafter is left to `could_beat`. A drafter that drafts at a cost (a
+        draft model) judged on fewer than Tuning.probe_evidence tokens is probed every Tuning.reprobe_every
+        rounds: one early miss says little of what it can do, and a draft model that sits out gathers a
+        lag that soon keeps any probe from winning. One that drafts for free (prompt lookup) gathers no
+        lag, and where nothing it offers is kept (text of few distinct ids under a dear verify) early
+        probes would only add their waste."""
         t = self.tuning
-        if self.evidence(drafter) < t.probe_evidence:
+        if self.costs.draft_cost[drafter] > 0.0 and self.evidence(drafter) < t.probe_evidence:
             return float(t.reprobe_every)
         k = self.plan(drafter, max(self.alpha(drafter), t.probe_alpha)).k
         waste = round_cost(k, self.costs.cv, self.costs.draft_cost[drafter], self.costs.round_overhead) - 1.0

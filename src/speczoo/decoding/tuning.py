@@ -47,8 +47,9 @@ class Tuning:
     free_probe_budget: the same for a drafter whose drafting is free (prompt lookup): it is probed only
                     where it has a match, and text that copies the prompt comes in stretches that rarer
                     probes miss where a verify is dear.
-    probe_evidence: a drafter judged on fewer draft tokens than this is probed every reprobe_every
-                    rounds, whatever a probe costs: too little is known of it to write it off.
+    probe_evidence: a drafter that drafts at a cost (a draft model, which lags while it sits out) judged
+                    on fewer draft tokens than this is probed every reprobe_every rounds, whatever a probe
+                    costs: too little is known of it to write it off.
     A drafter that must first catch up (a draft model that sat out rounds):
     catch_up_weight: how many times a round charges that catch-up: a switch to a lagging draft model
                     usually ends with prompt lookup taking over again, after which it lags and pays again.
