@@ -3,6 +3,7 @@
     python -m benchmarks.auto_replay [TARGET] [--prompts free_form,...] [--suite N] [--gen 256]
                                      [--record FILE | --replay FILE] [--draft-ratio R] [--head NAME]
                                      [--profile NAME|FILE.json ...] [--draft-profile FILE.json] [--each]
+                                     [--charge-misses]
 
 With greedy verification a speculative run is fixed by the target's greedy output, by what prompt lookup
 finds in the committed text, and by what the draft model predicts, with what confidence, after each
@@ -24,7 +25,10 @@ target's c_v over the chain or the flattened tree.
 So `auto` can be compared with each single drafter on the same text, and a change to the controller
 judged in seconds, without the timing noise of a live benchmark (`python -m benchmarks.drafters`
 measures the real thing). The draft's confidences after its first wrong token are not observable
-offline; the replay stops its chain there in every mode alike.
+offline; the replay stops its chain there in every mode alike, which leaves a chain's drafting past a
+miss uncharged. With `--charge-misses` the chain goes on there until its floors or K stop it, each
+further token charged a draft step, its confidences on the right text standing in for the unrecorded
+ones: the replay to judge how far a chain drafts by.
 
 Cost profiles: the recordings carry the costs measured when they were made, but `auto` must hold on
 every kernel path, whatever its costs. `--profile NAME` replays them under a built-in profile of one
@@ -84,13 +88,17 @@ class RecordedDraft(Drafter):
     controller's floors, or after its first wrong token), keeps `fed` as DraftModelDrafter does, sizes
     and judges its prompt-lookup guesses with the real Guesser (decoding/drafters/guess.py: a forward over
     the guessed ids as well; each the draft confirms saves a step), and reports each proposal's cost in
-    target steps through `spent`."""
+    target steps through `spent`. With `charge_misses` a chain goes on past its first wrong token as the
+    real one would, until the floors or K stop it, each further token a one-row forward charged to it;
+    what the draft would say and how sure it would be there was not recorded, so its tokens and
+    confidences on the right text stand in (the tokens are judged wrong all the same: they follow a miss)."""
 
     name = "draft"
     stops_on_confidence = True
 
-    def __init__(self, rec: Recording, guesses: bool = True):
+    def __init__(self, rec: Recording, guesses: bool = True, charge_misses: bool = False):
         self.rec = rec
+        self.charge_misses = charge_misses
         self.fed: list[int] = []
         self.spent = 0.0
         self._cv = CvCurve.measured(rec.draft_cv) if rec.draft_cv else CvCurve.constant(1.0)
@@ -113,8 +121,9 @@ class RecordedDraft(Drafter):
         self.fed = list(context)
         j = len(context) - len(r.prompt)                         # the output index the first token predicts
         tokens: list[int] = []
+        said: list[float] = []
         sure = 1.0
-        end = False
+        end = missed = stopped = False
         while not end:
             g = self.guesser.guess(context, tokens, k - len(tokens) - 1) if self.guesser else []
             self.spent += r.draft_step * self._cv.wide(feed + len(g))          # one forward
@@ -126,10 +135,12 @@ class RecordedDraft(Drafter):
                     break
                 t = r.guess[j + i]
                 tokens.append(t)
+                said.append(r.sure[j + i])
                 if i < len(floors):
                     sure *= r.sure[j + i]
-                # what follows a miss was not recorded
-                end = t != r.out[j + i] or i + 1 == k or (i < len(floors) and sure < floors[i])
+                missed = t != r.out[j + i]
+                stopped = i + 1 == k or (i < len(floors) and sure < floors[i])
+                end = missed or stopped
                 agreed = m < len(g) and g[m] == t
                 confirmed += agreed
                 if end or not agreed:
@@ -138,8 +149,16 @@ class RecordedDraft(Drafter):
             if g:
                 self.guesser.judge(len(g), confirmed, censored)
             feed = 1
+        while missed and self.charge_misses and not stopped and j + len(tokens) < len(r.out):
+            i = len(tokens)                                      # past the miss: one forward a token
+            self.spent += r.draft_step
+            tokens.append(r.guess[j + i])
+            said.append(r.sure[j + i])
+            if i < len(floors):
+                sure *= r.sure[j + i]
+            stopped = i + 1 == k or (i < len(floors) and sure < floors[i])
         self.fed.extend(tokens[:-1])
-        return Draft(tokens=tokens, drafter=self.name)
+        return Draft(tokens=tokens, drafter=self.name, confidences=said if floors else None)
 
     def commit(self, accepted: int) -> None:
         pass
@@ -165,11 +184,12 @@ class Replay:
 
 def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Controller,
            k_max: int = 8, ngram_order: int = 3, eagle: EagleReplay | None = None,
-           auto_excludes: frozenset[str] = frozenset()) -> Replay:
+           auto_excludes: frozenset[str] = frozenset(), charge_misses: bool = False) -> Replay:
     """Replay `mode` (ngram | draft | eagle | eagle-tree | auto) on the recording: the engine's own rounds
     (decoding/round.py), verified against the recorded greedy output; `auto` offers the EAGLE drafters too when `eagle` is
     given, less `auto_excludes` (NOT_AUTO: as the runtime's). controller: the Controller class (or a factory with
-    its signature) to judge: the default is the shipped one."""
+    its signature) to judge: the default is the shipped one. charge_misses: the draft model's chains go on
+    past a miss (RecordedDraft)."""
     from speczoo.decoding.drafters.ngram import NgramDrafter
 
     if mode not in MODES + EAGLE_MODES:
@@ -180,7 +200,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
     if mode in ("ngram", "auto"):
         drafters["ngram"] = NgramDrafter(max_order=ngram_order)
     if mode in ("draft", "auto"):
-        drafters["draft"] = RecordedDraft(rec)
+        drafters["draft"] = RecordedDraft(rec, charge_misses=charge_misses)
     price = {"ngram": 0.0, "draft": rec.draft_step}
     readers: list = []
     if eagle is not None and mode in ("auto", *EAGLE_MODES):
@@ -285,10 +305,12 @@ def load_recordings(path: Path) -> dict[str, Recording]:
 
 def replay_all(recs: dict[str, Recording], modes: Sequence[str], k_max: int = 8,
                heads: dict[str, EagleReplay] | None = None, auto_excludes: frozenset[str] = frozenset(),
-               controller: Callable[..., Controller] = Controller) -> dict[str, dict[str, Replay]]:
+               controller: Callable[..., Controller] = Controller, charge_misses: bool = False
+               ) -> dict[str, dict[str, Replay]]:
     """Every recording under every mode: {recording: {mode: Replay}}."""
     heads = heads or {}
-    return {name: {m: replay(rec, m, controller, k_max=k_max, eagle=heads.get(name), auto_excludes=auto_excludes)
+    return {name: {m: replay(rec, m, controller, k_max=k_max, eagle=heads.get(name), auto_excludes=auto_excludes,
+                             charge_misses=charge_misses)
                    for m in modes}
             for name, rec in recs.items()}
 
@@ -313,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-ratio", type=float, default=None,
                     help="price the draft step at this fraction of a target step instead of the profiles'")
     ap.add_argument("--each", action="store_true", help="also print one row per recording")
+    ap.add_argument("--charge-misses", action="store_true",
+                    help="the draft model's chains go on past their first wrong token until its floors or K "
+                         "stop them, each further token charged a step (its confidences there: those on the "
+                         "right text)")
     ap.add_argument("--head", default=None, help="also replay this installed EAGLE head (eagle, eagle-tree, "
                     "and inside auto); its features come from one target forward per recording")
     ap.add_argument("--tree", default="6,4", metavar="DEPTH,BRANCH", help="eagle-tree's shape (default 6,4)")
@@ -336,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             priced = {n: replace(r, draft_step=args.draft_ratio) for n, r in priced.items()}
         title = "recordings' own costs" if profile is None else profile.describe()
         print(title if args.draft_ratio is None else f"{title} (draft step {args.draft_ratio:g})")
-        results = replay_all(priced, modes, args.k, heads, NOT_AUTO)
+        results = replay_all(priced, modes, args.k, heads, NOT_AUTO, charge_misses=args.charge_misses)
         holds &= print_report(priced, results, modes, args.each).holds
         print()
     if len(profiles) > 1:

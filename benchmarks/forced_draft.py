@@ -60,7 +60,7 @@ class FixedK:
     def choose(self, lags, situations) -> Choice:
         return self.choice
 
-    def update(self, drafter: str, judged: int, accepted: int, nodes: int = 0, path=()) -> None:
+    def update(self, drafter: str, judged: int, accepted: int, nodes: int = 0, path=(), confidences=None) -> None:
         pass
 
     def use_costs(self, costs) -> None:

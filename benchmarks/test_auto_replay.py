@@ -60,6 +60,25 @@ def test_a_draft_that_is_always_wrong_is_mostly_switched_off():
     assert 0.9 < res.speedup <= 1.0 and res.by_drafter.get("none", 0) > res.rounds / 2
 
 
+def test_charged_misses_pay_for_a_chain_drafted_past_its_first_wrong_token():
+    """With --charge-misses a sure draft that is wrong every fifth token goes on to K past each miss, each
+    further token a step; the tokens kept, and so the output, are the same, the cost higher. The draft's
+    confidences come with its chains (and nothing else when it has no floors)."""
+    out = list(range(100, 300))
+    guess = [t + 1 if i % 5 == 4 else t for i, t in enumerate(out)]
+    rec = recording(out, guess, sure=0.999)
+    free, charged = replay(rec, "draft"), replay(rec, "draft", charge_misses=True)
+    assert free.lossless and charged.lossless
+    assert charged.cost > free.cost
+    d = RecordedDraft(rec, guesses=False, charge_misses=True)
+    d.prefill(rec.prompt)
+    ctx = rec.prompt + out[:1]
+    chain = d.propose(ctx, 8, floors=(0.5,) * 7)
+    assert chain.tokens == guess[1:9] and chain.confidences == [0.999] * 8    # past the miss at out[4]
+    assert RecordedDraft(rec, guesses=False).propose(ctx, 8, floors=(0.5,) * 7).tokens == guess[1:5]
+    assert RecordedDraft(rec, guesses=False).propose(ctx, 8).confidences is None
+
+
 def test_prompt_lookup_copies_a_repeated_text_and_auto_follows_it():
     text = list(range(200, 400))
     prompt = text + [9]
@@ -119,9 +138,9 @@ def spying(log: list):
     from speczoo.decoding.controller import Controller
 
     class Spy(Controller):
-        def update(self, drafter, drafted, accepted, nodes=0, path=()):
+        def update(self, drafter, drafted, accepted, nodes=0, path=(), confidences=None):
             log.append((drafter, accepted))
-            super().update(drafter, drafted, accepted, nodes, path)
+            super().update(drafter, drafted, accepted, nodes, path, confidences)
     return Spy
 
 

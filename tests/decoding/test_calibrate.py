@@ -110,11 +110,15 @@ def test_the_engine_calibrates_its_controller_as_it_runs():
     *_, done = eng.generate(GenerationRequest(prompt_ids=[1, 2, 3], max_new_tokens=60, spec="draft", k=4))
     assert isinstance(done, Finished) and done.ids == reference_greedy(base, [1, 2, 3], 60)
     meter = eng.meter
-    assert meter.forwards[1].weight + meter.forwards[2].weight > 10     # the rounds were timed
+    # the rounds were timed, at whatever widths they ran (plain rounds and one-token drafts here, or only
+    # drafts: a perfect draft may keep the floor every round)
+    assert sum(m.weight for m in meter.forwards.values()) > 10
     assert meter.drafts["draft"].weight >= 2                            # and the drafts
     costs = meter.costs()
-    assert costs.step_ms == pytest.approx(meter.forwards[1].value)      # oracles run far faster than 30 ms
-    assert costs.draft_cost["draft"] == pytest.approx(meter.drafts["draft"].value / meter.forwards[1].value)
+    step = meter.ms(1)                   # its one-token forward as measured, or scaled from a width it saw
+    assert step < 10.0                                                  # oracles run far faster than 30 ms
+    assert costs.step_ms == pytest.approx(step)
+    assert costs.draft_cost["draft"] == pytest.approx(meter.drafts["draft"].value / step)
     assert Engine(OracleModel(base), TokenCache(300), offered(drafters), [], 200).meter is None
 
 

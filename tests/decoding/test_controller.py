@@ -396,6 +396,27 @@ def test_a_confident_drafter_drafts_to_k_max_with_cost_priced_floors():
         Controller(costs, ["draft"], confident={"eagle"})
 
 
+def test_floors_are_read_through_the_fit_of_the_confidences():
+    """A draft model whose tokens the target keeps far more often than its confidence says gets floors its
+    own product reaches sooner (the same chance to survive, on its own scale), one kept less often gets
+    higher ones; a round without confidences (no floors were given) teaches the fit nothing."""
+    costs = Costs(cv={1: 1.0, 2: 1.02, 3: 1.06, 5: 1.22, 9: 1.79}, draft_cost={"draft": 0.25})
+    ctl = Controller(costs, ["draft"], k_max=6, confident={"draft"})
+    honest = ctl.floors("draft", 6)
+    ctl.update("draft", 4, 4)
+    assert ctl.floors("draft", 6) == honest
+    for _ in range(30):
+        ctl.update("draft", 4, 4, confidences=[0.6] * 4)
+    gamma = ctl.fits["draft"].exponent
+    assert gamma < 0.5
+    assert ctl.floors("draft", 6) == pytest.approx([f ** (1 / gamma) for f in honest])
+    assert all(a < b for a, b in zip(ctl.floors("draft", 6), honest))
+    strict = Controller(costs, ["draft"], k_max=6, confident={"draft"})
+    for _ in range(30):
+        strict.update("draft", 4, 0, confidences=[0.9] * 4)
+    assert all(a > b for a, b in zip(strict.floors("draft", 6), honest))
+
+
 def test_a_confident_drafter_that_keeps_the_floor_drafts_deep_beside_prompt_lookup():
     """Once the draft model's runs of rounds reach Tuning.deep_run (prompt lookup rarely takes a round from
     it), it may draft up to k_max under its floors; a run broken after one round takes that back."""

@@ -3,8 +3,10 @@
 import math
 import random
 
+import pytest
 import torch
 
+from speczoo.decoding.controller import Controller
 from speczoo.request import GenerationRequest
 from speczoo.decoding.drafters.draft_model import DraftModelDrafter
 from reference import (HashOracle, MarkovOracle, NoisyOracle, OracleModel,
@@ -131,6 +133,43 @@ def test_confidence_floors_stop_the_draft():
         [1, 2, 3], 5, floors=(0.5,)).tokens == [3, 4, 5, 6, 0]          # no floor past the list's end
     assert DraftModelDrafter(OracleModel(SureOracle()), TokenCache(100)).propose(
         [1, 2, 3], 5, floors=(0.95,)).tokens == [3]
+
+
+def test_a_draft_with_floors_gives_the_confidence_of_every_token():
+    """With floors, each token comes with the probability the draft gave it (the last one too: the
+    controller fits its floors to what the target kept of them); a cut draft keeps the ones of its tokens;
+    without floors, none are computed."""
+    draft = DraftModelDrafter(OracleModel(SureOracle()), TokenCache(100)).propose([1, 2, 3], 5, floors=(0.5,))
+    assert draft.tokens == [3, 4, 5, 6, 0] and draft.confidences == pytest.approx(SureOracle.SURE)
+    stopped = DraftModelDrafter(OracleModel(SureOracle()), TokenCache(100)).propose([1, 2, 3], 5, floors=(0.5,) * 4)
+    assert stopped.confidences == pytest.approx(SureOracle.SURE[:3])
+    assert stopped.truncated(2).confidences == pytest.approx(SureOracle.SURE[:2])
+    assert DraftModelDrafter(OracleModel(SureOracle()), TokenCache(100)).propose([1, 2, 3], 5).confidences is None
+
+
+def test_the_engine_fits_the_floors_to_what_the_target_kept():
+    """Rounds of a priced draft model hand its confidences to the controller, whose fit of them then
+    reads its floors (decoding/confidence.py); the output stays the target's greedy one."""
+    from speczoo.decoding.pricing.cost import Costs
+    from speczoo.decoding.round import Generation, run_round, verify_recorded
+    from speczoo.decoding.policy import make_policy
+
+    base = MarkovOracle(20, seed=3)
+    prompt, n = [1, 2, 3, 4], 60
+    out = reference_greedy(base, prompt, n)
+    req = GenerationRequest(prompt_ids=prompt, max_new_tokens=n, spec="draft", k=6)
+    drafter = DraftModelDrafter(OracleModel(NoisyOracle(base, miss=0.3, seed=3)), TokenCache(200))
+    costs = Costs(cv=1.0, draft_cost={"draft": 0.2})
+    g = Generation({"draft": drafter}, make_policy(req, {"draft": drafter}, costs), list(prompt), n)
+    drafter.prefill(prompt)
+    g.start(out[0])
+    while g.finish is None:
+        run_round(g, lambda g, p: verify_recorded(p, out, len(g.out)))
+    fit = g.policy.fits["draft"]
+    assert g.out == out and g.stats.drafted > 0
+    assert fit.evidence > 5 and fit.exponent != 1.0
+    assert g.policy.floors("draft", 3) == pytest.approx(
+        [fit.floor(f) for f in Controller(costs, ["draft"], confident={"draft"}).floors("draft", 3)])
 
 
 def test_confidence_stops_stay_lossless():

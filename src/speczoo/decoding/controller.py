@@ -56,6 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from speczoo.decoding.acceptance import AcceptanceEstimate
+from speczoo.decoding.confidence import ConfidenceFit
 from speczoo.decoding.pricing.cost import Costs, best_k, round_cost, speedup
 from speczoo.decoding.round_yield import RoundYield
 from speczoo.decoding.runs import RunLengths
@@ -113,6 +114,7 @@ class Controller:
             raise ValueError(f"confident drafters {sorted(unknown)} are not among the drafters {names}")
         self.confident = frozenset(confident)
         self.yields = {d: RoundYield(tuning.yield_weight, tuning.yield_rounds) for d in self.confident}
+        self.fits = {d: ConfidenceFit(tuning.confidence_half_life, tuning.confidence_prior) for d in self.confident}
         unknown = set(trees) - set(names)
         if unknown:
             raise ValueError(f"tree drafters {sorted(unknown)} are not among the drafters {names}")
@@ -183,12 +185,14 @@ class Controller:
 
     def floors(self, drafter: str, k: int) -> tuple[float, ...]:
         """Confidence floors of a `k`-token draft by `drafter`: floors[i - 1] is what the product of its
-        first i token confidences must reach for it to draft token i + 1 (see Tuning.stop_rate); () for
-        a drafter that does not stop on its confidence."""
+        first i token confidences must reach for it to draft token i + 1; () for a drafter that does not
+        stop on its confidence. The floor is set on the chain's chance to survive (see Tuning.stop_rate)
+        and read on the drafter's own confidences through their fit to what the target accepted
+        (decoding/confidence.py)."""
         if not self.stops_on_confidence(drafter):
             return ()
-        cv, step = self.costs.cv, self.costs.draft_cost[drafter]
-        return tuple(self.tuning.stop_rate * (step + cv(i + 2) - cv(i + 1)) for i in range(1, k))
+        cv, step, fit = self.costs.cv, self.costs.draft_cost[drafter], self.fits[drafter]
+        return tuple(fit.floor(self.tuning.stop_rate * (step + cv(i + 2) - cv(i + 1))) for i in range(1, k))
 
     def _finish(self, choice: Choice) -> Choice:
         """A chosen drafter that stops on its own confidence gets its floors; when it is the only drafter,
@@ -352,11 +356,13 @@ class Controller:
         self._last = best.drafter
         return self._finish(best)
 
-    def update(self, drafter: str, drafted: int, accepted: int, nodes: int = 0, path: Sequence[int] = ()
-               ) -> None:
+    def update(self, drafter: str, drafted: int, accepted: int, nodes: int = 0, path: Sequence[int] = (),
+               confidences: Sequence[float] | None = None) -> None:
         """After a round: `drafted` tokens judged (0: the drafter had no candidate), `accepted` kept. A tree
         drafter's round also gives the `nodes` it drafted and the accepted `path` (indices into the draft,
-        as Verdict.path; a chain it drafted: 0..accepted-1), which its a(N) estimate learns from."""
+        as Verdict.path; a chain it drafted: 0..accepted-1), which its a(N) estimate learns from. A
+        confident drafter's round gives the `confidences` of its tokens (Draft.confidences), which its
+        floors are read through."""
         if drafter == NONE:
             return
         if not 0 <= accepted <= drafted:
@@ -364,6 +370,8 @@ class Controller:
         self._estimate(drafter).update(drafted, accepted)
         if drafter in self.yields and drafted:
             self.yields[drafter].update(accepted + 1, self._cost(drafter, drafted, self.costs.round_overhead))
+        if drafter in self.fits and confidences:
+            self.fits[drafter].update(confidences, drafted, accepted)
         if drafter in self.trees and drafted:
             if nodes < drafted or len(path) != accepted:
                 raise ValueError(f"a tree drafter's round needs its nodes and accepted path: got nodes={nodes}, "

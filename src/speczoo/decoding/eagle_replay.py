@@ -52,7 +52,8 @@ class Always:
     def choose(self, lags: dict[str, int], situations: dict[str, str | None]) -> Choice:
         return self.choice
 
-    def update(self, drafter: str, drafted: int, accepted: int, nodes: int = 0, path: Sequence[int] = ()) -> None:
+    def update(self, drafter: str, drafted: int, accepted: int, nodes: int = 0, path: Sequence[int] = (),
+               confidences: Sequence[float] | None = None) -> None:
         pass
 
 

@@ -239,7 +239,7 @@ def settle(g: Generation, p: RoundPlan, verdict: Verdict | None, judged: int) ->
             new = [g.pending] + [draft.tokens[i] for i in verdict.path]
             g.drafters[p.drafter].commit_path(verdict.path)
         if p.drafter != NONE:
-            g.policy.update(p.drafter, judged, accepted, draft.k, verdict.path)
+            g.policy.update(p.drafter, judged, accepted, draft.k, verdict.path, draft.confidences)
         stats = g.stats
         stats.rounds += 1
         stats.drafted += draft.k

@@ -70,6 +70,10 @@ class Tuning:
                     round over cost per round, the better of that and its α's rate); the weight of the
                     latest round in those running means.
     yield_rounds:   its rounds before that yield is used.
+    confidence_half_life: its floors are read through a fit of its confidences to what the target
+                    accepted (decoding/confidence.py); judged tokens after which that evidence counts half.
+    confidence_prior: how many judged tokens the fit's prior (the confidences taken at their word) is
+                    worth.
     """
 
     explore: float = 0.5
@@ -91,6 +95,8 @@ class Tuning:
     run_weight: float = 0.5
     yield_weight: float = 0.125
     yield_rounds: int = 2
+    confidence_half_life: float = 64.0
+    confidence_prior: float = 16.0
 
     def __post_init__(self) -> None:
         bad = []
@@ -98,7 +104,7 @@ class Tuning:
             if not getattr(self, name) >= 0:
                 bad.append(f"{name} must be >= 0")
         for name in ("half_life", "prior_weight", "probe_budget", "free_probe_budget", "spread_rounds",
-                     "deep_run", "run_prior"):
+                     "deep_run", "run_prior", "confidence_half_life", "confidence_prior"):
             if not getattr(self, name) > 0:
                 bad.append(f"{name} must be > 0")
         for name in ("ceiling_alpha", "prior_alpha", "probe_alpha"):

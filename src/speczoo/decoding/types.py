@@ -25,6 +25,10 @@ class Draft:
     work:   what proposing it took, in the drafter's own steps (a draft model: its forwards, each
             counted at its cost over its rows; decoding/pricing/calibrate.py prices a step from it); None: one
             step per token.
+    confidences: a drafter that stops on its confidence (Drafter.stops_on_confidence): the probability
+            it gave each token (the argmax's softmax probability, or q of a sampled token) when it was
+            given floors, which the controller fits to what the target accepts (decoding/confidence.py);
+            None otherwise.
     """
 
     tokens: list[int]
@@ -32,19 +36,20 @@ class Draft:
     parents: list[int] | None = None
     drafter: str = ""
     work: float | None = None
+    confidences: list[float] | None = None
 
     @property
     def k(self) -> int:
         return len(self.tokens)
 
     def truncated(self, k: int) -> Draft:
-        """The draft cut to its first k nodes (tokens, probs and parents alike; still a valid tree, since
-        parents come before their children); itself when it has k or fewer."""
+        """The draft cut to its first k nodes (tokens, probs, parents and confidences alike; still a valid
+        tree, since parents come before their children); itself when it has k or fewer."""
         if self.k <= k:
             return self
         return Draft(tokens=self.tokens[:k], probs=None if self.probs is None else self.probs[:k],
                      parents=None if self.parents is None else self.parents[:k], drafter=self.drafter,
-                     work=self.work)
+                     work=self.work, confidences=None if self.confidences is None else self.confidences[:k])
 
 
 @dataclass

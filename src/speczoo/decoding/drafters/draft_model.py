@@ -140,7 +140,8 @@ class DraftModelDrafter(Drafter):
         feed = self._sync(context)          # ids not in the cache yet; ends with the context's last id
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
-        sure = 1.0                          # product of the probabilities given to the tokens so far
+        said: list[float] = []              # the probability given to each token (with floors: all of them)
+        sure = 1.0                          # their product so far
         work = 0.0                          # its forwards, each at its cost over its rows (in steps)
         while True:
             guess = self.guesser.guess(context, tokens, k - len(tokens) - 1) if self.guesser else []
@@ -148,8 +149,9 @@ class DraftModelDrafter(Drafter):
             work += self.guesser.rows.wide(len(feed) + len(guess)) if guess else 1.0
             logits = self._forward(feed + guess, 1 + len(guess))           # [1 + G, V]
             for j in range(1 + len(guess)):              # row j: after feed and the first j guessed ids
-                t, p = self._pick(logits[j:j + 1], qs, len(tokens) < len(floors))
+                t, p = self._pick(logits[j:j + 1], qs, bool(floors))
                 tokens.append(t)
+                said.append(p)
                 sure *= p
                 done = len(tokens) == k or (len(tokens) <= len(floors) and sure < floors[len(tokens) - 1])
                 if done or j == len(guess) or guess[j] != t:
@@ -158,14 +160,16 @@ class DraftModelDrafter(Drafter):
                 agreed = j < len(guess) and guess[j] == t          # only when the chain ended there
                 self.guesser.judge(len(guess), j + agreed, censored=agreed)
             if done:
-                return Draft(tokens=tokens, probs=torch.stack(qs) if qs else None, drafter=self.name, work=work)
+                return Draft(tokens=tokens, probs=torch.stack(qs) if qs else None, drafter=self.name, work=work,
+                             confidences=said if floors else None)
             self.cache.truncate(base + j)              # rows after a guessed id the draft did not say
             del self.fed[base + j:]
             feed = [t]
 
     def _pick(self, logits: torch.Tensor, qs: list[torch.Tensor], sure: bool) -> tuple[int, float]:
-        """The next draft token from one row of logits [1, V] and, when `sure` asks for it (a confidence
-        floor applies), the probability it was given (1.0 otherwise); under sampling its q [V] is
+        """The next draft token from one row of logits [1, V] and, when `sure` asks for it (the round has
+        confidence floors: the last token's probability is not for a floor but for the controller's fit of
+        them, Draft.confidences), the probability it was given (1.0 otherwise); under sampling its q [V] is
         appended to `qs`."""
         if self.params.greedy and self.head is not None:          # argmax among the ids it scores
             t, kept = self.head.pick(logits[0])

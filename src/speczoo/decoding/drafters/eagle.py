@@ -134,18 +134,20 @@ class EagleDrafter(Drafter):
         hidden, logits = self.last
         tokens: list[int] = []
         qs: list[Tensor] = []
-        sure = 1.0                          # product of the probabilities the head gave the tokens so far
+        said: list[float] = []              # the probability the head gave each token (with floors)
+        sure = 1.0                          # their product so far
         for i in range(k):
             if self.params.greedy:
                 j = int(logits[0].argmax())
                 t = int(self.d2t_ids[j])
-                if i < len(floors):
-                    sure *= float(torch.softmax(logits[0].float(), -1)[j])
+                p = float(torch.softmax(logits[0].float(), -1)[j]) if floors else 1.0
             else:
                 q = sampling.probs(self._full(logits), self.params)           # [1, V]
                 t = int(sampling.sample(q, self.generator)[0])
                 qs.append(q[0])
-                sure *= float(q[0, t])
+                p = float(q[0, t])
+            said.append(p)
+            sure *= p
             tokens.append(t)
             if i + 1 < k and i < len(floors) and sure < floors[i]:
                 break
@@ -153,7 +155,8 @@ class EagleDrafter(Drafter):
                 out = self.head.step(torch.tensor([t]), hidden, torch.tensor([n + 1 + i]), self.cache)
                 self.steps += 1
                 hidden, logits = out.hidden, out.logits
-        return Draft(tokens=tokens, probs=torch.stack(qs) if qs else None, drafter=self.name)
+        return Draft(tokens=tokens, probs=torch.stack(qs) if qs else None, drafter=self.name,
+                     confidences=said if floors else None)
 
     def _full(self, logits: Tensor) -> Tensor:
         """Draft-vocabulary logits [S, Vd] -> target-vocabulary logits [S, V] (-inf outside the draft's)."""
