@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from speczoo.commands._model_args import draft_for, eagle_for
@@ -40,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the target has a draft model)")
     p.add_argument("--llama-draft-max", type=int, default=None, metavar="N",
                    help="--spec-draft-n-max of llama-server's draft mode (default 7, llama.cpp's own recipe)")
+    p.add_argument("--interleave", action="store_true",
+                   help="with --llama-server: each category's speczoo methods, then its llama-server modes, "
+                        "before the next category, so that the machine's speed drifting over a long run falls "
+                        "on both alike (default: every speczoo row, then every llama-server row)")
     p.add_argument("--endpoint", action="append", metavar="URL[,SYSTEM:MODE[,KEY=VALUE...]]",
                    help="also run an OpenAI-compatible server (llama-server, vLLM, speczoo serve) by URL, repeatable; "
                         "the label names its rows (default serverN:greedy); a mode greedy or off marks its system's "
@@ -121,10 +126,12 @@ def run(args: argparse.Namespace) -> int:
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     questions = select(questions_of(args.questions), categories, args.limit)
     llama = llama_settings(args)
+    if args.interleave and llama is None:
+        raise ValueError("--interleave alternates speczoo's rows with llama-server's by category: give --llama-server")
     settings = SuiteSettings(methods=methods, max_new_tokens=args.gen, k=args.k, ngram=args.ngram)
     target, ran = args.target, 0
     if methods:
-        runtime, outcome = run_local(args, questions, settings)
+        runtime, outcome = run_local(args, questions, settings, llama if args.interleave else None)
         tokenizer, rows, ran = runtime.tokenizer, list(outcome.rows), outcome.ran
         notes = suite_notes(runtime.name, settings, questions)
     else:
@@ -168,13 +175,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_local(args: argparse.Namespace, questions, settings):
+def run_local(args: argparse.Namespace, questions, settings, interleave=None):
     """speczoo's own methods on the loaded target (reports are written once every system has run):
-    (the runtime, the suite's outcome)."""
+    (the runtime, the suite's outcome, its `ran` counting every row generated here). interleave: the
+    llama-server settings to run each category's modes with right after that category's speczoo rows
+    (--interleave); None: speczoo's rows only, llama-server's come after them all."""
+    from speczoo.bench.questions import categories_of
     from speczoo.bench.suite import run_suite
     from speczoo.runtime import load_runtime
 
     runtime = load_runtime(args.target, draft=draft_to_load(args.target, settings.methods, args.draft),
                            backend=args.backend, max_seq=args.max_seq, eagle_head=head_to_load(settings.methods))
     settings.backend = runtime.target.backend
-    return runtime, run_suite(runtime, questions, settings, args.out, progress=not args.no_progress, plot=False)
+    ran = 0
+    if interleave is not None:
+        from speczoo.bench.suite_llama import run_llama_modes
+
+        for cat in categories_of(questions):
+            group = [q for q in questions if q.category == cat]
+            ran += run_suite(runtime, group, settings, args.out, progress=not args.no_progress, plot=False).ran
+            run_llama_modes(runtime.tokenizer, group, settings, runtime.name, interleave, args.out)
+    outcome = run_suite(runtime, questions, settings, args.out, progress=not args.no_progress, plot=False)
+    return runtime, replace(outcome, ran=ran + outcome.ran)

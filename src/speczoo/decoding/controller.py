@@ -38,7 +38,8 @@ alone would lose the round (`spread_rounds`).
 
 Confidence: a drafter that knows how sure it is of each token it proposes (a draft model) is asked for
 up to K tokens with per-depth floors and stops itself once the chain is unlikely to survive
-(`stop_rate`); once it keeps the floor for long runs (decoding/runs.py) it may draft up to k_max. Drafting
+(`stop_rate`), its confidences read through their fit to what the target kept (decoding/confidence.py:
+a draft surer or less sure than it is right stops where the chain's real chance says); once it keeps the floor for long runs (decoding/runs.py) it may draft up to k_max. Drafting
 so, it yields more per round than a chain of its α would (deep where it is sure, short where it is not):
 it is also priced by what its own rounds yielded, tokens per round over their cost (decoding/round_yield.py),
 and chosen on the better of that and its α's rate. The
