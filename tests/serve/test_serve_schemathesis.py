@@ -83,8 +83,9 @@ def call_and_validate(case, server, runtime) -> None:
     if response.status_code == 400 and _error_code(response) in SCHEMALESS_400:
         # Prompt + max_tokens over the context is a 400 the schema cannot express (it depends on the
         # prompt's token count), as are tools the model's template cannot take, a tool_choice that does
-        # not fit the tools, and a response_format JSON Schema that llguidance cannot compile (what a JSON
-        # Schema means); every other check still applies.
+        # not fit the tools or forces a call that a response_format would also shape, and a response_format
+        # JSON Schema that llguidance cannot compile (what a JSON Schema means); every other check still
+        # applies.
         excluded = [positive_data_acceptance]
     case.validate_response(response, headers=headers, excluded_checks=excluded,
                            transport_kwargs={"base_url": server.url, "headers": headers})

@@ -19,6 +19,7 @@ from openai_chat import KEY
 from tool_chat import ASK, CALL, HERMES_TEMPLATE, WEATHER, fake_tool_server
 from speczoo.serve.app import create_app
 from speczoo.serve.background import BackgroundServer
+from speczoo.serve.tool_prompt import MISMATCH
 
 
 
@@ -113,8 +114,9 @@ def test_request_mistakes_are_400s(fake):
         (dict(tool_choice="required"), "no tools"),
     ]
     for kw, words in cases:
-        with pytest.raises(openai.BadRequestError, match=words):
+        with pytest.raises(openai.BadRequestError, match=words) as e:
             whole(client, rt.name, kw.pop("messages", ASK), **kw)
+        assert e.value.code == MISMATCH        # a rule of the schema's fields that the schema cannot state
 
 
 # ---------------------------------------------------------------- real: the 0.5B model

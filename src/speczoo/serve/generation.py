@@ -31,6 +31,7 @@ from speczoo.serve.structured import constraint_of
 from speczoo.serve.sse import KEEPALIVE, EventStreamResponse, sse_data
 from speczoo.serve.tool_calls import Delta, ToolCallParser, finish_reason
 from speczoo.serve.tool_grammar import call_constraint
+from speczoo.serve.tool_prompt import MISMATCH
 from speczoo.serve.tool_prompt import ToolPlan
 from speczoo.serve.worker import Idle, Job, QueueFullError, Worker
 
@@ -176,7 +177,7 @@ class Generations:
         forced = None if tools is None else call_constraint(tools, self.runtime.tokenizer.encode)
         if shaped is not None and forced is not None:
             raise APIError(400, "response_format cannot shape an answer that tool_choice forces to be a tool call: "
-                           "leave one out", param="response_format")
+                           "leave one out", param="response_format", code=MISMATCH)
         return forced or shaped
 
     def generation(self, prompt_ids: list[int], max_tokens: int | None, *, stop: list[str], spec: str | None,
