@@ -96,6 +96,9 @@ def test_suite_rows_lossless_and_multi_turn(tmp_path):
         assert ngram["accepted_per_round"] == 2.0 and ngram["tok_s"] == pytest.approx(250)
         assert ngram["acceptance_by_position"] == [1.0, 1.0, 0.0, 0.0]
         assert off["pos_drafted"] == [0, 0, 0, 0]
+        assert off["by_drafter"] == {"none": {"rounds": off["rounds"], "drafted": 0, "accepted": 0}}
+        assert sum(d["rounds"] for d in ngram["by_drafter"].values()) == ngram["rounds"]
+        assert sum(d["accepted"] for d in ngram["by_drafter"].values()) == ngram["accepted"]
     # multi-turn: every turn goes through the chat template with the model's earlier answers
     multi = [r for r in rt.calls if rt.tokenizer.decode(r.prompt_ids).startswith("<user>Say hi.")]
     assert len(multi) == 3 * 3

@@ -92,9 +92,17 @@ class Conversation:
     pos_drafted: list[int] = field(default_factory=list)
     pos_accepted: list[int] = field(default_factory=list)
     finish: list[str] = field(default_factory=list)
+    by_drafter: dict[str, dict[str, int]] = field(default_factory=dict)   # drafter -> rounds, drafted, accepted
 
     def count_round(self, event: TokenEvent) -> None:
-        """Position j of a round's draft was accepted iff accepted > j (rounds with drafted > j)."""
+        """Position j of a round's draft was accepted iff accepted > j (rounds with drafted > j); per drafter
+        (the one the controller chose: `auto`'s mix), its rounds, drafted and accepted tokens. An event with
+        no ids (text flushed at the end) is no round."""
+        if event.ids:
+            mine = self.by_drafter.setdefault(event.drafter or "none", {"rounds": 0, "drafted": 0, "accepted": 0})
+            mine["rounds"] += 1
+            mine["drafted"] += event.drafted
+            mine["accepted"] += event.accepted
         if event.drafted > len(self.pos_drafted):
             grow = event.drafted - len(self.pos_drafted)
             self.pos_drafted += [0] * grow
@@ -196,6 +204,7 @@ def make_row(question: Question, method: str, conv: Conversation, settings: Suit
         "pos_drafted": conv.pos_drafted, "pos_accepted": conv.pos_accepted,
         "acceptance_by_position": [a / d if d else 0.0
                                    for a, d in zip(conv.pos_accepted, conv.pos_drafted)],
+        "by_drafter": conv.by_drafter,
         "lossless": mismatch is None, "first_mismatch": mismatch, "finish": conv.finish,
         "ids_sha256": sha256_json(conv.ids), "text_sha256": sha256_json(conv.texts),
         "prompt_sha256": prompt_sha256(question),
