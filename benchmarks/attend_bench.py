@@ -1,6 +1,7 @@
 """Time one decode step's attention (the compiled `attend`) on synthetic fp16 caches: ms per call, GB/s.
 
-    python -m benchmarks.attend_bench [--n 1024,16384] [--threads 1,2] [--G 4] [--hkv 8] [--dh 128] [--reps 5]
+    python -m benchmarks.attend_bench [--n 1024,16384] [--s 1,9] [--threads 1,2] [--G 4] [--hkv 8] [--dh 128]
+                                      [--reps 5]
 
 One call is one layer of a Llama-3.1-8B-shaped decode step by default: one query row (S = 1), H = G * Hkv
 q-heads over Hkv kv-heads of Dh, n keys of an fp16 KV cache. The call cycles through enough distinct
@@ -26,16 +27,18 @@ STREAM_BYTES = 128 << 20   # K + V bytes cycled through, above the L3
 PASS_SECONDS = 0.3         # a timed pass lasts at least this long
 
 
-def time_attend(n: int, g: int, hkv: int, dh: int, threads: int, reps: int) -> float:
-    """Median ms per attend call over `reps` passes, S = 1, n keys of an fp16 cache."""
+def time_attend(n: int, g: int, hkv: int, dh: int, threads: int, reps: int, s: int = 1) -> float:
+    """Median ms per attend call over `reps` passes: n keys of an fp16 cache, then the s rows of a verify's
+    chain (row i sees the n keys and the chain's first i + 1 rows, as a forward of s rows after n writes
+    them)."""
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
-    per_layer = 2 * hkv * n * dh * 2
+    per_layer = 2 * hkv * (n + s) * dh * 2
     copies = max(1, math.ceil(STREAM_BYTES / per_layer))
-    caches = [(torch.randn(hkv, n, dh, generator=gen).half(), torch.randn(hkv, n, dh, generator=gen).half())
-              for _ in range(copies)]                                  # [Hkv, n, Dh] each
-    q = torch.randn(1, g * hkv, dh, generator=gen) / math.sqrt(dh)     # [S, H, Dh]
-    plan = Plan(KeyRows.from_rows([(0, n)]))
+    caches = [(torch.randn(hkv, n + s, dh, generator=gen).half(), torch.randn(hkv, n + s, dh, generator=gen).half())
+              for _ in range(copies)]                                  # [Hkv, n + s, Dh] each
+    q = torch.randn(s, g * hkv, dh, generator=gen) / math.sqrt(dh)     # [S, H, Dh]
+    plan = Plan(KeyRows.from_rows([(0, n + i + 1) for i in range(s)]))
     calls = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < PASS_SECONDS or calls < copies:  # warm-up; sizes a pass
@@ -55,18 +58,21 @@ def time_attend(n: int, g: int, hkv: int, dh: int, threads: int, reps: int) -> f
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", default="1024,16384", help="key counts, comma-separated")
+    ap.add_argument("--s", default="1", help="query rows (a verify's chain of S), comma-separated")
     ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
     ap.add_argument("--G", type=int, default=4, help="q-heads per kv-head")
     ap.add_argument("--hkv", type=int, default=8, help="kv-heads")
     ap.add_argument("--dh", type=int, default=128, help="head size")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args(argv)
-    print(f"attend, S=1, G={args.G}, Hkv={args.hkv}, Dh={args.dh}, fp16 cache; median of {args.reps} passes")
+    print(f"attend, G={args.G}, Hkv={args.hkv}, Dh={args.dh}, fp16 cache; median of {args.reps} passes")
     for n in (int(x) for x in args.n.split(",")):
-        for t in (int(x) for x in args.threads.split(",")):
-            ms = time_attend(n, args.G, args.hkv, args.dh, t, args.reps)
-            gbs = 2 * args.hkv * n * args.dh * 2 / ms / 1e6
-            print(f"n={n:6d} threads={t}  {ms:8.3f} ms/call  {gbs:6.1f} GB/s of K/V")
+        for s in (int(x) for x in args.s.split(",")):
+            for t in (int(x) for x in args.threads.split(",")):
+                ms = time_attend(n, args.G, args.hkv, args.dh, t, args.reps, s)
+                gbs = 2 * args.hkv * n * args.dh * 2 / ms / 1e6
+                print(f"n={n:6d} S={s:2d} threads={t}  {ms:8.3f} ms/call  {ms / s:7.3f} ms/row  "
+                      f"{gbs:6.1f} GB/s of K/V")
 
 
 if __name__ == "__main__":

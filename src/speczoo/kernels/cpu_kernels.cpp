@@ -660,6 +660,32 @@ static void attend_scores(const float* qh, const typename E::T* kh, int64_t Dh, 
     }
 }
 
+// The softmax-weighted values of HB heads: oh[h][:] = sum_j p[h][j] * v_j / lsum[h], per 16-lane chunk of Dh one
+// fma chain over the keys in order (the same operations for any HB: a head's bits never depend on its block).
+// HB is a constant so that the HB accumulators stay in registers (a runtime count left them on the stack,
+// a load and a store around every fma); each loaded value vector serves the HB heads.
+#if defined(SZ_FLOAT_256)
+#define SZ_VHEADS 6  // 6 accumulators of 2 ymm, the value's 2 and a broadcast: 15 of the 16 registers
+#else
+#define SZ_VHEADS 8
+#endif
+template <class E, int HB>
+static void attend_values(const typename E::T* vh, int64_t Dh, const int32_t* slots, int64_t n, const float* p,
+                          int64_t n16, const float* lsum, float* oh) {
+    const int64_t nc = (Dh + 15) / 16;
+    for (int64_t c = 0; c < nc; ++c) {
+        const int rem = (int)(Dh - 16 * c);
+        V16 acc[HB];
+        for (int h = 0; h < HB; ++h) acc[h] = v_zero();
+        for (int64_t j = 0; j < n; ++j) {
+            const V16 v = E::loadn(vh + (int64_t)slots[j] * Dh + 16 * c, rem);
+#pragma GCC unroll 8
+            for (int h = 0; h < HB; ++h) acc[h] = v_fma(v_set1(p[h * n16 + j]), v, acc[h]);
+        }
+        for (int h = 0; h < HB; ++h) v_storen(oh + h * Dh + 16 * c, v_div(acc[h], v_set1(lsum[h])), rem);
+    }
+}
+
 // One (kv-head, row): G q-heads qh[G][Dh] -> oh[G][Dh]. slots[n]; scores: scratch [G][n16] then lsum [G].
 // softcap > 0: each score s becomes softcap * tanh(s / softcap) before the softmax (v_softcap).
 template <class E>
@@ -692,19 +718,21 @@ static void attend_task(const float* qh, const typename E::T* kh, const typename
         }
         lsum[h] = v_sum_tree(ls);
     }
-    const int64_t nc = (Dh + 15) / 16;
-    for (int64_t h0 = 0; h0 < G; h0 += 8) {  // up to 8 heads share each loaded value vector
-        const int64_t gh = G - h0 < 8 ? G - h0 : 8;
-        for (int64_t c = 0; c < nc; ++c) {
-            const int rem = (int)(Dh - 16 * c);
-            V16 acc[8];
-            for (int h = 0; h < 8; ++h) acc[h] = v_zero();
-            for (int64_t j = 0; j < n; ++j) {
-                const V16 v = E::loadn(vh + (int64_t)slots[j] * Dh + 16 * c, rem);
-                for (int h = 0; h < gh; ++h) acc[h] = v_fma(v_set1(scores[(h0 + h) * n16 + j]), v, acc[h]);
-            }
-            for (int h = 0; h < gh; ++h) v_storen(oh + (h0 + h) * Dh + 16 * c, v_div(acc[h], v_set1(lsum[h0 + h])), rem);
+    for (int64_t h0 = 0; h0 < G;) {  // up to SZ_VHEADS heads share each loaded value vector
+        const int hb = (int)(G - h0 < SZ_VHEADS ? G - h0 : SZ_VHEADS);
+        switch (hb) {
+#if SZ_VHEADS >= 8
+            case 8: attend_values<E, 8>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
+            case 7: attend_values<E, 7>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
+#endif
+            case 6: attend_values<E, 6>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
+            case 5: attend_values<E, 5>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
+            case 4: attend_values<E, 4>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
+            case 3: attend_values<E, 3>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
+            case 2: attend_values<E, 2>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
+            default: attend_values<E, 1>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
         }
+        h0 += hb;
     }
 }
 
