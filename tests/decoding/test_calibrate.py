@@ -63,6 +63,27 @@ def test_a_drafter_priced_out_in_a_bad_moment_gets_its_profile_price_back():
     assert m.costs().draft_cost["draft"] < 0.5
 
 
+def test_a_forward_size_priced_out_in_a_bad_moment_gets_its_profile_shape_back():
+    """A depth is timed only when the controller drafts that deep: a 9-row verify timed slow in a bad moment
+    would keep the chains short for good. Its evidence fades with the forwards of the other sizes, and then
+    it is priced by the profile's shape, scaled by the size still timed (S = 5 here); timed anew, its own
+    measurement stands again."""
+    m = CostMeter(PROFILE)
+    for _ in range(5):
+        m.forward(5, 0.036)
+        m.forward(9, 0.108)                   # twice the profile's 54 ms
+    assert m.ms(9) == pytest.approx(108.0)
+    for _ in range(40):
+        m.forward(5, 0.036)                   # rounds 4 deep only
+    assert m.ms(9) == pytest.approx(108.0)    # still its own measurement
+    for _ in range(200):
+        m.forward(5, 0.036)
+    assert m.ms(9) == pytest.approx(54.0)     # faded: the profile's, at S = 5's measured pace (36 / 36)
+    m.forward(9, 0.060)
+    m.forward(9, 0.060)
+    assert m.ms(9) == pytest.approx(60.0)     # timed anew, without the stale 108 ms in its mean
+
+
 def test_one_seen_size_rescales_the_rest():
     m = CostMeter(PROFILE)
     m.forward(2, 0.0245)

@@ -154,9 +154,10 @@ class Pricing:
                       drafter's step too dear).
     half_life:        observations of one forward size (or one drafter) after which an old one counts half.
     min_weight:       the evidence (about two observations) before a running mean replaces the profile.
-    stale_half_life:  target forwards without a drafter's measurement after which its evidence counts
-                      half: a price measured in a bad moment fades back to the profile's, so a drafter
-                      priced out is tried again (inf: never, a bench's "no fading").
+    stale_half_life:  target forwards without a measurement of a drafter (or of a forward size) after
+                      which its evidence counts half: a price measured in a bad moment fades back to the
+                      profile's, so a drafter (a draft depth) priced out is tried again (inf: never, a
+                      bench's "no fading").
     """
 
     round_overhead: float = 0.02

@@ -11,10 +11,11 @@ S and per drafter and turns them back into `Costs`, in target decode steps as th
     is a token, or, for a draft model fed prompt-lookup guesses, a one-row forward (Draft.work): its
     ms per drafted token falls wherever the text copies itself, and priced so, every token of the draft
     model would look that cheap to the controller.
-A drafter is timed only when it drafts, so a price measured in a bad moment would lock it out for good
-(the controller stops choosing it, and nothing measures it again): its evidence fades with the target
-forwards run since its last measurement, and once too little is left, the profile's price stands again
-and the controller may try it once more.
+A drafter is timed only when it drafts, and a forward size only when the controller drafts that deep, so
+a price measured in a bad moment would lock either out for good (the controller stops choosing it, and
+nothing measures it again): its evidence fades with the target forwards run since its last measurement,
+and once too little is left, the profile's price stands again (for a size: the profile's scaled by the
+nearest size still measured) and the controller may try it once more.
 Pure bookkeeping: the engine hands in seconds, the controller gets Costs; neither clock nor model here.
 """
 
@@ -63,13 +64,18 @@ class CostMeter:
         self.forwards: dict[int, _Mean] = {}
         self.drafts: dict[str, _Mean] = {}
         self.n_forwards = 0                        # target forwards timed so far
+        self.forwarded_at: dict[int, int] = {}     # S -> n_forwards at its latest measurement
         self.drafted_at: dict[str, int] = {}       # drafter -> n_forwards at its latest measurement
 
     def forward(self, s: int, seconds: float) -> None:
         """A decode-time target forward over `s` tokens took `seconds`."""
         if s >= 1 and seconds > 0 and math.isfinite(seconds):
-            self.forwards.setdefault(s, _Mean(self.half_life)).add(seconds * 1e3)
+            m = self.forwards.get(s)
+            if m is None or self._evidence(m, self.forwarded_at[s]) < self.min_weight <= m.weight:   # faded
+                m = self.forwards[s] = _Mean(self.half_life)                                        # anew
+            m.add(seconds * 1e3)
             self.n_forwards += 1
+            self.forwarded_at[s] = self.n_forwards
 
     def draft(self, name: str, steps: float, seconds: float) -> None:
         """Drafter `name` did `steps` of its own steps in `seconds` (a proposal without catch-up: one step
@@ -77,17 +83,19 @@ class CostMeter:
         microseconds are round overhead."""
         if steps > 0 and seconds > 0 and math.isfinite(seconds) and self.profile.draft_cost.get(name, 0.0) > 0:
             m = self.drafts.get(name)
-            if m is None or self._draft_evidence(name) < self.min_weight <= m.weight:   # none, or faded
+            if m is None or self._evidence(m, self.drafted_at[name]) < self.min_weight <= m.weight:   # faded
                 m = self.drafts[name] = _Mean(self.half_life)                       # a fresh measurement
             m.add(seconds * 1e3 / steps, steps)
             self.drafted_at[name] = self.n_forwards
 
+    def _evidence(self, m: _Mean, at: int) -> float:
+        """The weight of a running mean last added to at forward number `at`, faded by the target forwards
+        since then."""
+        return m.weight * 0.5 ** ((self.n_forwards - at) / self.pricing.stale_half_life)
+
     def _draft_evidence(self, name: str) -> float:
-        """The weight of a drafter's running mean, faded by the target forwards since it was last timed."""
         m = self.drafts.get(name)
-        if m is None:
-            return 0.0
-        return m.weight * 0.5 ** ((self.n_forwards - self.drafted_at[name]) / self.pricing.stale_half_life)
+        return 0.0 if m is None else self._evidence(m, self.drafted_at[name])
 
     def _profile_ms(self, s: int) -> float:
         assert self.profile.step_ms is not None
@@ -95,7 +103,8 @@ class CostMeter:
 
     def ms(self, s: int) -> float:
         """The estimated ms of a target forward over `s` tokens now."""
-        seen = {k: m.value for k, m in self.forwards.items() if m.weight >= self.min_weight}
+        seen = {k: m.value for k, m in self.forwards.items()
+                if self._evidence(m, self.forwarded_at[k]) >= self.min_weight}
         if s in seen:
             return seen[s]
         if not seen:
