@@ -686,6 +686,21 @@ static void attend_values(const typename E::T* vh, int64_t Dh, const int32_t* sl
     }
 }
 
+// attend_values for 1 .. SZ_VHEADS heads, by the head count less one.
+template <class E, int... Hs>
+struct ValueBlocksOf {
+    typedef void (*fn)(const typename E::T*, int64_t, const int32_t*, int64_t, const float*, int64_t, const float*,
+                       float*);
+    static constexpr fn by_heads[sizeof...(Hs)] = {&attend_values<E, Hs>...};
+};
+#if SZ_VHEADS == 8
+template <class E>
+using ValueBlocks = ValueBlocksOf<E, 1, 2, 3, 4, 5, 6, 7, 8>;
+#else
+template <class E>
+using ValueBlocks = ValueBlocksOf<E, 1, 2, 3, 4, 5, 6>;
+#endif
+
 // One (kv-head, row): G q-heads qh[G][Dh] -> oh[G][Dh]. slots[n]; scores: scratch [G][n16] then lsum [G].
 // softcap > 0: each score s becomes softcap * tanh(s / softcap) before the softmax (v_softcap).
 template <class E>
@@ -720,18 +735,7 @@ static void attend_task(const float* qh, const typename E::T* kh, const typename
     }
     for (int64_t h0 = 0; h0 < G;) {  // up to SZ_VHEADS heads share each loaded value vector
         const int hb = (int)(G - h0 < SZ_VHEADS ? G - h0 : SZ_VHEADS);
-        switch (hb) {
-#if SZ_VHEADS >= 8
-            case 8: attend_values<E, 8>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
-            case 7: attend_values<E, 7>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
-#endif
-            case 6: attend_values<E, 6>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
-            case 5: attend_values<E, 5>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
-            case 4: attend_values<E, 4>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
-            case 3: attend_values<E, 3>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
-            case 2: attend_values<E, 2>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
-            default: attend_values<E, 1>(vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh); break;
-        }
+        ValueBlocks<E>::by_heads[hb - 1](vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh);
         h0 += hb;
     }
 }

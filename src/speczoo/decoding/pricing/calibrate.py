@@ -70,10 +70,7 @@ class CostMeter:
     def forward(self, s: int, seconds: float) -> None:
         """A decode-time target forward over `s` tokens took `seconds`."""
         if s >= 1 and seconds > 0 and math.isfinite(seconds):
-            m = self.forwards.get(s)
-            if m is None or self._evidence(m, self.forwarded_at[s]) < self.min_weight <= m.weight:   # faded
-                m = self.forwards[s] = _Mean(self.half_life)                                        # anew
-            m.add(seconds * 1e3)
+            self._joined(self.forwards, self.forwarded_at, s).add(seconds * 1e3)
             self.n_forwards += 1
             self.forwarded_at[s] = self.n_forwards
 
@@ -82,11 +79,16 @@ class CostMeter:
         per token, or Draft.work). Drafters the profile counts as free (prompt lookup) stay free: their
         microseconds are round overhead."""
         if steps > 0 and seconds > 0 and math.isfinite(seconds) and self.profile.draft_cost.get(name, 0.0) > 0:
-            m = self.drafts.get(name)
-            if m is None or self._evidence(m, self.drafted_at[name]) < self.min_weight <= m.weight:   # faded
-                m = self.drafts[name] = _Mean(self.half_life)                       # a fresh measurement
-            m.add(seconds * 1e3 / steps, steps)
+            self._joined(self.drafts, self.drafted_at, name).add(seconds * 1e3 / steps, steps)
             self.drafted_at[name] = self.n_forwards
+
+    def _joined(self, means: dict, at: dict, key) -> _Mean:
+        """The running mean a new measurement of `key` joins: a fresh one when there is none, or when the
+        evidence it held has faded (a stale price is not averaged into the new one)."""
+        m = means.get(key)
+        if m is None or self._evidence(m, at[key]) < self.min_weight <= m.weight:
+            m = means[key] = _Mean(self.half_life)
+        return m
 
     def _evidence(self, m: _Mean, at: int) -> float:
         """The weight of a running mean last added to at forward number `at`, faded by the target forwards
