@@ -144,3 +144,10 @@ def test_cli_prints_the_ceiling(tmp_path, capsys):
     assert main(["cost", "--cv-json", str(f)]) == 0
     out = capsys.readouterr().out
     assert "1.00 (ceiling)" in out and f"{9 / 3.22:.2f}×" in out
+
+
+def test_a_curve_made_nondecreasing_keeps_its_rises_and_fills_its_dips():
+    c = CvCurve.measured({1: 10.0, 2: 8.7, 3: 11.1, 5: 10.5, 9: 21.4}).nondecreasing()
+    assert [c(s) for s in (1, 2, 3, 4, 5, 9)] == pytest.approx([1.0, 1.0, 1.11, 1.11, 1.11, 2.14])
+    flat = CvCurve.constant(1.2)
+    assert flat.nondecreasing() is flat

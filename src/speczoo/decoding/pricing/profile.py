@@ -440,11 +440,11 @@ def runtime_costs(target, draft=None, remeasure: bool = False, draft_head: HeadF
     profile depends on it: the target's is read (or timed) with the default size, so another draft head
     size never times the target again."""
     t = load_or_measure(target, remeasure, draft_head=draft_head)
-    costs = Costs(cv=CvCurve.measured(t["cv"], source=str(profile_path(target))),
+    costs = Costs(cv=CvCurve.measured(t["cv"], source=str(profile_path(target))).nondecreasing(),
                   round_overhead=pricing.round_overhead, step_ms=t["ms"]["1"])
     if draft is None:
         return costs, None
     d = load_or_measure(draft, remeasure, draft_head=draft_head, draft_vocab=draft_vocab)
     step = d.get("draft_ms", d["ms"]["1"]) / t["ms"]["1"]          # profiles before draft_ms: the full head
-    return costs, DraftModelCosts(step, CvCurve.measured(d.get("draft_cv", d["cv"]),
-                                                         source=str(profile_path(draft, draft_vocab))))
+    rows = CvCurve.measured(d.get("draft_cv", d["cv"]), source=str(profile_path(draft, draft_vocab)))
+    return costs, DraftModelCosts(step, rows.nondecreasing())
