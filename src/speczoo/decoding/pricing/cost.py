@@ -115,8 +115,8 @@ class CvCurve:
 
     def nondecreasing(self) -> CvCurve:
         """This curve with each point raised to the largest before it: a forward never gets cheaper with
-        more rows, so a dip is timing noise (a profile's few repeats on a drifting machine once read a
-        2-row forward of the 0.5B at 0.87 of a 1-row one, which priced every prompt-lookup guess as free)."""
+        more rows, so a dip is timing noise, and read as it is it would price the extra rows (a prompt-lookup
+        guess fed with a draft step, a deeper verify) as free or better."""
         if self.constant_value is not None:
             return self
         top, points = 0.0, {}
