@@ -119,17 +119,13 @@ class CostMeter:
         p = self.profile
         stored = {s for s, _ in p.cv.points} or set(SIZES)
         sizes = sorted(s for s in stored | set(self.forwards) | {1} if p.cv.max_s is None or s <= p.cv.max_s)
-        ms: dict[int, float] = {}
-        top = 0.0
-        for s in sizes:                     # a forward never gets cheaper with more tokens (noise aside)
-            top = max(top, self.ms(s))
-            ms[s] = top
-        step = ms[1]
+        ms = {s: self.ms(s) for s in sizes}
+        step = ms[1]                        # the smallest size: no narrower forward to raise it
         draft_cost = {}
         for name, rel in p.draft_cost.items():
             own = self.drafts[name].value if self._draft_evidence(name) >= self.min_weight else rel * p.step_ms
             draft_cost[name] = own / step
-        return Costs(cv=CvCurve.measured(ms, source="calibrated"), draft_cost=draft_cost,
+        return Costs(cv=CvCurve.measured(ms, source="calibrated").nondecreasing(), draft_cost=draft_cost,
                      round_overhead=p.round_overhead, step_ms=step)
 
     def due(self, rounds: int) -> bool:
