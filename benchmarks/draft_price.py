@@ -3,9 +3,10 @@
     python -m benchmarks.draft_price [TARGET] [--draft NAME] [--context 300] [--steps 20] [--rounds 3]
 
 Each round times, in turn and interleaved step by step so that the machine's drift lands on every figure:
-the target's one-row forward alone, the draft's one-row forward (through its reduced-vocabulary head, as it
-drafts) alone, the same two alternating (a draft step right after a target step, as speculation runs them),
-and the draft's forward over S = 2, 3, 5, 9 rows (what a catch-up or prompt-lookup guesses cost it). It prints
+the target's one-row forward alone (right after another of its own), the draft's one-row forward (through its
+reduced-vocabulary head, as it drafts) alone, the same two alternating (each right after a step of the other,
+as speculation runs them), and the draft's forward over S = 2, 3, 5, 9 rows (what a catch-up or prompt-lookup
+guesses cost it). It prints
 per round the medians in ms, the draft step in target steps (r, the price the controller's cost model puts on a
 drafted token), and the draft's rows curve beside the one its stored profile holds (what sizes its guesses).
 Both caches first hold --context random tokens. One process, one load; nothing is stored.
@@ -33,10 +34,11 @@ def price_round(target, draft, steps: int) -> dict[str, float]:
         times.setdefault(kind, []).append(ms)
 
     for _ in range(steps):
+        target.time("t", 1)                              # alone: timed after a step of the same model
         add("target", target.time("t", 1))
+        draft.time("d", 1)
         add("draft", draft.time("d", 1))
-        add("draft", draft.time("d", 1))
-        add("target_between", target.time("t", 1))
+        add("target_between", target.time("t", 1))       # between: each after a step of the other
         add("draft_between", draft.time("d", 1))
         for s in ROWS:
             add(f"rows{s}", draft.time("d", s))
