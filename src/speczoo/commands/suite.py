@@ -41,10 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the target has a draft model)")
     p.add_argument("--llama-draft-max", type=int, default=None, metavar="N",
                    help="--spec-draft-n-max of llama-server's draft mode (default 7, llama.cpp's own recipe)")
-    p.add_argument("--interleave", action="store_true",
+    p.add_argument("--interleave", nargs="?", const="category", choices=("category", "question"), default=None,
                    help="with --llama-server: each category's speczoo methods, then its llama-server modes, "
                         "before the next category, so that the machine's speed drifting over a long run falls "
-                        "on both alike (default: every speczoo row, then every llama-server row)")
+                        "on both alike; `--interleave question` alternates them question by question, so the "
+                        "two systems' answers to a question run within a minute or two of each other (the "
+                        "machine's speed moves by a fifth over minutes; each llama-server mode then starts once "
+                        "a question) (default: every speczoo row, then every llama-server row)")
     p.add_argument("--endpoint", action="append", metavar="URL[,SYSTEM:MODE[,KEY=VALUE...]]",
                    help="also run an OpenAI-compatible server (llama-server, vLLM, speczoo serve) by URL, repeatable; "
                         "the label names its rows (default serverN:greedy); a mode greedy or off marks its system's "
@@ -127,11 +130,13 @@ def run(args: argparse.Namespace) -> int:
     questions = select(questions_of(args.questions), categories, args.limit)
     llama = llama_settings(args)
     if args.interleave and llama is None:
-        raise ValueError("--interleave alternates speczoo's rows with llama-server's by category: give --llama-server")
+        raise ValueError("--interleave alternates speczoo's rows with llama-server's by category or question: give "
+                         "--llama-server")
     settings = SuiteSettings(methods=methods, max_new_tokens=args.gen, k=args.k, ngram=args.ngram)
     target, ran = args.target, 0
     if methods:
-        runtime, outcome = run_local(args, questions, settings, llama if args.interleave else None)
+        runtime, outcome = run_local(args, questions, settings, llama if args.interleave else None,
+                                     by_question=args.interleave == "question")
         tokenizer, rows, ran = runtime.tokenizer, list(outcome.rows), outcome.ran
         notes = suite_notes(runtime.name, settings, questions)
     else:
@@ -175,11 +180,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_local(args: argparse.Namespace, questions, settings, interleave=None):
+def run_local(args: argparse.Namespace, questions, settings, interleave=None, by_question: bool = False):
     """speczoo's own methods on the loaded target (reports are written once every system has run):
     (the runtime, the suite's outcome, its `ran` counting every row generated here). interleave: the
     llama-server settings to run each category's modes with right after that category's speczoo rows
-    (--interleave); None: speczoo's rows only, llama-server's come after them all."""
+    (--interleave), or each question's right after its own (by_question: --interleave question); None:
+    speczoo's rows only, llama-server's come after them all."""
     from speczoo.bench.questions import categories_of
     from speczoo.bench.suite import run_suite
     from speczoo.runtime import load_runtime
@@ -191,8 +197,9 @@ def run_local(args: argparse.Namespace, questions, settings, interleave=None):
     if interleave is not None:
         from speczoo.bench.suite_llama import run_llama_modes
 
-        for cat in categories_of(questions):
-            group = [q for q in questions if q.category == cat]
+        groups = [[q] for q in questions] if by_question else \
+            [[q for q in questions if q.category == cat] for cat in categories_of(questions)]
+        for group in groups:
             ran += run_suite(runtime, group, settings, args.out, progress=not args.no_progress, plot=False).ran
             run_llama_modes(runtime.tokenizer, group, settings, runtime.name, interleave, args.out)
     outcome = run_suite(runtime, questions, settings, args.out, progress=not args.no_progress, plot=False)
