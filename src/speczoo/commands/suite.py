@@ -45,9 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --llama-server: each category's speczoo methods, then its llama-server modes, "
                         "before the next category, so that the machine's speed drifting over a long run falls "
                         "on both alike; `--interleave question` alternates them question by question, so the "
-                        "two systems' answers to a question run within a minute or two of each other (the "
-                        "machine's speed moves by a fifth over minutes; each llama-server mode then starts once "
-                        "a question) (default: every speczoo row, then every llama-server row)")
+                        "two systems' answers to a question run within a minute or two of each other, each "
+                        "llama-server mode then starting once a question. Default: every speczoo row, then every "
+                        "llama-server row")
     p.add_argument("--endpoint", action="append", metavar="URL[,SYSTEM:MODE[,KEY=VALUE...]]",
                    help="also run an OpenAI-compatible server (llama-server, vLLM, speczoo serve) by URL, repeatable; "
                         "the label names its rows (default serverN:greedy); a mode greedy or off marks its system's "
