@@ -6,9 +6,8 @@
 Each turn of the suite's questions runs greedily first, then in each method (their order alternating turn by
 turn); a round's wall time (from the event before it to its own) is divided by the greedy run's seconds per
 token of that same turn, measured seconds before. So rounds are priced in steps of the machine's speed of
-that minute: its drift between minutes (a plain step of the 1.5B moved by a fifth within ten minutes on a
-Zen 3, docs/results.md) cancels, where tok/s of runs minutes apart would rank the methods by the minute each
-ran in. Per method it prints the tokens per greedy step overall (its speedup, the geometric mean over turns)
+that minute: its drift between minutes (how far it goes: docs/results.md) cancels, where tok/s of runs
+minutes apart would rank the methods by the minute each ran in. Per method it prints the tokens per greedy step overall (its speedup, the geometric mean over turns)
 and per kind of round (its drafter and how many tokens it drafted): rounds, steps a round, tokens a round,
 tokens a step. A kind under 1.0 token a step loses to plain decoding wherever it is chosen.
 The first round of a turn carries the prefill and is left out of the kinds; the suite's settings otherwise
