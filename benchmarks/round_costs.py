@@ -7,9 +7,10 @@ Each turn of the suite's questions runs greedily first, then in each method (the
 turn); a round's wall time (from the event before it to its own) is divided by the greedy run's seconds per
 token of that same turn, measured seconds before. So rounds are priced in steps of the machine's speed of
 that minute: its drift between minutes (how far it goes: docs/results.md) cancels, where tok/s of runs
-minutes apart would rank the methods by the minute each ran in. Per method it prints the tokens per greedy step overall (its speedup, the geometric mean over turns)
-and per kind of round (its drafter and how many tokens it drafted): rounds, steps a round, tokens a round,
-tokens a step. A kind under 1.0 token a step loses to plain decoding wherever it is chosen.
+minutes apart would rank the methods by the minute each ran in. Per method it prints the tokens per greedy
+step overall (its speedup, the geometric mean over turns) and per kind of round (its drafter and how many
+tokens it drafted): rounds, steps a round, tokens a round, tokens a step. A kind under 1.0 token a step loses
+to plain decoding wherever it is chosen.
 The first round of a turn carries the prefill and is left out of the kinds; the suite's settings otherwise
 (each method drafts from the suffix memory of its own answers; later turns follow the greedy answers).
 This module must never be imported by the runtime: it is a measurement script.
