@@ -317,3 +317,22 @@ def make_test_runtime(**fake_kwargs):
 
 def is_fake(runtime) -> bool:
     return isinstance(runtime, FakeRuntime)
+
+
+def fake_local_suite(monkeypatch) -> FakeRuntime:
+    """Make `speczoo suite`'s local run load a FakeRuntime (backend "fake-backend") and find a bundle and its GGUF
+    for any name (/zoo/NAME, /zoo/NAME.gguf), so the command runs end to end without a model; returns it."""
+    import sys
+    import types
+    from pathlib import Path
+
+    import speczoo.zoo.bundle as bundle
+
+    runtime = FakeRuntime(max_seq=100_000)
+    runtime.target = types.SimpleNamespace(backend="fake-backend")
+    fake = types.ModuleType("speczoo.runtime")
+    fake.load_runtime = lambda target, **kw: runtime
+    monkeypatch.setitem(sys.modules, "speczoo.runtime", fake)
+    monkeypatch.setattr(bundle, "find_bundle", lambda name: Path(f"/zoo/{name}"))
+    monkeypatch.setattr(bundle, "source_gguf", lambda path: path.with_suffix(".gguf"))
+    return runtime

@@ -14,13 +14,12 @@ import socket
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import httpx
 import pytest
 
-from fake_runtime import FakeRuntime, FakeTokenizer
+from fake_runtime import FakeRuntime, FakeTokenizer, fake_local_suite
 from real_models import QWEN_NAME
 from speczoo.bench import peers_table
 from speczoo.bench.endpoint import EndpointClient, EndpointError, parse_endpoint
@@ -144,14 +143,7 @@ def test_a_failing_endpoint_says_which_and_why(served, tmp_path):
 
 def test_the_command_puts_every_system_in_one_table(served, tmp_path, monkeypatch, capsys):
     runtime, server = served
-    local = FakeRuntime(max_seq=100_000)
-    local.target = types.SimpleNamespace(backend="fake-backend")
-    fake = types.ModuleType("speczoo.runtime")
-    fake.load_runtime = lambda target, **kw: local
-    monkeypatch.setitem(sys.modules, "speczoo.runtime", fake)
-    import speczoo.zoo.bundle as bundle
-    monkeypatch.setattr(bundle, "find_bundle", lambda name: Path(f"/zoo/{name}"))
-    monkeypatch.setattr(bundle, "source_gguf", lambda path: path.with_suffix(".gguf"))
+    fake_local_suite(monkeypatch)
     out = tmp_path / "out"
     argv = ["suite", "fake-model", "--categories", "code_edit,multi_turn", "--limit", "2", "--gen", str(GEN),
             "--methods", "off,ngram", "--llama-server", FAKE_LLAMA, "--llama-modes", "greedy,ngram-mod",

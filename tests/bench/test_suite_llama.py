@@ -4,13 +4,11 @@ The fast tests run tests/fake_llama_server.py in llama-server's place on a fake 
 runs the installed llama-server on the pulled 0.5B's GGUF."""
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
-from fake_runtime import FakeRuntime
+from fake_runtime import FakeRuntime, fake_local_suite
 from real_models import QWEN_NAME, gguf_of, real_runtime
 from speczoo.bench import suite_llama as SL
 from speczoo.bench.llama_completion import completion_body
@@ -125,14 +123,7 @@ def test_llama_modes_need_speczoos_off_answers_first(tmp_path):
 
 
 def test_cli_suite_agentic_with_llama_server(tmp_path, monkeypatch, capsys):
-    runtime = FakeRuntime(max_seq=100_000)
-    runtime.target = types.SimpleNamespace(backend="fake-backend")
-    fake = types.ModuleType("speczoo.runtime")
-    fake.load_runtime = lambda target, **kw: runtime
-    monkeypatch.setitem(sys.modules, "speczoo.runtime", fake)
-    import speczoo.zoo.bundle as bundle
-    monkeypatch.setattr(bundle, "find_bundle", lambda name: Path(f"/zoo/{name}"))
-    monkeypatch.setattr(bundle, "source_gguf", lambda path: path.with_suffix(".gguf"))
+    fake_local_suite(monkeypatch)
     out = tmp_path / "out"
     assert main(["suite", "qwen2.5-coder-1.5b", "--questions", "agentic", "--limit", "1", "--methods", "off,ngram",
                  "--gen", str(GEN), "--llama-server", FAKE, "--llama-modes", "greedy,ngram-mod", "--out", str(out),
@@ -147,14 +138,7 @@ def test_cli_suite_agentic_with_llama_server(tmp_path, monkeypatch, capsys):
 def test_interleave_runs_each_category_on_both_before_the_next(tmp_path, monkeypatch, capsys):
     """--interleave: a category's speczoo rows, then its llama-server rows, then the next category's, so
     a machine that slows down over the run slows both alike; the reports are those of a run in two blocks."""
-    runtime = FakeRuntime(max_seq=100_000)
-    runtime.target = types.SimpleNamespace(backend="fake-backend")
-    fake = types.ModuleType("speczoo.runtime")
-    fake.load_runtime = lambda target, **kw: runtime
-    monkeypatch.setitem(sys.modules, "speczoo.runtime", fake)
-    import speczoo.zoo.bundle as bundle
-    monkeypatch.setattr(bundle, "find_bundle", lambda name: Path(f"/zoo/{name}"))
-    monkeypatch.setattr(bundle, "source_gguf", lambda path: path.with_suffix(".gguf"))
+    fake_local_suite(monkeypatch)
     argv = ["suite", "qwen2.5-coder-1.5b", "--questions", "agentic", "--limit", "1", "--methods", "off,ngram",
             "--gen", str(GEN), "--llama-server", FAKE, "--llama-modes", "greedy,ngram-mod", "--no-progress",
             "--no-plot"]
@@ -179,14 +163,7 @@ def test_interleave_runs_each_category_on_both_before_the_next(tmp_path, monkeyp
 def test_interleave_by_question_runs_each_question_on_both_before_the_next(tmp_path, monkeypatch, capsys):
     """--interleave question: a question's speczoo rows, then its llama-server rows, then the next question's
     (two of a category here, so the order differs from --interleave's); the same rows as a run in two blocks."""
-    runtime = FakeRuntime(max_seq=100_000)
-    runtime.target = types.SimpleNamespace(backend="fake-backend")
-    fake = types.ModuleType("speczoo.runtime")
-    fake.load_runtime = lambda target, **kw: runtime
-    monkeypatch.setitem(sys.modules, "speczoo.runtime", fake)
-    import speczoo.zoo.bundle as bundle
-    monkeypatch.setattr(bundle, "find_bundle", lambda name: Path(f"/zoo/{name}"))
-    monkeypatch.setattr(bundle, "source_gguf", lambda path: path.with_suffix(".gguf"))
+    fake_local_suite(monkeypatch)
     argv = ["suite", "qwen2.5-coder-1.5b", "--questions", "agentic", "--limit", "2", "--categories", "agentic_tools",
             "--methods", "off,ngram", "--gen", str(GEN), "--llama-server", FAKE, "--llama-modes", "greedy,ngram-mod",
             "--no-progress", "--no-plot"]
