@@ -19,9 +19,12 @@ import hashlib
 import json
 import os
 import random
+import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
 
 from speczoo.errors import CacheFullError
@@ -322,10 +325,6 @@ def is_fake(runtime) -> bool:
 def fake_local_suite(monkeypatch) -> FakeRuntime:
     """Make `speczoo suite`'s local run load a FakeRuntime (backend "fake-backend") and find a bundle and its GGUF
     for any name (/zoo/NAME, /zoo/NAME.gguf), so the command runs end to end without a model; returns it."""
-    import sys
-    import types
-    from pathlib import Path
-
     import speczoo.zoo.bundle as bundle
 
     runtime = FakeRuntime(max_seq=100_000)

@@ -135,8 +135,7 @@ def run(args: argparse.Namespace) -> int:
     settings = SuiteSettings(methods=methods, max_new_tokens=args.gen, k=args.k, ngram=args.ngram)
     target, ran = args.target, 0
     if methods:
-        runtime, outcome = run_local(args, questions, settings, llama if args.interleave else None,
-                                     by_question=args.interleave == "question")
+        runtime, outcome = run_local(args, questions, settings, llama if args.interleave else None)
         tokenizer, rows, ran = runtime.tokenizer, list(outcome.rows), outcome.ran
         notes = suite_notes(runtime.name, settings, questions)
     else:
@@ -180,12 +179,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_local(args: argparse.Namespace, questions, settings, interleave=None, by_question: bool = False):
+def run_local(args: argparse.Namespace, questions, settings, interleave=None):
     """speczoo's own methods on the loaded target (reports are written once every system has run):
     (the runtime, the suite's outcome, its `ran` counting every row generated here). interleave: the
     llama-server settings to run each category's modes with right after that category's speczoo rows
-    (--interleave), or each question's right after its own (by_question: --interleave question); None:
-    speczoo's rows only, llama-server's come after them all."""
+    (--interleave), or each question's right after its own (--interleave question); None: speczoo's rows
+    only, llama-server's come after them all."""
     from speczoo.bench.questions import categories_of
     from speczoo.bench.suite import run_suite
     from speczoo.runtime import load_runtime
@@ -197,7 +196,7 @@ def run_local(args: argparse.Namespace, questions, settings, interleave=None, by
     if interleave is not None:
         from speczoo.bench.suite_llama import run_llama_modes
 
-        groups = [[q] for q in questions] if by_question else \
+        groups = [[q] for q in questions] if args.interleave == "question" else \
             [[q for q in questions if q.category == cat] for cat in categories_of(questions)]
         for group in groups:
             ran += run_suite(runtime, group, settings, args.out, progress=not args.no_progress, plot=False).ran
