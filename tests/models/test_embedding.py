@@ -1,12 +1,15 @@
 """The encoded embedding: rows looked up in an unpacked.safetensors embedding kept in its GGUF blocks (or a
 narrower float dtype) are bit for bit the rows of the full decode, for every block type the real models
-use; it indexes like the [V, D] fp32 tensor (an int, a list, 1-D and 2-D id tensors); models, a tied LM
-head packed at load and an EAGLE head give the same outputs on it as on the dense matrix.
+use; it indexes like the [V, D] fp32 tensor (an int, a list, 1-D and 2-D id tensors); small lookups come
+from a bounded least-recently-used cache of decoded rows, bit for bit the decode; models, a tied LM head packed
+at load and an EAGLE head give the same outputs on it as on the dense matrix.
 """
 
 from __future__ import annotations
 
+import copy
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import gguf
 import numpy as np
@@ -17,6 +20,7 @@ from tiny import tiny_args, tiny_tensors
 
 from speczoo.cache import KVCache
 from speczoo.models import loader
+from speczoo.models import embedding as E
 from speczoo.models.embedding import EncodedEmbedding
 from speczoo.zoo import weights as W
 
@@ -99,6 +103,57 @@ def test_a_bad_decoder_or_stored_shape_is_a_clear_error():
         EncodedEmbedding(torch.zeros(4, 8, dtype=torch.float16), lambda rows: rows)
     with pytest.raises(ValueError, match="V >= 1"):
         EncodedEmbedding(torch.zeros(8, dtype=torch.uint8), loader.row_decoder("Q8_0"))
+
+
+def _counted_q8(rows: int) -> tuple[EncodedEmbedding, torch.Tensor, list[int]]:
+    """A Q8_0 embedding whose cache holds `rows` rows, its full decode, and the number of rows each call of
+    its decoder decoded."""
+    raw = _source(T.Q8_0).data
+    decode, calls = loader.row_decoder("Q8_0"), []
+
+    def counted(stored):
+        calls.append(stored.shape[0])
+        return decode(stored)
+    emb = EncodedEmbedding(raw, counted, cache_bytes=rows * D * 4)
+    calls.clear()
+    return emb, loader.dequantize(raw, "Q8_0"), calls
+
+
+def test_small_lookups_are_kept_decoded_least_recently_used_first_out():
+    emb, dense, calls = _counted_q8(rows=4)
+    assert emb.cache_rows == 4
+    assert bits_equal(emb[torch.tensor([3, 1, 3])], dense[[3, 1, 3]]) and calls == [2]    # each row decoded once
+    assert bits_equal(emb[[1]], dense[[1]]) and bits_equal(emb[3], dense[3]) and calls == [2]   # both kept
+    assert bits_equal(emb[[5, 7]], dense[[5, 7]]) and calls == [2, 2]
+    assert bits_equal(emb[[9]], dense[[9]]) and calls == [2, 2, 1]       # a fifth row: 1, used least lately, goes
+    assert bits_equal(emb[[3, 5, 7, 9]], dense[[3, 5, 7, 9]]) and calls == [2, 2, 1]
+    assert bits_equal(emb[[1]], dense[[1]]) and calls == [2, 2, 1, 1]
+    assert len(emb._rows) == 4
+    assert bits_equal(emb[-1], dense[V - 1]) and bits_equal(emb[[V - 1]], dense[[V - 1]]) and calls[-1:] == [1]
+
+
+def test_a_looked_up_row_is_a_copy_and_big_lookups_bypass_the_cache():
+    emb, dense, calls = _counted_q8(rows=8)
+    got = emb[[4]]
+    got.add_(1.0)                                                   # the caller's tensor, not the kept row
+    assert bits_equal(emb[[4]], dense[[4]]) and calls == [1]
+    many = torch.arange(E.CACHE_LOOKUP + 1) % V
+    assert bits_equal(emb[many], dense[many]) and calls == [1, E.CACHE_LOOKUP + 1] and len(emb._rows) == 1
+    assert bits_equal(emb[torch.arange(9)], dense[:9]) and calls[-1] == 9 and len(emb._rows) == 1   # more than it holds
+    none = EncodedEmbedding(_source(T.Q8_0).data, loader.row_decoder("Q8_0"), cache_bytes=0)
+    assert none.cache_rows == 0 and bits_equal(none[[2, 2]], dense[[2, 2]]) and not none._rows
+    with pytest.raises(ValueError, match="cache_bytes"):
+        EncodedEmbedding(_source(T.Q8_0).data, loader.row_decoder("Q8_0"), cache_bytes=-1)
+
+
+def test_threads_and_copies_share_no_cache_state(tmp_path):
+    emb, dense = _unpacked(tmp_path, _source(T.Q5_0))
+    ids = torch.randint(0, V, (400, 3), generator=torch.Generator().manual_seed(2))
+    with ThreadPoolExecutor(4) as pool:
+        rows = list(pool.map(lambda i: emb[ids[i]], range(len(ids))))
+    assert all(bits_equal(r, dense[ids[i]]) for i, r in enumerate(rows))
+    twin = copy.deepcopy(emb)
+    assert not twin._rows and twin._lock is not emb._lock and bits_equal(twin[[5, 6]], dense[[5, 6]])
 
 
 def _q8_embedding(tensors: dict[str, torch.Tensor]) -> tuple[EncodedEmbedding, torch.Tensor]:
