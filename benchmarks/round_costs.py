@@ -40,6 +40,12 @@ class Kind:
         self.steps.append(steps)
         self.tokens += tokens
 
+    def merge(self, other: "Kind") -> None:
+        """Adds another kind's rounds to these (a drafter's total over its kinds)."""
+        self.rounds += other.rounds
+        self.steps += other.steps
+        self.tokens += other.tokens
+
     @property
     def per_step(self) -> float:
         return self.tokens / sum(self.steps) if sum(self.steps) > 0 else math.inf
@@ -91,10 +97,7 @@ def report(method: str, speedups: list[float], kinds: dict[tuple[str, int], Kind
         lines.append(f"  {drafter:10s} drafted {drafted:2d}: {k.rounds:5d} rounds, "
                      f"{statistics.median(k.steps):5.2f} steps a round (median), "
                      f"{k.tokens / k.rounds:5.2f} tokens a round, {k.per_step:5.2f} tokens a step")
-        d = drafters.setdefault(drafter, Kind())
-        d.rounds += k.rounds
-        d.steps += k.steps
-        d.tokens += k.tokens
+        drafters.setdefault(drafter, Kind()).merge(k)
     for drafter, d in drafters.items():
         lines.append(f"  {drafter:10s} all       : {d.rounds:5d} rounds, {sum(d.steps):7.1f} steps, "
                      f"{d.tokens:5d} tokens, {d.per_step:5.2f} tokens a step")

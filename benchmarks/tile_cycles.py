@@ -39,7 +39,7 @@ class TileTime:
 
 def build(path: native.KernelPath, out_dir: Path) -> Path:
     """The harness compiled for `path` into out_dir; a KernelBuildError with the compiler's words if not."""
-    cxx = native._compiler()
+    cxx = native.compiler()
     flags = [f for f in native.build_flags(path, cxx) if f not in LIBRARY_ONLY]
     exe = out_dir / f"tile_cycles-{path.name}"
     cmd = [cxx, *flags, f"-I{native.SOURCES[0].parent}", str(SOURCE), "-o", str(exe)]

@@ -205,7 +205,8 @@ def chosen_path() -> KernelPath:
 
 
 # ------------------------------------------------------------------------------------------ the build
-def _compiler() -> str:
+def compiler() -> str:
+    """The C++ compiler the kernels are built with ($CXX, else g++ or clang++); KernelBuildError if absent."""
     cxx = os.environ.get("CXX", "g++" if sys.platform != "darwin" else "clang++")
     found = shutil.which(cxx)
     if found is None:
@@ -220,7 +221,7 @@ def _compiler() -> str:
 def compiler_description() -> str:
     """The compiler the kernels are built with and its version line."""
     try:
-        cxx = _compiler()
+        cxx = compiler()
     except KernelBuildError as err:
         return f"none ({err})"
     try:
@@ -264,7 +265,7 @@ def build_id(path: KernelPath | None = None) -> str:
     headers, flags and compiler. A new speczoo whose kernels changed gets a new id, so what was timed on the
     old ones (a cost profile) is timed again."""
     path = path or chosen_path()
-    cxx = _compiler()
+    cxx = compiler()
     key = hashlib.sha256()
     for part in (*(f.read_bytes() for f in SOURCES + HEADERS), " ".join(build_flags(path, cxx)).encode(),
                  cxx.encode()):
@@ -273,7 +274,7 @@ def build_id(path: KernelPath | None = None) -> str:
 
 
 def _build(path: KernelPath) -> Path:
-    cxx = _compiler()
+    cxx = compiler()
     flags = build_flags(path, cxx)
     out_dir = paths.home() / "kernels"
     out_dir.mkdir(parents=True, exist_ok=True)
