@@ -12,8 +12,8 @@
 //   group_sums<R>(quads, xk, xh, S, t): one group of 32 inputs of a q8b, q6, q40, q50 or q80 strip (the Quads
 //     type reads its codes: Q8bQuads, Q6Quads, Q40Quads, Q50Quads): t[r][h][16] = the exact integer sums of q * x
 //     over each half h of 16 inputs; q8b_tile / q8bm_tile / q6_tile / d16_tile (below, shared) then apply the float
-//     step of their format. A path may define its own q6_tile (SZ_Q6_TILE: AVX2's) or d16_tile (SZ_D16_TILE:
-//     AVX2's and AVX-VNNI's) with those sums and steps.
+//     step of their format. A path may define its own q6_tile (SZ_Q6_TILE: AVX2's and AVX-512's) or d16_tile
+//     (SZ_D16_TILE: AVX2's, AVX-VNNI's and AVX-512's) with those sums and steps.
 // Integer sums are exact in every path (each path states why its narrow intermediates cannot overflow
 // or saturate), so the tiles may sum in any order; the float steps are the same lane-wise operations
 // everywhere. That makes every path bit-identical to the scalar one. SZ_TILE is the most rows a tile
@@ -213,21 +213,82 @@ struct Q50Quads {
 // a general register and broadcast once), then vpdpbusd adds u * x (unsigned by signed). Starting there
 // rather than subtracting at the end keeps no second vector a row live (a 9-row tile spilled 9 of them).
 template <int R, class Quads>
+static inline void half_sums(Quads quads, int h, const int32_t* xk, const int32_t* xh, int64_t S, __m512i (&a)[R]) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) a[r] = _mm512_set1_epi32(-xh[h * S + r] * (1 << Quads::SHIFT));
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+        const __m512i wv = quads(4 * h + q);
+        const int32_t* xr = xk + (4 * h + q) * S;
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) a[r] = dpbusd_bcst(a[r], wv, xr + r);
+    }
+}
+
+template <int R, class Quads>
 static inline void group_sums(Quads quads, const int32_t* xk, const int32_t* xh, int64_t S, int32_t* t) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
         __m512i a[R];
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) a[r] = _mm512_set1_epi32(-xh[h * S + r] * (1 << Quads::SHIFT));
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) {
-            const __m512i wv = quads(4 * h + q);
-            const int32_t* xr = xk + (4 * h + q) * S;
-#pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) a[r] = dpbusd_bcst(a[r], wv, xr + r);
-        }
+        half_sums<R>(quads, h, xk, xh, S, a);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) _mm512_store_si512((void*)(t + (2 * r + h) * 16), a[r]);
+    }
+}
+
+// One group's float step on registers, q8b_float_update's lane-wise operations in its order: facc[r] +
+// ((float)t0 * a0 + (float)t1 * a1) * sag[r], the half sums t0, t1 made by half_sums beside it (m holds
+// (float)t0 * a0 while the second half sums).
+template <int R, class Quads>
+static inline void group_float_step(Quads quads, const int32_t* xq, const int32_t* xg, int64_t S, __m512 a0,
+                                    __m512 a1, const float* sag, float* facc) {
+    __m512i a[R];
+    __m512 m[R];
+    half_sums<R>(quads, 0, xq, xg, S, a);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) m[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(a[r]), a0);
+    half_sums<R>(quads, 1, xq, xg, S, a);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        const __m512 u = _mm512_add_ps(m[r], _mm512_mul_ps(_mm512_cvtepi32_ps(a[r]), a1));
+        float* f = facc + r * 16;
+        _mm512_storeu_ps(f, _mm512_add_ps(_mm512_loadu_ps(f), _mm512_mul_ps(u, _mm512_set1_ps(sag[r]))));
+    }
+}
+
+// q6 on AVX-512: the shared q6_tile's sums and float step (group_float_step) with nothing but facc going
+// through memory, the halves' scales a = D * (float)sc made in registers; each group's codes fetched SZ_PF
+// super-blocks ahead, as q4's. The shared tile stored the sums, made the 32 scales one at a time and read
+// the codes unprefetched, which at one row kept the weight stream well below the memory's pace.
+#define SZ_Q6_TILE 1
+template <int R>
+static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t nq,
+                    const int32_t* xk, const int32_t* xh, const float* sag, int64_t S, float* facc) {
+    for (int64_t g = 0; g < nq / 8; ++g) {
+        q6_prefetch_group(ql, qh, g);
+        const __m512 d = _mm512_loadu_ps(dd + (g / 8) * 16);
+        const __m512 a0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                               _mm_loadu_si128((const __m128i*)(sc + g * 32)))));
+        const __m512 a1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                               _mm_loadu_si128((const __m128i*)(sc + g * 32 + 16)))));
+        group_float_step<R>(Q6Quads{ql + g * 256, qh + g * 128}, xk + g * 8 * S, xh + g * 2 * S, S, a0, a1,
+                            sag + g * S, facc);
+    }
+}
+
+// q40, q50, q80 on AVX-512: the shared d16_tile's sums and float step the same way (a0 = a1 = the group's d,
+// widened exactly), each group's codes (and q50's fifth bits) fetched SZ_PF k-blocks ahead.
+#define SZ_D16_TILE 1
+template <int R, class Quads>
+static void d16_tile(const uint8_t* qs, const uint8_t* qh, const uint16_t* d, int64_t nq, const int32_t* xk,
+                     const int32_t* xh, const float* sag, int64_t S, float* facc) {
+    constexpr int64_t GA = std::is_same_v<Quads, Q8bQuads> ? 512 : 256;  // code bytes a group
+    for (int64_t g = 0; g < nq / 8; ++g) {
+        for (int64_t l = 0; l < GA; l += 64) SZ_PREFETCH(qs + (SZ_PF * 8 + g) * GA + l);
+        if (qh) SZ_PREFETCH(qh + (SZ_PF * 8 + g) * 64);
+        SZ_PREFETCH(d + (SZ_PF * 8 + g) * 16);
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(d + g * 16)));
+        group_float_step<R>(quads_at<Quads>(qs, qh, g), xk + g * 8 * S, xh + g * 2 * S, S, dv, dv, sag + g * S, facc);
     }
 }
 #elif defined(SZ_PATH_AVXVNNI) || defined(SZ_PATH_AVX2)
