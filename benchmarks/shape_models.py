@@ -1,8 +1,8 @@
 """speczoo beside llama.cpp from 0.5B to 8B: random-weight models in Llama 3's exact shapes, same file, same CPU.
 
     python -m benchmarks.shape_models --dir /work/shapes [--sizes 0.5b,1.5b,1b,3b,8b] [--types Q4_K_M,Q4_0]
-                                      [--gen 32] [--repeats 3] [--threads 2] [--pair 8b:1b] [--k 4] [--alpha 0.7]
-                                      [--fresh] [--ctx 4096] [--memory-only | --files-only] [--drop-f16]
+                                      [--gen 32] [--repeats 3] [--rounds 1] [--threads 2] [--pair 8b:1b] [--k 4]
+                                      [--alpha 0.7] [--fresh] [--ctx 4096] [--memory-only | --files-only] [--drop-f16]
 
 Speed does not depend on the weights' values, so for each of Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-8B
 this writes an F16 GGUF with random weights in the model's exact shapes and hyperparameters (arch llama,
@@ -15,7 +15,8 @@ same threads:
 
 * pull time and the pull's peak RSS (`speczoo pull`);
 * greedy decode tok/s: speczoo (`speczoo bench FILE --spec ngram`: its "greedy=" side, a raw prompt) beside
-  llama.cpp (`llama-bench -n GEN`);
+  llama.cpp (`llama-bench -n GEN`); with --rounds N, N alternations of the two, and the table quotes the medians
+  and the median of the rounds' ratios (a shared host's memory bandwidth moves by half within minutes);
 * c_v(2/5/9): speczoo (`speczoo cv FILE --sizes 1,2,5,9`) beside llama.cpp (`llama-bench -p 2,5,9`: the
   time to process S prompt tokens over the time of one decode step, which is c_v(S));
 * peak memory at one context (--ctx, default 4096), each system decoding --gen tokens of the same raw prompt in
@@ -206,15 +207,32 @@ class Bench:
         return self.cached(path.name, "pull", measure)
 
     def speczoo_greedy(self, path: Path) -> dict:
-        a = self.args
+        return self.cached(path.name, "speczoo_greedy", lambda: self._speczoo_decode(path))
 
+    def _speczoo_decode(self, path: Path) -> dict:
+        a = self.args
+        run = run_measured(self.speczoo("bench", str(path), "--spec", "ngram", "--runs", str(a.repeats),
+                                        "--gen", str(a.gen), "--prompt", PROMPT, "--raw", "--max-seq", "512",
+                                        "--threads", str(a.threads)), self.env)
+        return {"tok_s": _spec_stats(run.out)["greedy"], "peak": run.peak}
+
+    def _llama_decode(self, path: Path) -> float:
+        a = self.args
+        run = run_measured([str(self.bin / "llama-bench"), "-m", str(path), "-p", "0", "-n", str(a.gen),
+                            "-t", str(a.threads), "-r", str(a.repeats), "-o", "json"])
+        return llama_bench_figures(json.loads(run.out), a.gen)["tok_s"]
+
+    def decode_rounds(self, path: Path, first: tuple[float, float]) -> dict:
+        """Decode tok/s of both systems over --rounds alternations (`first`, speczoo's and llama.cpp's of the
+        greedy and llama steps, is round 1; each later round runs speczoo, then llama-bench -p 0): on a host
+        whose memory bandwidth drifts over minutes, the median of the rounds' ratios is the figure to quote."""
         def measure() -> dict:
-            run = run_measured(self.speczoo("bench", str(path), "--spec", "ngram", "--runs", str(a.repeats),
-                                            "--gen", str(a.gen), "--prompt", PROMPT, "--raw", "--max-seq", "512",
-                                            "--threads", str(a.threads)), self.env)
-            stats = _spec_stats(run.out)
-            return {"tok_s": stats["greedy"], "peak": run.peak}
-        return self.cached(path.name, "speczoo_greedy", measure)
+            sz, ll = [first[0]], [first[1]]
+            for _ in range(self.args.rounds - 1):
+                sz.append(self._speczoo_decode(path)["tok_s"])
+                ll.append(self._llama_decode(path))
+            return {"speczoo": sz, "llama": ll}
+        return self.cached(path.name, f"decode_rounds{self.args.rounds}", measure)
 
     def speczoo_cv(self, path: Path) -> dict:
         def measure() -> dict:
@@ -348,6 +366,8 @@ def measure_all(bench: Bench, sizes: list[str], kinds: list[str]) -> list[dict]:
                     continue
                 if timed:
                     row.update(greedy=bench.speczoo_greedy(path), cv=bench.speczoo_cv(path), llama=bench.llama(path))
+                    if bench.args.rounds > 1:
+                        row["rounds"] = bench.decode_rounds(path, (row["greedy"]["tok_s"], row["llama"]["tok_s"]))
                 row.update(bundle_gb=bench.bundle_gb(path), memory=bench.speczoo_memory(path),
                            llama_memory=bench.llama_memory(path))
             except NotMeasured as missing:
@@ -380,6 +400,18 @@ def memory_table(rows: list[dict], ctx: int) -> str:
     return "\n".join(lines)
 
 
+def _decode_cell(row: dict) -> str:
+    """speczoo / llama.cpp decode tok/s (×): one round's, or with --rounds the medians and the median (range) of
+    the rounds' ratios."""
+    if "rounds" not in row:
+        g, ll = row["greedy"]["tok_s"], row["llama"]["tok_s"]
+        return f"{g:.2f} / {ll:.2f} ({g / ll:.2f}×)"
+    sz, ll = row["rounds"]["speczoo"], row["rounds"]["llama"]
+    ratios = [a / b for a, b in zip(sz, ll)]
+    return (f"{statistics.median(sz):.2f} / {statistics.median(ll):.2f} (**{statistics.median(ratios):.2f}×**, "
+            f"{min(ratios):.2f}–{max(ratios):.2f} over {len(ratios)} rounds)")
+
+
 def _cvs(cv: dict[int, float]) -> str:
     return "/".join(f"{cv[s]:.2f}" for s in CV_SIZES)
 
@@ -391,7 +423,7 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         g, ll = r["greedy"], r["llama"]
         lines.append(f"| {r['label']} | {r['kind']} | {r['gb']:.2f} | {r['pull']['s']:.0f} | "
-                     f"{g['tok_s']:.2f} / {ll['tok_s']:.2f} ({g['tok_s'] / ll['tok_s']:.2f}×) | {_cvs(r['cv']['cv'])} | "
+                     f"{_decode_cell(r)} | {_cvs(r['cv']['cv'])} | "
                      f"{_cvs(ll['cv'])} | {g['peak'] / 1e9:.2f} / {ll['peak'] / 1e9:.2f} "
                      f"({g['peak'] / ll['peak']:.2f}×) | {r['pull']['peak'] / 1e9:.2f} | {g['load']:.0f} |")
     return "\n".join(lines)
@@ -433,6 +465,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gen", type=int, default=32, help="decoded tokens per timing (both tools)")
     p.add_argument("--repeats", type=int, default=3, help="repetitions (llama-bench -r, speczoo --runs/--repeats)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for both tools")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time both systems' decode this many times, alternating; the table quotes the medians")
     p.add_argument("--pair", default="8b:1b", help="TARGET:DRAFT sizes for the draft-model section ('' for none)")
     p.add_argument("--k", type=int, default=4, help="draft tokens per round of the measured draft run")
     p.add_argument("--alpha", type=float, default=0.7,
@@ -456,6 +490,8 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(sizes) - set(ORDER)
     if unknown:
         p.error(f"unknown sizes {sorted(unknown)}; choose from {', '.join(ORDER)}")
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     kinds = [t.strip() for t in args.types.split(",") if t.strip()]
     args.dir.mkdir(parents=True, exist_ok=True)
     bench = Bench(args)

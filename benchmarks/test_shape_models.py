@@ -119,3 +119,31 @@ def test_the_draft_at_scale_sets_the_cost_model_beside_the_forced_run(monkeypatc
 def test_a_forced_kernel_path_keeps_its_own_figures():
     assert shape_models.results_name(None) == "results.json"
     assert shape_models.results_name("avx2") == "results-avx2.json"
+
+
+def test_decode_rounds_alternate_the_systems_and_the_table_quotes_their_medians(tmp_path, monkeypatch):
+    args = argparse.Namespace(dir=tmp_path, rounds=3, fresh=False, cached_only=False,
+                              llama_bin=tmp_path, threads=2, gen=8, repeats=1)
+    bench = shape_models.Bench(args)
+    calls = []
+    speeds = iter([(12.0, 10.0), (9.0, 10.0)])          # rounds 2 and 3: speczoo, then llama.cpp
+    pair = []
+
+    def speczoo_decode(path):
+        calls.append("speczoo")
+        pair[:] = next(speeds)
+        return {"tok_s": pair[0], "peak": 1}
+
+    def llama_decode(path):
+        calls.append("llama")
+        return pair[1]
+
+    monkeypatch.setattr(bench, "_speczoo_decode", speczoo_decode)
+    monkeypatch.setattr(bench, "_llama_decode", llama_decode)
+    got = bench.decode_rounds(tmp_path / "m.gguf", (11.0, 10.0))
+    assert calls == ["speczoo", "llama", "speczoo", "llama"]
+    assert got["speczoo"] == [11.0, 12.0, 9.0] and got["llama"] == [10.0, 10.0, 10.0]
+    assert bench.decode_rounds(tmp_path / "m.gguf", (0.0, 1.0))["speczoo"] == [11.0, 12.0, 9.0]   # cached
+    cell = shape_models._decode_cell({"greedy": {"tok_s": 11.0}, "llama": {"tok_s": 10.0}, "rounds": got})
+    assert cell == "11.00 / 10.00 (**1.10×**, 0.90–1.20 over 3 rounds)"
+    assert shape_models._decode_cell({"greedy": {"tok_s": 11.0}, "llama": {"tok_s": 10.0}}) == "11.00 / 10.00 (1.10×)"
