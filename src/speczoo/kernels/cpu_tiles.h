@@ -267,7 +267,7 @@ static inline void group_float_step(Quads quads, const int32_t* xq, const int32_
 // q6 on AVX-512: the shared q6_tile's sums and float step (group_float_step) with nothing but facc going
 // through memory, the halves' scales a = D * (float)sc made in registers; each group's codes fetched SZ_PF
 // super-blocks ahead, as q4's. The shared tile stored the sums, made the 32 scales one at a time and read
-// the codes unprefetched, which at one row kept the weight stream well below the memory's pace.
+// the codes unprefetched, which a verify's rows paid for (docs/results.md, "AVX-512 q6 and d16 tiles").
 #define SZ_Q6_TILE 1
 template <int R>
 static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t nq,
