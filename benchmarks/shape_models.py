@@ -216,11 +216,14 @@ class Bench:
                                         "--threads", str(a.threads)), self.env)
         return {"tok_s": _spec_stats(run.out)["greedy"], "peak": run.peak}
 
-    def _llama_decode(self, path: Path) -> float:
+    def _llama_bench(self, path: Path, prompts: str) -> Run:
+        """llama-bench on `path`: the prompt tests `prompts` (llama-bench's -p) and a --gen-token decode, JSON."""
         a = self.args
-        run = run_measured([str(self.bin / "llama-bench"), "-m", str(path), "-p", "0", "-n", str(a.gen),
-                            "-t", str(a.threads), "-r", str(a.repeats), "-o", "json"])
-        return llama_bench_figures(json.loads(run.out), a.gen)["tok_s"]
+        return run_measured([str(self.bin / "llama-bench"), "-m", str(path), "-p", prompts, "-n", str(a.gen),
+                             "-t", str(a.threads), "-r", str(a.repeats), "-o", "json"])
+
+    def _llama_decode(self, path: Path) -> float:
+        return llama_bench_figures(json.loads(self._llama_bench(path, "0").out), self.args.gen)["tok_s"]
 
     def decode_rounds(self, path: Path, first: tuple[float, float]) -> dict:
         """Decode tok/s of both systems over --rounds alternations (`first`, speczoo's and llama.cpp's of the
@@ -247,8 +250,7 @@ class Bench:
         a = self.args
 
         def measure() -> dict:
-            run = run_measured([str(self.bin / "llama-bench"), "-m", str(path), "-p", ",".join(map(str, CV_SIZES)),
-                                "-n", str(a.gen), "-t", str(a.threads), "-r", str(a.repeats), "-o", "json"])
+            run = self._llama_bench(path, ",".join(map(str, CV_SIZES)))
             return llama_bench_figures(json.loads(run.out), a.gen) | {"peak": run.peak}
         return _int_keys(self.cached(path.name, "llama", measure))
 

@@ -216,8 +216,8 @@ struct Q50Quads {
     }
 };
 
-// q8b / q6: one group of 32 inputs of a strip: t[r][h][16] = the exact sums of (u - BIAS) * x over half h
-// (16 inputs) for rows r: each row's sum starts at -BIAS * the half's activation sum (xh, a scalar made in
+// q8b, q6, q40, q50, q80: half h (16 inputs) of one group of 32 of a strip, a[r] = the exact sums of (u - BIAS) *
+// x for rows r (group_sums stores both halves as t[r][h][16]): each row's sum starts at -BIAS * the half's activation sum (xh, a scalar made in
 // a general register and broadcast once), then vpdpbusd adds u * x (unsigned by signed). Starting there
 // rather than subtracting at the end keeps no second vector a row live (a 9-row tile spilled 9 of them).
 template <int R, class Quads>
@@ -269,18 +269,19 @@ static inline void group_float_step(Quads quads, const int32_t* xq, const int32_
 // super-blocks ahead, as q4's. The shared tile stored the sums, made the 32 scales one at a time and read
 // the codes unprefetched, which a verify's rows paid for (docs/results.md, "AVX-512 q6 and d16 tiles").
 #define SZ_Q6_TILE 1
+// a = D * (float)sc for a half's 16 columns: sc8 its int8 sub-scales, d the super-block's D
+static inline __m512 q6_half_scales(const int8_t* sc8, __m512 d) {
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)sc8))));
+}
+
 template <int R>
 static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t nq,
                     const int32_t* xk, const int32_t* xh, const float* sag, int64_t S, float* facc) {
     for (int64_t g = 0; g < nq / 8; ++g) {
         q6_prefetch_group(ql, qh, g);
         const __m512 d = _mm512_loadu_ps(dd + (g / 8) * 16);
-        const __m512 a0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                               _mm_loadu_si128((const __m128i*)(sc + g * 32)))));
-        const __m512 a1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                               _mm_loadu_si128((const __m128i*)(sc + g * 32 + 16)))));
-        group_float_step<R>(Q6Quads{ql + g * 256, qh + g * 128}, xk + g * 8 * S, xh + g * 2 * S, S, a0, a1,
-                            sag + g * S, facc);
+        group_float_step<R>(Q6Quads{ql + g * 256, qh + g * 128}, xk + g * 8 * S, xh + g * 2 * S, S,
+                            q6_half_scales(sc + g * 32, d), q6_half_scales(sc + g * 32 + 16, d), sag + g * S, facc);
     }
 }
 
