@@ -267,9 +267,9 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
     for (int64_t b = 0; b < KB; ++b) {
         // prefetch SZ_PF super-blocks ahead (past the strip's end this runs into the next strip, which is
         // stored right after it; a prefetch past the array is harmless): the scales here, the codes a
-        // group at a time inside the tile (q4_prefetch_group)
+        // group at a time inside the tile (q4_prefetch_group); one row is left to the hardware, as there
         const int64_t bp = b + SZ_PF;
-        for (int l = 0; l < 128; l += 64) {
+        for (int l = 0; S > 1 && l < 128; l += 64) {
             SZ_PREFETCH(sc + bp * 128 + l);
             SZ_PREFETCH(mn + bp * 128 + l);
             SZ_PREFETCH(dd + bp * 32 + l / 4);

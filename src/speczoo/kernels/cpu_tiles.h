@@ -41,22 +41,33 @@ static inline void q4_float_update(const int32_t* isb, const int32_t* imn, const
 
 // The codes of group g of the super-block SZ_PF ahead of qb (4 cache lines), fetched while this block's
 // group g computes: spread over the tile's groups, the weight stream keeps going under a tile of many
-// rows, where one burst a super-block would leave it idle while the rows compute.
+// rows, where one burst a super-block would leave it idle while the rows compute. A tile of R = 1 rows
+// (a one-row forward: balanced tiles are never 1 row otherwise) fetches nothing: it computes little per
+// byte, the hardware prefetchers keep its stream at the memory's pace, and a software prefetch only takes
+// their fill buffers (docs/results.md, "No software prefetch in a one-row tile").
+template <int R>
 static inline void q4_prefetch_group(const uint8_t* qb, int g) {
-    for (int l = 0; l < 256; l += 64) SZ_PREFETCH(qb + SZ_PF * 2048 + g * 256 + l);
+    if constexpr (R > 1)
+        for (int l = 0; l < 256; l += 64) SZ_PREFETCH(qb + SZ_PF * 2048 + g * 256 + l);
 }
 // q6's the same way: group g's ql (laid out as q4's codes, 4 lines) and qh (2 lines) SZ_PF super-blocks ahead.
+template <int R>
 static inline void q6_prefetch_group(const uint8_t* ql, const uint8_t* qh, int64_t g) {
-    for (int l = 0; l < 256; l += 64) SZ_PREFETCH(ql + SZ_PF * 2048 + g * 256 + l);
-    for (int l = 0; l < 128; l += 64) SZ_PREFETCH(qh + SZ_PF * 1024 + g * 128 + l);
+    if constexpr (R > 1) {
+        for (int l = 0; l < 256; l += 64) SZ_PREFETCH(ql + SZ_PF * 2048 + g * 256 + l);
+        for (int l = 0; l < 128; l += 64) SZ_PREFETCH(qh + SZ_PF * 1024 + g * 128 + l);
+    }
 }
 
 // q40's, q50's or q80's group g (GA code bytes a group, q50's 64 bytes of fifth bits, its 16 fp16 scales) of the
 // k-block SZ_PF ahead (8 groups a k-block), fetched while group g computes, as q4's.
+template <int R>
 static inline void d16_prefetch_group(const uint8_t* qs, const uint8_t* qh, const uint16_t* d, int64_t GA, int64_t g) {
-    for (int64_t l = 0; l < GA; l += 64) SZ_PREFETCH(qs + (SZ_PF * 8 + g) * GA + l);
-    if (qh) SZ_PREFETCH(qh + (SZ_PF * 8 + g) * 64);
-    SZ_PREFETCH(d + (SZ_PF * 8 + g) * 16);
+    if constexpr (R > 1) {
+        for (int64_t l = 0; l < GA; l += 64) SZ_PREFETCH(qs + (SZ_PF * 8 + g) * GA + l);
+        if (qh) SZ_PREFETCH(qh + (SZ_PF * 8 + g) * 64);
+        SZ_PREFETCH(d + (SZ_PF * 8 + g) * 16);
+    }
 }
 
 #if defined(SZ_PATH_AVX512VNNI)
@@ -121,7 +132,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     __m512i isb[R];
 #pragma GCC unroll 1
     for (int g = 0; g < ng; ++g) {
-        q4_prefetch_group(qb, g);
+        q4_prefetch_group<R>(qb, g);
         __m512i t[C][R];
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
@@ -278,7 +289,7 @@ template <int R>
 static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, const float* dd, int64_t nq,
                     const int32_t* xk, const int32_t* xh, const float* sag, int64_t S, float* facc) {
     for (int64_t g = 0; g < nq / 8; ++g) {
-        q6_prefetch_group(ql, qh, g);
+        q6_prefetch_group<R>(ql, qh, g);
         const __m512 d = _mm512_loadu_ps(dd + (g / 8) * 16);
         group_float_step<R>(Q6Quads{ql + g * 256, qh + g * 128}, xk + g * 8 * S, xh + g * 2 * S, S,
                             q6_half_scales(sc + g * 32, d), q6_half_scales(sc + g * 32 + 16, d), sag + g * S, facc);
@@ -293,7 +304,7 @@ static void d16_tile(const uint8_t* qs, const uint8_t* qh, const uint16_t* d, in
                      const int32_t* xh, const float* sag, int64_t S, float* facc) {
     constexpr int64_t GA = std::is_same_v<Quads, Q8bQuads> ? 512 : 256;  // code bytes a group
     for (int64_t g = 0; g < nq / 8; ++g) {
-        d16_prefetch_group(qs, qh, d, GA, g);
+        d16_prefetch_group<R>(qs, qh, d, GA, g);
         const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(d + g * 16)));
         group_float_step<R>(quads_at<Quads>(qs, qh, g), xk + g * 8 * S, xh + g * 2 * S, S, dv, dv, sag + g * S, facc);
     }
@@ -383,7 +394,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
 #endif
     for (int i = 0; i < R * 16; ++i) isb[i] = 0;
     for (int g = 0; g < ng; ++g) {
-        q4_prefetch_group(qb, g);
+        q4_prefetch_group<R>(qb, g);
         __m256i t[R][2];
         for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -599,7 +610,7 @@ static void d16_tile(const uint8_t* qs, const uint8_t* qh, const uint16_t* d, in
     for (int r = 0; r < R; ++r)
         for (int c = 0; c < 2; ++c) f[r][c] = _mm256_loadu_ps(facc + r * 16 + 8 * c);
     for (int64_t g = 0; g < nq / 8; ++g) {
-        d16_prefetch_group(qs, qh, d, GA, g);
+        d16_prefetch_group<R>(qs, qh, d, GA, g);
         const Quads quads = quads_at<Quads>(qs, qh, g);
         const int32_t *xq = xk + g * 8 * S, *xg = xh + g * 2 * S;
         __m256 dv[2];
@@ -687,7 +698,7 @@ static void q6_tile(const uint8_t* ql, const uint8_t* qh, const int8_t* sc, cons
     for (int64_t g = 0; g < nq / 8; ++g) {
         const uint8_t *lg = ql + g * 256, *hg = qh + g * 128;
         const float* d = dd + (g / 8) * 16;  // read where used: D held in registers would push f out of them
-        q6_prefetch_group(ql, qh, g);
+        q6_prefetch_group<R>(ql, qh, g);
         const int32_t* xq = xk + g * 8 * S;
         __m256i acc[R][2];
         __m256 m[R][2];  // (float)t0 * a0
@@ -806,7 +817,7 @@ static void q4_tile(const uint8_t* qb, const uint8_t* scb, const uint8_t* mnb, c
     for (int r = 0; r < R; ++r)
         for (int m = 0; m < 4; ++m) ai[r][m] = vdupq_n_s32(0);
     for (int g = 0; g < ng; ++g) {
-        q4_prefetch_group(qb, g);
+        q4_prefetch_group<R>(qb, g);
         int32x4_t t[R][4];
         for (int r = 0; r < R; ++r)
             for (int m = 0; m < 4; ++m) t[r][m] = vdupq_n_s32(0);
