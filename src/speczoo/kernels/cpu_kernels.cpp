@@ -202,13 +202,16 @@ static inline void store_cols(float* y, const float* v, int64_t ncols, bool accu
 }
 
 // ---------------------------------------------------------------- work split
-// A linear's strips go out in chunks, about SZ_CHUNKS per thread, each to whichever thread asks next
-// (schedule(dynamic)): a thread slowed by another program on its core takes fewer of them, instead of
-// holding the whole team at the barrier until it has done a fixed share. Which thread computes a strip
-// never changes the strip's arithmetic (one thread, its own workspace, one fixed order), so the results
-// stay bit-identical and batch-invariant.
+// A linear's strips go out in chunks, each to whichever thread asks next, a chunk the remaining strips over
+// the team's size, down to about 1 / SZ_CHUNKS of a thread's share (schedule(guided)): a thread slowed by
+// another program on its core takes fewer of them, instead of holding the whole team at the barrier until
+// it has done a fixed share, while a quiet team streams its weights in few long runs: each new chunk is a
+// jump the hardware prefetchers must catch up with, and equal chunks of 1 / 8 of a share (dynamic) made a
+// one-row forward 4-8% slower (docs/results.md, "Guided chunks"). Which thread computes a strip never
+// changes the strip's arithmetic (one thread, its own workspace, one fixed order), so the results stay
+// bit-identical and batch-invariant.
 #ifndef SZ_CHUNKS
-#define SZ_CHUNKS 8
+#define SZ_CHUNKS 16
 #endif
 static inline int64_t strip_chunk(int64_t NB) {
     const int64_t n = NB / (SZ_CHUNKS * (int64_t)SZ_TEAM_SIZE());
@@ -383,7 +386,7 @@ static void float_linear_omp(const SzLinear& w, const float* x, int64_t S, int64
                              bool accum) {
     const int64_t NB = (w.N + 15) / 16, KP = ((w.K + 15) / 16) * 16;
     const typename E::T* wt = (const typename E::T*)w.a;
-#pragma omp for schedule(dynamic, strip_chunk(NB))
+#pragma omp for schedule(guided, strip_chunk(NB))
     for (int64_t nb = 0; nb < NB; ++nb) {
         const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
         float_strip<E>(wt + nb * 16 * KP, KP, w.K, x, ldx, S, w.bias ? w.bias + nb * 16 : nullptr, y + nb * 16, ldy,
@@ -411,7 +414,7 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
     quantize_rows_omp(x, S, w.K, ldx, sz_linear_kpad(w), sz_ablock(w.fmt));
     if (w.fmt == SZ_FMT_Q4) {
         const int64_t G = q4_groups(w.K), KB = (G + 7) / 8;
-#pragma omp for schedule(dynamic, strip_chunk(NB))
+#pragma omp for schedule(guided, strip_chunk(NB))
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             q4_strip(w.a + nb * G * 256, w.b + nb * G * 16, w.c + nb * G * 16, w.d + nb * KB * 32, G, s.xw,
@@ -419,7 +422,7 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
         }
     } else if (w.fmt == SZ_FMT_Q8) {
         const int64_t KP = ((w.K + 31) / 32) * 32;
-#pragma omp for schedule(dynamic, strip_chunk(NB))
+#pragma omp for schedule(guided, strip_chunk(NB))
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             q8_strip(w.a + nb * 16 * KP, KP, s.xw, S, s.sa, s.xsum, w.d + nb * 16, w.bias ? w.bias + nb * 16 : nullptr,
@@ -427,7 +430,7 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
         }
     } else if (w.fmt == SZ_FMT_Q6) {
         const int64_t KP = ((w.K + 31) / 32) * 32, KB = (KP + SZ_ABLOCK - 1) / SZ_ABLOCK;
-#pragma omp for schedule(dynamic, strip_chunk(NB))
+#pragma omp for schedule(guided, strip_chunk(NB))
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             q6_strip(w.a + nb * KP * 8, w.b + nb * KP * 4, (const int8_t*)w.c + nb * KP, w.d + nb * KB * 16, KP, s.xw,
@@ -436,7 +439,7 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
     } else if (is_d16(w.fmt)) {
         const int64_t KP = ((w.K + 31) / 32) * 32, G = KP / 32, ga = w.fmt == SZ_FMT_Q80 ? 512 : 256;
         const d16_tile_fn* tiles = w.fmt == SZ_FMT_Q40 ? TL::q40 : w.fmt == SZ_FMT_Q50 ? TL::q50 : TL::q80;
-#pragma omp for schedule(dynamic, strip_chunk(NB))
+#pragma omp for schedule(guided, strip_chunk(NB))
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             d16_strip(tiles, w.a + nb * G * ga, w.b ? w.b + nb * G * 64 : nullptr, ga,
@@ -445,7 +448,7 @@ void sz_linear_omp(const SzLinear& w, const float* x, int64_t S, int64_t ldx, fl
         }
     } else {
         const int64_t KP = ((w.K + 31) / 32) * 32;
-#pragma omp for schedule(dynamic, strip_chunk(NB))
+#pragma omp for schedule(guided, strip_chunk(NB))
         for (int64_t nb = 0; nb < NB; ++nb) {
             const int64_t ncols = (nb + 1) * 16 <= w.N ? 16 : w.N - nb * 16;
             const float* m = w.fmt == SZ_FMT_Q8BM ? (const float*)w.c + nb * (KP / 2) : nullptr;
