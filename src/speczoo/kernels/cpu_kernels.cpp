@@ -206,10 +206,9 @@ static inline void store_cols(float* y, const float* v, int64_t ncols, bool accu
 // the team's size, down to about 1 / SZ_CHUNKS of a thread's share (schedule(guided)): a thread slowed by
 // another program on its core takes fewer of them, instead of holding the whole team at the barrier until
 // it has done a fixed share, while a quiet team streams its weights in few long runs: each new chunk is a
-// jump the hardware prefetchers must catch up with, and equal chunks of 1 / 8 of a share (dynamic) made a
-// one-row forward 4-7% slower (docs/results.md, "Guided chunks"). Which thread computes a strip never
-// changes the strip's arithmetic (one thread, its own workspace, one fixed order), so the results stay
-// bit-identical and batch-invariant.
+// jump the hardware prefetchers must catch up with, which equal small chunks (dynamic) pay at every one
+// (docs/results.md, "Guided chunks"). Which thread computes a strip never changes the strip's arithmetic (one
+// thread, its own workspace, one fixed order), so the results stay bit-identical and batch-invariant.
 #ifndef SZ_CHUNKS
 #define SZ_CHUNKS 16
 #endif

@@ -60,8 +60,8 @@ static inline void q6_prefetch_group(const uint8_t* ql, const uint8_t* qh, int64
 }
 
 // q40's, q50's or q80's group g (GA code bytes a group, q50's 64 bytes of fifth bits, its 16 fp16 scales) of the
-// k-block SZ_PF ahead (8 groups a k-block), fetched while group g computes, as q4's, but in a one-row tile
-// too: without them the 1B shape's Q4_0 one-row forward took 8-10% longer on a Zen 4.
+// k-block SZ_PF ahead (8 groups a k-block), fetched while group g computes, as q4's, and in a one-row tile too:
+// there, unlike q4's and q6's, the prefetch pays (docs/results.md, "No software prefetch in a one-row tile").
 static inline void d16_prefetch_group(const uint8_t* qs, const uint8_t* qh, const uint16_t* d, int64_t GA, int64_t g) {
     for (int64_t l = 0; l < GA; l += 64) SZ_PREFETCH(qs + (SZ_PF * 8 + g) * GA + l);
     if (qh) SZ_PREFETCH(qh + (SZ_PF * 8 + g) * 64);
@@ -225,10 +225,11 @@ struct Q50Quads {
     }
 };
 
-// q8b, q6, q40, q50, q80: half h (16 inputs) of one group of 32 of a strip, a[r] = the exact sums of (u - BIAS) *
-// x for rows r (group_sums stores both halves as t[r][h][16]): each row's sum starts at -BIAS * the half's activation sum (xh, a scalar made in
-// a general register and broadcast once), then vpdpbusd adds u * x (unsigned by signed). Starting there
-// rather than subtracting at the end keeps no second vector a row live (a 9-row tile spilled 9 of them).
+// q8b, q6, q40, q50, q80: half h (16 inputs) of one group of 32 of a strip, a[r] = the exact sums of
+// (u - BIAS) * x for rows r (group_sums stores both halves as t[r][h][16]): each row's sum starts at -BIAS *
+// the half's activation sum (xh, a scalar made in a general register and broadcast once), then vpdpbusd adds
+// u * x (unsigned by signed). Starting there rather than subtracting at the end keeps no second vector a row
+// live (a 9-row tile spilled 9 of them).
 template <int R, class Quads>
 static inline void half_sums(Quads quads, int h, const int32_t* xk, const int32_t* xh, int64_t S, __m512i (&a)[R]) {
 #pragma GCC unroll 16
@@ -275,8 +276,8 @@ static inline void group_float_step(Quads quads, const int32_t* xq, const int32_
 
 // q6 on AVX-512: the shared q6_tile's sums and float step (group_float_step) with nothing but facc going
 // through memory, the halves' scales a = D * (float)sc made in registers; each group's codes fetched SZ_PF
-// super-blocks ahead, as q4's. The shared tile stored the sums, made the 32 scales one at a time and read
-// the codes unprefetched, which a verify's rows paid for (docs/results.md, "AVX-512 q6 and d16 tiles").
+// super-blocks ahead, as q4's. Not the shared tile: it stores the sums, makes the 32 scales one at a time and
+// reads the codes unprefetched, which a verify's rows pay for (docs/results.md, "AVX-512 q6 and d16 tiles").
 #define SZ_Q6_TILE 1
 // a = D * (float)sc for a half's 16 columns: sc8 its int8 sub-scales, d the super-block's D
 static inline __m512 q6_half_scales(const int8_t* sc8, __m512 d) {
