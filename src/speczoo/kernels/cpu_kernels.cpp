@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <mutex>
+#include <type_traits>
 #include "cpu_kernels.h"
 #if defined(_OPENMP)
 #include <omp.h>
@@ -603,28 +604,56 @@ static inline void attend_tile8(const float* qh, const T* const* kp, int64_t Dh,
 }
 #endif
 
+#if defined(SZ_PATH_AVX512VNNI)
+#define SZ_KTILE_DH 256  // the widest head whose 16 widened keys (16 KB) a tile keeps on the stack
+
+// One head's scores of 16 keys: per key one fma chain over the nc chunks in order (key(t, c): key t's chunk
+// c as fp32 lanes), then v_sum_tree's levels for the 16 at once (lane_sums16).
+template <class Key>
+static inline __m512 scores16(const float* q, int64_t nc, Key key) {
+    __m512 acc[16];
+    for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < nc; ++c) {
+        const __m512 qv = _mm512_loadu_ps(q + 16 * c);
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; ++t) acc[t] = _mm512_fmadd_ps(qv, key(t, c), acc[t]);
+    }
+    return lane_sums16(acc);
+}
+#endif
+
 // scores[h][j] = q_h . k_j for the G heads and n keys: per key, one fma chain over the 16-lane chunks of
-// Dh in order (a last partial chunk zero-filled), then v_sum_tree.
-template <class E>
+// Dh in order (a last partial chunk zero-filled), then v_sum_tree. KeepKeys: the keys are likely in cache
+// (see attend_omp), so widening them once for all heads pays; it never changes a bit.
+template <class E, bool KeepKeys>
 static void attend_scores(const float* qh, const typename E::T* kh, int64_t Dh, int64_t G, const int32_t* slots,
                           int64_t n, float* scores, int64_t n16) {
     const int64_t nc = (Dh + 15) / 16;
     int64_t j = 0;  // keys before j are scored by a SIMD tile
 #if defined(SZ_PATH_AVX512VNNI)
     if (Dh % 16 == 0) {
+        // KeepKeys: fp16 keys are widened once per tile, by the first head as it reads them, and kept in kt
+        // (chunk-major: kt[c][t][16]) for the other heads; with keys in cache the widening, not the fma,
+        // bound the scores when each of the G heads widened its own copy. A row streaming its keys from
+        // memory is slower for the stores, so it widens per head. The values are E::loadn's: the same bits.
+        constexpr bool widen = KeepKeys && std::is_same<E, KvF16>::value;
+        alignas(64) float kt[widen ? 16 * SZ_KTILE_DH : 16];
+        const bool tiled = widen && Dh <= SZ_KTILE_DH;
         for (int64_t j0 = 0; j0 < n; j0 += 16) {
             const typename E::T* kp[16];
             for (int t = 0; t < 16; ++t) kp[t] = kh + (int64_t)slots[j0 + t < n ? j0 + t : j0] * Dh;
+            const auto widened = [&](int t, int64_t c) { return E::loadn(kp[t] + 16 * c, 16).v; };
+            const auto kept = [&](int t, int64_t c) {  // widened, and kept for the heads after the first
+                const __m512 k = widened(t, c);
+                _mm512_store_ps(kt + (16 * c + t) * 16, k);
+                return k;
+            };
+            const auto stored = [&](int t, int64_t c) { return _mm512_load_ps(kt + (16 * c + t) * 16); };
             for (int64_t h = 0; h < G; ++h) {
-                __m512 acc[16];
-                for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
                 const float* q = qh + h * Dh;
-                for (int64_t c = 0; c < nc; ++c) {
-                    const __m512 qv = _mm512_loadu_ps(q + 16 * c);
-#pragma GCC unroll 16
-                    for (int t = 0; t < 16; ++t) acc[t] = _mm512_fmadd_ps(qv, E::loadn(kp[t] + 16 * c, 16).v, acc[t]);
-                }
-                _mm512_storeu_ps(scores + h * n16 + j0, lane_sums16(acc));
+                const __m512 s = !tiled ? scores16(q, nc, widened) : h == 0 ? scores16(q, nc, kept)
+                                                                             : scores16(q, nc, stored);
+                _mm512_storeu_ps(scores + h * n16 + j0, s);
             }
         }
         return;
@@ -705,10 +734,10 @@ using ValueBlocks = ValueBlocksOf<E, 1, 2, 3, 4, 5, 6>;
 
 // One (kv-head, row): G q-heads qh[G][Dh] -> oh[G][Dh]. slots[n]; scores: scratch [G][n16] then lsum [G].
 // softcap > 0: each score s becomes softcap * tanh(s / softcap) before the softmax (v_softcap).
-template <class E>
+template <class E, bool KeepKeys>
 static void attend_task(const float* qh, const typename E::T* kh, const typename E::T* vh, int64_t Dh, int64_t G,
                         const int32_t* slots, int64_t n, float* scores, int64_t n16, float* oh, float softcap) {
-    attend_scores<E>(qh, kh, Dh, G, slots, n, scores, n16);
+    attend_scores<E, KeepKeys>(qh, kh, Dh, G, slots, n, scores, n16);
     if (softcap > 0.0f) {
         const V16 cap = v_set1(softcap);
         for (int64_t h = 0; h < G; ++h)
@@ -771,14 +800,16 @@ static void attend_omp(const float* q, int64_t S, int64_t H, int64_t Dh, const t
                        const int64_t* off, const int64_t* idx, int64_t nmax, float softcap, float* out,
                        int32_t* slots, float* scores) {
     const int64_t G = H / Hkv, n16 = sz_attend_slots_len(nmax);
+    const bool keep_keys = S > 1;  // a verify's rows share their keys, which the first row brings into cache
 #pragma omp for schedule(static)
     for (int64_t task = 0; task < Hkv * S; ++task) {  // kv-head outermost: its K/V stay in cache
         const int64_t g = task / S, i = task % S;
         int64_t n = 0;
         for (int64_t s = lo[i]; s < hi[i]; ++s) slots[n++] = (int32_t)s;
         for (int64_t t = off[i]; t < off[i + 1]; ++t) slots[n++] = (int32_t)idx[t];
-        attend_task<E>(q + (i * H + g * G) * Dh, kc + g * C * Dh, vc + g * C * Dh, Dh, G, slots, n, scores, n16,
-                       out + (i * H + g * G) * Dh, softcap);
+        const auto task_of = keep_keys ? &attend_task<E, true> : &attend_task<E, false>;
+        task_of(q + (i * H + g * G) * Dh, kc + g * C * Dh, vc + g * C * Dh, Dh, G, slots, n, scores, n16,
+                out + (i * H + g * G) * Dh, softcap);
     }
 }
 
