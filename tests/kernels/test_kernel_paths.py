@@ -93,12 +93,13 @@ def test_linears_equal_the_scalar_path(path, fam, scalar):
 def test_attention_equals_the_scalar_path(path, scalar):
     lib, ref_lib = native.kernels(path), native.kernels(scalar)
     g = torch.Generator().manual_seed(4)
-    rows = [(0, 20 + i) for i in range(5)] + [torch.tensor([0, 1, 2, 40, 41]), torch.tensor([3, 42]), (7, 60)]
+    rows = [(0, 20 + i) for i in range(5)] + [torch.tensor([0, 1, 2, 40, 41]), torch.tensor([3, 42]), (7, 60),
+                                              (0, 150), (3, 133)]   # past one block of values (64 keys)
     keys = attention.KeyRows.from_rows(rows)
     # G = 4: Llama 3's; Dh 256: Gemma 2's, the widest head whose keys AVX-512 widens once a tile; 272: past it
     for h, hkv, dh in ((14, 2, 64), (12, 2, 128), (4, 4, 16), (8, 2, 40), (8, 2, 128), (4, 2, 256), (2, 1, 272)):
         q = torch.randn(len(rows), h, dh, generator=g)
-        kc, vc = torch.randn(hkv, 64, dh, generator=g) * 3, torch.randn(hkv, 64, dh, generator=g)
+        kc, vc = torch.randn(hkv, 160, dh, generator=g) * 3, torch.randn(hkv, 160, dh, generator=g)
         for (k, v), softcap in itertools.product(((kc, vc), (kc.half(), vc.half())), (0.0, 50.0, 3.0)):
             ref = attention.attend(q, k, v, keys, lib=ref_lib, softcap=softcap)   # caps: both tanh branches
             for threads in (1, 2):

@@ -732,6 +732,68 @@ template <class E>
 using ValueBlocks = ValueBlocksOf<E, 1, 2, 3, 4, 5, 6>;
 #endif
 
+#if defined(SZ_PATH_AVX512VNNI)
+#define SZ_VACC 128  // the most (head, chunk) accumulators values_by_key_blocks keeps (8 KB on the stack)
+#define SZ_VKEYS 64  // keys a block: their values (16 KB at Dh 128) stay in L1 while every head reads them
+
+// Keys j0 .. j1 of heads h0 .. h0 + HB and chunks c0 .. c0 + CB: acc[c][h] (accs[h][c] between blocks) +=
+// p[h][j] * v_j[c], key by key in order, each chunk of a value widened once for the HB heads.
+template <class E, int HB, int CB>
+static inline void values_tile(const typename E::T* vh, int64_t Dh, const int32_t* slots, int64_t j0, int64_t j1,
+                               const float* p, int64_t n16, int64_t nc, int64_t h0, int64_t c0, __m512* accs) {
+    __m512 acc[CB][HB];
+    for (int c = 0; c < CB; ++c)
+        for (int h = 0; h < HB; ++h) acc[c][h] = accs[(h0 + h) * nc + c0 + c];
+    for (int64_t j = j0; j < j1; ++j) {
+        const typename E::T* v = vh + (int64_t)slots[j] * Dh + 16 * c0;
+        __m512 vv[CB];
+#pragma GCC unroll 4
+        for (int c = 0; c < CB; ++c) vv[c] = E::loadn(v + 16 * c, 16).v;
+#pragma GCC unroll 8
+        for (int h = 0; h < HB; ++h) {
+            const __m512 ph = _mm512_set1_ps(p[(h0 + h) * n16 + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < CB; ++c) acc[c][h] = _mm512_fmadd_ps(ph, vv[c], acc[c][h]);
+        }
+    }
+    for (int c = 0; c < CB; ++c)
+        for (int h = 0; h < HB; ++h) accs[(h0 + h) * nc + c0 + c] = acc[c][h];
+}
+
+template <class E, int HB>
+static inline void values_heads(const typename E::T* vh, int64_t Dh, const int32_t* slots, int64_t j0, int64_t j1,
+                                const float* p, int64_t n16, int64_t nc, int64_t h0, __m512* accs) {
+    int64_t c0 = 0;
+    for (; c0 + 4 <= nc; c0 += 4) values_tile<E, HB, 4>(vh, Dh, slots, j0, j1, p, n16, nc, h0, c0, accs);
+    for (; c0 < nc; ++c0) values_tile<E, HB, 1>(vh, Dh, slots, j0, j1, p, n16, nc, h0, c0, accs);
+}
+
+// attend_values' sums for all G heads with the keys in blocks of SZ_VKEYS (a value read from memory once,
+// not once per 16-lane chunk: the chunk-by-chunk passes strided over the values), each (head, chunk)
+// accumulator the same fma chain over the keys in order, divided by lsum at the end: the same bits.
+template <class E>
+static void values_by_key_blocks(const typename E::T* vh, int64_t Dh, int64_t G, const int32_t* slots, int64_t n,
+                                 const float* p, int64_t n16, const float* lsum, float* oh) {
+    const int64_t nc = Dh / 16;
+    __m512 accs[SZ_VACC];
+    for (int64_t i = 0; i < G * nc; ++i) accs[i] = _mm512_setzero_ps();
+    for (int64_t j0 = 0; j0 < n; j0 += SZ_VKEYS) {
+        const int64_t j1 = j0 + SZ_VKEYS < n ? j0 + SZ_VKEYS : n;
+        int64_t h0 = 0;
+        for (; h0 + 4 <= G; h0 += 4) values_heads<E, 4>(vh, Dh, slots, j0, j1, p, n16, nc, h0, accs);
+        switch (G - h0) {
+            case 3: values_heads<E, 3>(vh, Dh, slots, j0, j1, p, n16, nc, h0, accs); break;
+            case 2: values_heads<E, 2>(vh, Dh, slots, j0, j1, p, n16, nc, h0, accs); break;
+            case 1: values_heads<E, 1>(vh, Dh, slots, j0, j1, p, n16, nc, h0, accs); break;
+            default: break;
+        }
+    }
+    for (int64_t h = 0; h < G; ++h)
+        for (int64_t c = 0; c < nc; ++c)
+            _mm512_storeu_ps(oh + h * Dh + 16 * c, _mm512_div_ps(accs[h * nc + c], _mm512_set1_ps(lsum[h])));
+}
+#endif
+
 // One (kv-head, row): G q-heads qh[G][Dh] -> oh[G][Dh]. slots[n]; scores: scratch [G][n16] then lsum [G].
 // softcap > 0: each score s becomes softcap * tanh(s / softcap) before the softmax (v_softcap).
 template <class E, bool KeepKeys>
@@ -764,6 +826,12 @@ static void attend_task(const float* qh, const typename E::T* kh, const typename
         }
         lsum[h] = v_sum_tree(ls);
     }
+#if defined(SZ_PATH_AVX512VNNI)
+    if (Dh % 16 == 0 && G * (Dh / 16) <= SZ_VACC) {
+        values_by_key_blocks<E>(vh, Dh, G, slots, n, scores, n16, lsum, oh);
+        return;
+    }
+#endif
     for (int64_t h0 = 0; h0 < G;) {  // up to SZ_VHEADS heads share each loaded value vector
         const int hb = (int)(G - h0 < SZ_VHEADS ? G - h0 : SZ_VHEADS);
         ValueBlocks<E>::by_heads[hb - 1](vh, Dh, slots, n, scores + h0 * n16, n16, lsum + h0, oh + h0 * Dh);
