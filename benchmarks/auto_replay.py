@@ -91,13 +91,18 @@ class RecordedDraft(Drafter):
     target steps through `spent`. With `charge_misses` a chain goes on past its first wrong token as the
     real one would, until the floors or K stop it, each further token a one-row forward charged to it;
     what the draft would say and how sure it would be there was not recorded, so its tokens and
-    confidences on the right text stand in (the tokens are judged wrong all the same: they follow a miss)."""
+    confidences on the right text stand in (the tokens are judged wrong all the same: they follow a miss).
+    window: a catch-up feeds at most this many missed ids, as DraftModelDrafter's (0: all); its predictions
+    are still the recorded ones, fed every id: the replay prices the bounded catch-up, not what the ids it
+    skips cost its acceptance (a live run measures that)."""
 
     name = "draft"
     stops_on_confidence = True
 
-    def __init__(self, rec: Recording, guesses: bool = True, charge_misses: bool = False):
+    def __init__(self, rec: Recording, guesses: bool = True, charge_misses: bool = False,
+                 window: int = DRAFTING.catch_up_window):
         self.rec = rec
+        self.window = window
         self.charge_misses = charge_misses
         self.fed: list[int] = []
         self.spent = 0.0
@@ -110,7 +115,8 @@ class RecordedDraft(Drafter):
             self.guesser.reset()
 
     def lag(self, context: list[int]) -> int:
-        return len(context) - 1 - agreeing_prefix(self.fed, context)
+        missed = len(context) - 1 - agreeing_prefix(self.fed, context)
+        return min(missed, self.window) if self.window else missed
 
     def prefill(self, prompt: list[int]) -> None:
         self.fed = list(prompt[:-1])
@@ -118,6 +124,8 @@ class RecordedDraft(Drafter):
     def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         r = self.rec
         feed = len(context) - agreeing_prefix(self.fed, context)  # catch-up ids + the last context id
+        if self.window:
+            feed = min(feed, self.window + 1)
         self.fed = list(context)
         j = len(context) - len(r.prompt)                         # the output index the first token predicts
         tokens: list[int] = []
@@ -184,12 +192,13 @@ class Replay:
 
 def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Controller,
            k_max: int = 8, ngram_order: int = 3, eagle: EagleReplay | None = None,
-           auto_excludes: frozenset[str] = frozenset(), charge_misses: bool = False) -> Replay:
+           auto_excludes: frozenset[str] = frozenset(), charge_misses: bool = False,
+           window: int = DRAFTING.catch_up_window) -> Replay:
     """Replay `mode` (ngram | draft | eagle | eagle-tree | auto) on the recording: the engine's own rounds
     (decoding/round.py), verified against the recorded greedy output; `auto` offers the EAGLE drafters too when `eagle` is
     given, less `auto_excludes` (NOT_AUTO: as the runtime's). controller: the Controller class (or a factory with
     its signature) to judge: the default is the shipped one. charge_misses: the draft model's chains go on
-    past a miss (RecordedDraft)."""
+    past a miss; window: its catch-up window (RecordedDraft)."""
     from speczoo.decoding.drafters.ngram import NgramDrafter
 
     if mode not in MODES + EAGLE_MODES:
@@ -200,7 +209,7 @@ def replay(rec: Recording, mode: str, controller: Callable[..., Controller] = Co
     if mode in ("ngram", "auto"):
         drafters["ngram"] = NgramDrafter(max_order=ngram_order)
     if mode in ("draft", "auto"):
-        drafters["draft"] = RecordedDraft(rec, charge_misses=charge_misses)
+        drafters["draft"] = RecordedDraft(rec, charge_misses=charge_misses, window=window)
     price = {"ngram": 0.0, "draft": rec.draft_step}
     readers: list = []
     if eagle is not None and mode in ("auto", *EAGLE_MODES):
@@ -305,12 +314,12 @@ def load_recordings(path: Path) -> dict[str, Recording]:
 
 def replay_all(recs: dict[str, Recording], modes: Sequence[str], k_max: int = 8,
                heads: dict[str, EagleReplay] | None = None, auto_excludes: frozenset[str] = frozenset(),
-               controller: Callable[..., Controller] = Controller, charge_misses: bool = False
-               ) -> dict[str, dict[str, Replay]]:
+               controller: Callable[..., Controller] = Controller, charge_misses: bool = False,
+               window: int = DRAFTING.catch_up_window) -> dict[str, dict[str, Replay]]:
     """Every recording under every mode: {recording: {mode: Replay}}."""
     heads = heads or {}
     return {name: {m: replay(rec, m, controller, k_max=k_max, eagle=heads.get(name), auto_excludes=auto_excludes,
-                             charge_misses=charge_misses)
+                             charge_misses=charge_misses, window=window)
                    for m in modes}
             for name, rec in recs.items()}
 
@@ -339,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the draft model's chains go on past their first wrong token until its floors or K "
                          "stop them, each further token charged a step (its confidences there: those on the "
                          "right text)")
+    ap.add_argument("--catch-up-window", type=int, default=DRAFTING.catch_up_window, metavar="N",
+                    help="the draft model's catch-up feeds at most N missed ids (0: all; default "
+                         f"{DRAFTING.catch_up_window}, the engine's)")
     ap.add_argument("--head", default=None, help="also replay this installed EAGLE head (eagle, eagle-tree, "
                     "and inside auto); its features come from one target forward per recording")
     ap.add_argument("--tree", default="6,4", metavar="DEPTH,BRANCH", help="eagle-tree's shape (default 6,4)")
@@ -362,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
             priced = {n: replace(r, draft_step=args.draft_ratio) for n, r in priced.items()}
         title = "recordings' own costs" if profile is None else profile.describe()
         print(title if args.draft_ratio is None else f"{title} (draft step {args.draft_ratio:g})")
-        results = replay_all(priced, modes, args.k, heads, NOT_AUTO, charge_misses=args.charge_misses)
+        results = replay_all(priced, modes, args.k, heads, NOT_AUTO, charge_misses=args.charge_misses,
+                             window=args.catch_up_window)
         holds &= print_report(priced, results, modes, args.each).holds
         print()
     if len(profiles) > 1:

@@ -14,14 +14,14 @@ from offered import offered
 from reference import HashOracle, MarkovOracle, OracleModel, TokenCache
 
 
-def engine_with_draft(target_oracle, draft_oracle, max_seq=200):
+def engine_with_draft(target_oracle, draft_oracle, max_seq=200, window=0):
     """(engine, target, draft model, draft cache): an engine offering prompt lookup and a draft model, both
-    on oracles."""
-    draft_model = OracleModel(draft_oracle)
+    on oracles; window: the draft's catch-up window (DraftModelDrafter)."""
+    draft_model = OracleModel(draft_oracle, gaps=window > 0)
     draft_cache = TokenCache(max_seq + 160)
 
     def factory(req):
-        d = DraftModelDrafter(draft_model, draft_cache, req.sampling)
+        d = DraftModelDrafter(draft_model, draft_cache, req.sampling, window=window)
         d.reset()
         return d
 

@@ -93,10 +93,12 @@ class OracleModel:
     """An oracle behind the model forward contract: a causal chain, or a token tree given as Tree(mask)
     (row i then sees the committed slots and the rows mask[i] marks, and its position must be
     the committed length + its depth, as a real model's would be). It gives every row's logits and no
-    hidden states, whatever the readout asks."""
+    hidden states, whatever the readout asks. gaps: a chain's positions may run ahead of the cache length
+    (a draft's cache with skipped ids, DraftModelDrafter's window), still one apart and never behind it."""
 
-    def __init__(self, oracle):
+    def __init__(self, oracle, gaps: bool = False):
         self.oracle = oracle
+        self.gaps = gaps
         self.forwards = 0
 
     def __call__(self, tokens: Tensor, positions: Tensor, cache: TokenCache, *, attend: Attend = CHAIN,
@@ -111,7 +113,8 @@ class OracleModel:
             seen = [attend.mask[i].nonzero().flatten().tolist() for i in range(len(ids))]
         else:
             seen = [list(range(i + 1)) for i in range(len(ids))]
-        want = [l0 + len(rows) - 1 for rows in seen]
+        ahead = positions[0].item() - l0 if self.gaps and not isinstance(attend, Tree) else 0
+        want = [l0 + max(0, ahead) + len(rows) - 1 for rows in seen]
         if positions.tolist() != want:
             raise AssertionError(f"positions {positions.tolist()} do not follow the cache length {l0} "
                                  f"and the tree depths: expected {want}")

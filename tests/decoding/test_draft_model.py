@@ -106,6 +106,62 @@ def test_lag_counts_the_ids_the_draft_has_not_seen():
     assert draft.lag([9, 9, 9, 9]) == 3               # another text altogether
 
 
+def _kept(d: DraftModelDrafter) -> list[int]:
+    """The ids of `d.fed` that have a cache row (those outside its holes)."""
+    skipped = {i for at, count in d.holes for i in range(at, at + count)}
+    return [t for i, t in enumerate(d.fed) if i not in skipped]
+
+
+def test_a_windowed_catch_up_feeds_only_the_last_missed_ids_at_their_true_positions():
+    base = HashOracle(30, seed=8)
+    seen: list[list[int]] = []                    # each forward's positions
+
+    class Spy(OracleModel):
+        def __call__(self, tokens, positions, cache, **kw):
+            seen.append(positions.tolist())
+            return super().__call__(tokens, positions, cache, **kw)
+
+    model = Spy(base, gaps=True)                  # asserts each chain's positions are one apart
+    cache = TokenCache(200)
+    d = DraftModelDrafter(model, cache, window=4)
+    prompt = [1, 2, 3, 4, 5]
+    d.prefill(prompt)                             # the prompt is fed whole, window or not
+    assert cache.slots == prompt[:-1] and d.lag(prompt) == 0
+    ctx = prompt + list(range(6, 26))             # prompt lookup copied 20 ids the draft did not see
+    assert d.lag(ctx) == 4                        # only the window is priced
+    before = model.forwards
+    draft = d.propose(ctx, 1)
+    assert model.forwards - before == 1           # one forward over the window and the last id
+    assert seen[-1] == list(range(20, 25))        # at their positions in the text, not their slots
+    assert cache.slots == prompt[:4] + ctx[-5:]   # ctx[4:-5] skipped: a hole, no rows
+    assert d.holes == [(4, len(ctx) - 9)] and d.fed == ctx and _kept(d) == cache.slots
+    assert d.lag(ctx + draft.tokens) == 0
+    # a rollback into the hole (another continuation after ctx[:10]) keeps the rows before it
+    other = ctx[:10] + [29, 28]
+    d.propose(other, 2)
+    assert d.fed[:12] == other and d.holes == [(4, 6)]          # the hole cut where the rollback cut
+    assert cache.slots == prompt[:4] + [29, 28, d.fed[12]] == _kept(d)
+    # rolled back before the hole: no hole is left
+    d.propose(prompt[:3] + [7], 1)
+    assert d.holes == [] and cache.slots[:4] == prompt[:3] + [7]
+
+
+def test_a_windowed_catch_up_loses_nothing():
+    """With a window the draft skips ids it missed, so its proposals change; the output never does."""
+    rng = random.Random(11)
+    for case in range(200):
+        vocab = rng.choice([3, 10, 40])
+        base = MarkovOracle(vocab, seed=case) if case % 2 else HashOracle(vocab, seed=case, order=2)
+        draft = NoisyOracle(base, miss=rng.choice([0.0, 0.2, 0.6]), seed=case)
+        window = rng.choice([1, 2, 4])
+        eng, target, dmodel, dcache = engine_with_draft(base, draft, window=window)
+        prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 20))] * rng.randint(1, 4)
+        n = rng.randint(1, 60)
+        spec = rng.choice(["draft", "auto"])
+        done = generate(eng, prompt_ids=prompt, max_new_tokens=n, spec=spec, k=rng.choice([1, 3, 8]))
+        assert done.ids == reference_greedy(base, prompt, n), f"case {case}"
+
+
 class SureOracle:
     """Always proposes `len(ctx) % 7`, with probability SURE[len(ctx) - 3] (then 0.5 once past the list)."""
     SURE = [0.9, 0.8, 0.6, 0.99, 0.99]

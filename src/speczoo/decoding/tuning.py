@@ -217,6 +217,9 @@ class Drafting:
     guess_max:        the most prompt-lookup guesses fed along with one draft step.
     guess_order:      the longest suffix prompt lookup matches for a guess.
     guess_prior:      a guess's confirmation rate before evidence in a situation without a prior.
+    catch_up_window:  after sitting out rounds it feeds only the last this many ids it missed (0: all):
+                      its catch-up then costs a bounded forward however long prompt lookup copied, and a
+                      controller that prices that cost no longer locks it out after long copies.
     EAGLE trees (drafters/eagle.py, `--spec eagle-tree`):
     eagle_tree_depth: the longest path a tree proposes.
     eagle_tree_branch: children tried per expanded node, and nodes expanded per depth.
@@ -247,6 +250,7 @@ class Drafting:
     guess_max: int = 8
     guess_order: int = 3
     guess_prior: float = 0.5
+    catch_up_window: int = 16
     eagle_tree_depth: int = 6
     eagle_tree_branch: int = 4
     suffix_memory_tokens: int = 262144
@@ -267,6 +271,8 @@ class Drafting:
         bad = [f"{n} must be >= 1" for n in ("match_cap", "agree_window", "lookup_reach", "tree_matches",
                                               "head_vocab", "guess_order", "eagle_tree_depth", "eagle_tree_branch")
                if getattr(self, n) < 1]
+        if self.catch_up_window < 0:
+            bad.append("catch_up_window must be >= 0")
         if self.suffix_memory_tokens < 0 or self.suffix_lead < 0:
             bad.append("suffix_memory_tokens and suffix_lead must be >= 0")
         if not 1 <= self.suffix_orders[0] <= self.suffix_orders[1]:

@@ -12,6 +12,10 @@ verify rules stay exact. Where the text copies itself, a step also takes the ids
 the draft will say (guess.py): the same chain in fewer forwards. A draft whose embedding has other row
 counts than the target's (padding past one shared tokenizer, decoding/pair.py) works in the target's ids
 (SharedVocab): it proposes only ids the target has, and is fed a stand-in for an id it has no row for.
+A draft that sat out rounds (prompt lookup copied a long stretch) catches up on the last `window` ids of
+what it missed only: the ids before them are skipped, left out of its cache (a hole), and the ids it
+feeds keep their true positions. Its proposals may then be a little worse, never the output (the target
+verifies every token); its catch-up costs a forward over at most window + 1 rows, however long the copy.
 """
 
 from __future__ import annotations
@@ -73,28 +77,33 @@ class DraftModelDrafter(Drafter):
 
     def __init__(self, model, cache, params: SamplingParams | None = None,
                  generator: torch.Generator | None = None, head: ReducedHead | None = None,
-                 guesser: Guesser | None = None, vocab: SharedVocab | None = None):
+                 guesser: Guesser | None = None, vocab: SharedVocab | None = None, window: int = 0):
+        if window < 0:
+            raise ValueError(f"the catch-up window must be >= 0 (0: feed every missed id), got {window}")
         self.model = model
+        self.window = window              # the most missed ids a catch-up feeds (0: all of them)
         self.vocab = vocab                # the draft's and the target's rows when they differ (None: the same)
         self.cache = cache
         self.head = head                  # a reduced-vocabulary head for proposals (None: the model's own)
         self.guesser = guesser            # prompt-lookup guesses fed along with a step (None: none)
         self.params = params or SamplingParams()
         self.generator = generator
-        self.fed: list[int] = []          # ids whose K/V sit in the draft cache, in order
+        self.fed: list[int] = []          # the context ids the draft cache accounts for, in order
+        self.holes: list[tuple[int, int]] = []   # (index in fed, count): skipped ids, with no cache row
         self._agreed = 0                  # fed[:_agreed] agreed with the context at the last sync
         self.forwards = 0
 
     def reset(self) -> None:
         self.cache.reset()
         self.fed = []
+        self.holes = []
         self._agreed = 0
         if self.guesser is not None:
             self.guesser.reset()
 
     def _forward(self, ids: list[int], rows: int = 1) -> torch.Tensor:  # -> logits [rows, V] of the last rows
         """V: the target's vocabulary (see SharedVocab)."""
-        start = self.cache.length
+        start = len(self.fed)                           # the true position (past a hole: not the slot)
         tokens = torch.tensor(ids if self.vocab is None else self.vocab.feedable(ids), dtype=torch.long)
         positions = torch.arange(start, start + len(ids), dtype=torch.long)
         self.fed.extend(ids)
@@ -107,17 +116,29 @@ class DraftModelDrafter(Drafter):
         """Within a request the context only grows, so the scan starts where the last sync left off."""
         return agreeing_prefix(self.fed, context, self._agreed)
 
-    def _sync(self, context: list[int]) -> list[int]:
-        """Roll the cache back to the agreeing prefix; return the ids still to feed (never empty)."""
-        n = self._agreeing(context)
-        self.cache.truncate(n)
+    def _truncate(self, n: int) -> None:
+        """Keep what fed[:n] left in the cache (its slots: n less the skipped ids before n)."""
+        self.holes = [(at, min(count, n - at)) for at, count in self.holes if at < n]
+        self.cache.truncate(n - sum(count for _, count in self.holes))
         del self.fed[n:]
+
+    def _sync(self, context: list[int], window: int = 0) -> list[int]:
+        """Roll the cache back to the agreeing prefix; return the ids still to feed (never empty). With a
+        `window`, missed ids before the last `window` of them (and the context's last id) are skipped."""
+        n = self._agreeing(context)
+        self._truncate(n)
         self._agreed = n
+        skip = len(context) - 1 - n - window if window else 0
+        if skip > 0:
+            self.holes.append((n, skip))
+            self.fed.extend(context[n:n + skip])
+            n += skip
         return context[n:]
 
     def lag(self, context: list[int]) -> int:
-        """Ids to feed before proposing after `context`, beyond its last one."""
-        return len(context) - 1 - self._agreeing(context) if context else 0
+        """Ids to feed before proposing after `context`, beyond its last one (at most the window)."""
+        missed = len(context) - 1 - self._agreeing(context) if context else 0
+        return min(missed, self.window) if self.window else missed
 
     def prefill(self, prompt: list[int]) -> None:
         """Fill the draft cache with the prompt (the next proposal re-feeds only its last id)."""
@@ -137,7 +158,7 @@ class DraftModelDrafter(Drafter):
             raise ValueError("the draft model needs at least one context token")
         if k < 1:
             return Draft(tokens=[], drafter=self.name)
-        feed = self._sync(context)          # ids not in the cache yet; ends with the context's last id
+        feed = self._sync(context, self.window)   # ids to feed; ends with the context's last id
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         said: list[float] = []              # the probability given to each token (with floors: all of them)
@@ -145,7 +166,7 @@ class DraftModelDrafter(Drafter):
         work = 0.0                          # its forwards, each at its cost over its rows (in steps)
         while True:
             guess = self.guesser.guess(context, tokens, k - len(tokens) - 1) if self.guesser else []
-            base = self.cache.length + len(feed)       # where the guessed ids' rows go
+            base = len(self.fed) + len(feed)           # where the guessed ids go in fed
             work += self.guesser.rows.wide(len(feed) + len(guess)) if guess else 1.0
             logits = self._forward(feed + guess, 1 + len(guess))           # [1 + G, V]
             for j in range(1 + len(guess)):              # row j: after feed and the first j guessed ids
@@ -162,8 +183,7 @@ class DraftModelDrafter(Drafter):
             if done:
                 return Draft(tokens=tokens, probs=torch.stack(qs) if qs else None, drafter=self.name, work=work,
                              confidences=said if floors else None)
-            self.cache.truncate(base + j)              # rows after a guessed id the draft did not say
-            del self.fed[base + j:]
+            self._truncate(base + j)                   # rows after a guessed id the draft did not say
             feed = [t]
 
     def _pick(self, logits: torch.Tensor, qs: list[torch.Tensor], sure: bool) -> tuple[int, float]:
@@ -195,7 +215,8 @@ def reduced_head(model, head_vocab: int | None = DRAFTING.head_vocab) -> Reduced
 
 def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRAFTING.head_vocab,
                        rows: CvCurve | float | None = None, guess_max: int = DRAFTING.guess_max,
-                       kv_dtype: torch.dtype = torch.float32) -> Callable[[GenerationRequest], DraftModelDrafter]:
+                       kv_dtype: torch.dtype = torch.float32, window: int = DRAFTING.catch_up_window
+                       ) -> Callable[[GenerationRequest], DraftModelDrafter]:
     """A factory the engine calls per request: one draft cache, reused (reset) across requests.
 
     draft, target: loaded models (runtime.LoadedModel: .model, .args, .name) of the same tokenizer (their
@@ -206,6 +227,8 @@ def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRA
     rows: the draft's forward cost over S rows relative to one (its c_v curve), which sizes the
     prompt-lookup guesses (guess.py); None: no guesses. guess_max: the most guessed ids per forward.
     kv_dtype: the draft cache's element type (the target's, --kv-type).
+    window: the most missed ids a catch-up feeds (DraftModelDrafter; 0: all). A draft with sliding-window
+    or convolution layers feeds all: their keys and state are found by slot, which a hole would shift.
     """
     from speczoo.cache import KVCache
 
@@ -213,12 +236,14 @@ def make_draft_drafter(draft, target, max_seq: int, head_vocab: int | None = DRA
     vocab = SharedVocab(*sizes) if sizes[0] != sizes[1] else None
     cache = KVCache(draft.args, max_seq, extra=DRAFTING.draft_cache_margin, dtype=kv_dtype)
     head = reduced_head(draft.model, head_vocab)
+    if draft.args.sliding_window > 0 or draft.args.conv_layers:
+        window = 0
 
     def factory(req: GenerationRequest) -> DraftModelDrafter:
         gen = None if req.sampling.greedy else sampling.make_generator(
             None if req.sampling.seed is None else req.sampling.seed + 1)
         guesser = Guesser(rows, guess_max) if rows is not None and guess_max > 0 else None
-        d = DraftModelDrafter(draft.model, cache, req.sampling, gen, head, guesser, vocab)
+        d = DraftModelDrafter(draft.model, cache, req.sampling, gen, head, guesser, vocab, window)
         d.reset()
         return d
 
