@@ -39,7 +39,7 @@ alone would lose the round (`spread_rounds`).
 Confidence: a drafter that knows how sure it is of each token it proposes (a draft model) is asked for
 up to K tokens with per-depth floors and stops itself once the chain is unlikely to survive
 (`stop_rate`), its confidences read through their fit to what the target kept (decoding/confidence.py:
-a draft surer or less sure than it is right stops where the chain's real chance says); once it keeps the floor for long runs (decoding/runs.py) it may draft up to k_max. Drafting
+a draft surer or less sure than it is right stops where the chain's real chance says), up to k_max. Drafting
 so, it yields more per round than a chain of its α would (deep where it is sure, short where it is not):
 it is also priced by what its own rounds yielded, tokens per round over their cost (decoding/round_yield.py),
 and chosen on the better of that and its α's rate. The
@@ -88,7 +88,7 @@ class Controller:
     priors:     per drafter, situation -> prior α of that situation's estimate (Tuning.prior_alpha
                 otherwise).
     confident:  drafters that stop on their own confidence: when chosen they get the floors of `floors`
-                and, if alone or on long runs, up to k_max tokens.
+                and up to k_max tokens.
     trees:      drafters that propose token trees of up to K nodes: priced by their own accepted tokens
                 per node budget (TreeAcceptance), not by a chain's α; `update` needs their rounds' nodes
                 and accepted paths.
@@ -196,17 +196,15 @@ class Controller:
         return tuple(fit.floor(self.tuning.stop_rate * (step + cv(i + 2) - cv(i + 1))) for i in range(1, k))
 
     def _finish(self, choice: Choice) -> Choice:
-        """A chosen drafter that stops on its own confidence gets its floors; when it is the only drafter,
-        or when it keeps the floor for runs of Tuning.deep_run rounds or more (decoding/runs.py), it may
-        also draft up to k_max tokens (as far as the c_v curve reaches). Otherwise its K stays the plan's:
-        a long chain would preempt the other drafters, and prompt lookup that has no match this round
-        often resumes a copy the next, at a fraction of the cost per token."""
+        """A chosen drafter that stops on its own confidence gets its floors and may draft up to k_max
+        tokens (as far as the c_v curve reaches): the floors end its chain where one more token is unlikely
+        to pay, so the plan's K (set on a chain's α, 2 or 3 tokens at a first-token α of 0.6-0.7) would only
+        leave tokens it is sure of on the table; that holds beside prompt lookup as well, which still takes
+        every round it prices higher (docs/tuning.md, "deep chains")."""
         if not self.stops_on_confidence(choice.drafter):
             return choice
-        k = choice.k
-        if len(self.drafters) == 1 or self.runs.expected(choice.drafter) >= self.tuning.deep_run:
-            top = self.costs.cv.max_s
-            k = max(k, self.k_max if top is None else min(self.k_max, top - 1))
+        top = self.costs.cv.max_s
+        k = max(choice.k, self.k_max if top is None else min(self.k_max, top - 1))
         return replace(choice, k=k, floors=self.floors(choice.drafter, k))
 
     def _overhead(self, drafter: str, lag: int, spread: bool = False) -> float:

@@ -1,10 +1,8 @@
 """How long each drafter keeps the floor once chosen: the running mean of its runs of rounds.
 
-A run is a stretch of consecutive rounds that end up with the same drafter. The controller lets a
-confident drafter (a draft model, which stops on its own confidence) draft as deep as k_max once its
-runs are long (Tuning.deep_run): then prompt lookup rarely takes a round from it, so a long chain
-preempts nothing, while a K capped at the plan's (2 or 3 tokens at a first-token α of 0.6-0.7) would
-leave accepted tokens on the table. What that bought: docs/tuning.md.
+A run is a stretch of consecutive rounds that end up with the same drafter. The controller spreads a
+lagging draft model's catch-up over the rounds it is then expected to keep the floor (Tuning.spread_rounds,
+at least), and this is that expectation.
 
 Pure bookkeeping: no model, no clock.
 """

@@ -60,11 +60,8 @@ class Tuning:
     stop_rate:      it drafts up to K and stops once the product of its confidences falls below a floor;
                     the floor after i tokens is stop_rate × (draft step + c_v(i + 2) − c_v(i + 1)), the
                     round's marginal cost priced at a typical speculative rate.
-    deep_run:       when its runs of rounds (decoding/runs.py) are this long on their running mean, it
-                    may draft up to k_max: then prompt lookup rarely takes a round from it, so a long
-                    chain preempts nothing.
-    run_prior:      the run length expected before any run has ended (below deep_run: no deep chains
-                    until a drafter has shown a run of several rounds).
+    run_prior:      the run length of a drafter expected before any of its runs has ended (decoding/runs.py:
+                    what a catch-up is spread over, with spread_rounds).
     run_weight:     the weight of the latest run in that running mean (runs change with the text).
     yield_weight:   it is also priced by what its rounds yielded (decoding/round_yield.py: tokens per
                     round over cost per round, the better of that and its α's rate); the weight of the
@@ -90,7 +87,6 @@ class Tuning:
     catch_up_weight: float = 2.0
     spread_rounds: float = 8.0
     stop_rate: float = 1.5
-    deep_run: float = 2.0
     run_prior: float = 0.5
     run_weight: float = 0.5
     yield_weight: float = 0.125
@@ -104,7 +100,7 @@ class Tuning:
             if not getattr(self, name) >= 0:
                 bad.append(f"{name} must be >= 0")
         for name in ("half_life", "prior_weight", "probe_budget", "free_probe_budget", "spread_rounds",
-                     "deep_run", "run_prior", "confidence_half_life", "confidence_prior"):
+                     "run_prior", "confidence_half_life", "confidence_prior"):
             if not getattr(self, name) > 0:
                 bad.append(f"{name} must be > 0")
         for name in ("ceiling_alpha", "prior_alpha", "probe_alpha"):
