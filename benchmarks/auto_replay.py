@@ -53,7 +53,7 @@ from pathlib import Path
 from speczoo.decoding.controller import NONE, Controller
 from speczoo.decoding.pricing.cost import Costs, CvCurve
 from speczoo.decoding.drafters.base import Drafter
-from speczoo.decoding.drafters.draft_model import agreeing_prefix, reduced_head
+from speczoo.decoding.drafters.draft_model import agreeing_prefix, catch_up_ids, reduced_head
 from speczoo.decoding.drafters.guess import Guesser
 from speczoo.decoding.drafters.registry import BUILTIN, EAGLE_HEAD
 from speczoo.decoding.round import Generation, RoundPlan, run_round, verify_recorded
@@ -115,17 +115,15 @@ class RecordedDraft(Drafter):
             self.guesser.reset()
 
     def lag(self, context: list[int]) -> int:
-        missed = len(context) - 1 - agreeing_prefix(self.fed, context)
-        return min(missed, self.window) if self.window else missed
+        return catch_up_ids(len(context) - 1 - agreeing_prefix(self.fed, context), self.window)
 
     def prefill(self, prompt: list[int]) -> None:
         self.fed = list(prompt[:-1])
 
     def propose(self, context: list[int], k: int, floors: Sequence[float] = ()) -> Draft:
         r = self.rec
-        feed = len(context) - agreeing_prefix(self.fed, context)  # catch-up ids + the last context id
-        if self.window:
-            feed = min(feed, self.window + 1)
+        # the catch-up's ids and the last context id
+        feed = catch_up_ids(len(context) - 1 - agreeing_prefix(self.fed, context), self.window) + 1
         self.fed = list(context)
         j = len(context) - len(r.prompt)                         # the output index the first token predicts
         tokens: list[int] = []

@@ -49,6 +49,12 @@ def agreeing_prefix(fed: list[int], context: list[int], hint: int = 0) -> int:
     return n
 
 
+def catch_up_ids(missed: int, window: int) -> int:
+    """How many of the `missed` ids a draft that sat out rounds feeds before proposing: the last `window`
+    of them (0: every one); the ones before are skipped."""
+    return min(missed, window) if window else missed
+
+
 @dataclass(frozen=True)
 class SharedVocab:
     """A draft and a target whose embeddings have different row counts over one tokenizer (the rows past
@@ -128,7 +134,8 @@ class DraftModelDrafter(Drafter):
         n = self._agreeing(context)
         self._truncate(n)
         self._agreed = n
-        skip = len(context) - 1 - n - window if window else 0
+        missed = len(context) - 1 - n
+        skip = missed - catch_up_ids(missed, window)
         if skip > 0:
             self.holes.append((n, skip))
             self.fed.extend(context[n:n + skip])
@@ -137,8 +144,7 @@ class DraftModelDrafter(Drafter):
 
     def lag(self, context: list[int]) -> int:
         """Ids to feed before proposing after `context`, beyond its last one (at most the window)."""
-        missed = len(context) - 1 - self._agreeing(context) if context else 0
-        return min(missed, self.window) if self.window else missed
+        return catch_up_ids(len(context) - 1 - self._agreeing(context), self.window) if context else 0
 
     def prefill(self, prompt: list[int]) -> None:
         """Fill the draft cache with the prompt (the next proposal re-feeds only its last id)."""
