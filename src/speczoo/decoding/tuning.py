@@ -215,7 +215,7 @@ class Drafting:
     guess_prior:      a guess's confirmation rate before evidence in a situation without a prior.
     catch_up_window:  after sitting out rounds it feeds only the last this many ids it missed (0: all):
                       its catch-up then costs a bounded forward however long prompt lookup copied, and a
-                      controller that prices that cost no longer locks it out after long copies.
+                      controller that prices that cost does not lock it out after long copies.
     EAGLE trees (drafters/eagle.py, `--spec eagle-tree`):
     eagle_tree_depth: the longest path a tree proposes.
     eagle_tree_branch: children tried per expanded node, and nodes expanded per depth.
