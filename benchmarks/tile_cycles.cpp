@@ -10,6 +10,7 @@
 // `invariant` is 1 when the R-row tile gives, bit for bit, what R one-row tiles give (the kernels' batch
 // invariance); the harness never touches the kernels' state and writes nothing but stdout.
 #define SZ_PF 12  // prefetch distance in super-blocks, as cpu_kernels.cpp builds it (addresses only)
+static bool sz_one_row_prefetch = false;  // cpu_kernels.cpp's default (the codes sit in L1 here either way)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

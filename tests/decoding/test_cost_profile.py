@@ -10,8 +10,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from tiny import tiny_model
 
+from speczoo.cache import KVCache
 from speczoo.decoding.pricing import profile as cv
 from speczoo.decoding.drafters.draft_model import reduced_head
 from speczoo.decoding.pricing.profile import (PROFILE_SIZES, StepBudget, load_or_measure, profile_key, profile_path,
@@ -186,12 +188,14 @@ def test_the_budget_is_in_the_machines_own_steps(tmp_path, monkeypatch, capsys):
 def test_a_slow_path_keeps_to_the_budget_and_fits_the_larger_sizes(tmp_path, monkeypatch, capsys):
     """Every forward costing 50 ms a row on the profile's clock (a scalar path in miniature): the full
     profile would take about 15 s; within a 1 s cap it times S = 1 and 3 only, right after the probe
-    and without the prefill, fits the rest on their line, and stores that, marked as fitted."""
+    and without the prefill, fits the rest on their line, and stores that, marked as fitted. The one-row
+    prefetch choice first gets a quarter of the cap, too little for two rounds: one forward, no choice."""
     m = loaded(tmp_path, "slow", "q4")
     rows, clock = counted(monkeypatch, m, 0.05)
     data = load_or_measure(m, budget=StepBudget(steps=1e9, max_s=1.0), draft_head=head)
     assert clock[0] <= 1.0
-    assert rows == [1, 1, 3, 1, 3, 1, 3, 1, 3, 1]      # cold, probe 1 and 3, then draft and target in turn
+    assert rows == [1, 1, 1, 3, 1, 3, 1, 3, 1, 3, 1]   # one-row choice, cold, probe 1 and 3, draft and target in turn
+    assert "one_row" not in data and m.model.one_row_prefetch is False
     assert [int(s) for s in data["ms"]] == PROFILE_SIZES and data["interpolated"] == [2, 5, 9, 17]
     assert data["draft_interpolated"] == [2, 5, 9] and set(data["draft_cv"]) == {"1", "2", "3", "5", "9"}
     assert data["cv"] == {str(s): float(s) for s in PROFILE_SIZES}      # 17 rows cost 17 steps here
@@ -246,3 +250,25 @@ def test_another_draft_head_size_is_timed_once_for_the_draft_alone_and_stored(tm
     assert (again.step, again.rows(9)) == (small.step, small.rows(9)) and d_rows == []
     assert profile_path(draft).is_file() and profile_path(draft) != profile_path(draft, 64)
     assert profile_path(draft, None).name.endswith("-dvfull.json")
+
+
+def test_the_one_row_prefetch_is_chosen_with_the_profile_and_applied_at_every_load(tmp_path):
+    """A compiled model's profile times its one-row forward both ways and stores the choice; a later load
+    sets the model to it, and the model sets the kernels to it before each forward. A float model (no
+    compiled kernels) has nothing to choose."""
+    from speczoo.kernels import native
+
+    m = loaded(tmp_path, "pf", "q4")
+    data = load_or_measure(m)
+    assert set(data["one_row"]) == {"prefetch", "ms", "rounds"} and data["one_row"]["rounds"] >= 2
+    assert m.model.one_row_prefetch is data["one_row"]["prefetch"]
+    for choice in (True, False):
+        profile_path(m).write_text(json.dumps({**data, "one_row": {**data["one_row"], "prefetch": choice}}))
+        again = dataclasses.replace(m, model=loaded(tmp_path, f"pf{choice}", "q4").model)    # a fresh load
+        load_or_measure(again)
+        assert again.model.one_row_prefetch is choice
+        native.set_one_row_prefetch(not choice)
+        again.model(torch.tensor([1]), torch.tensor([0]), KVCache(again.args, 4))
+        assert native.one_row_prefetch() is choice
+    native.set_one_row_prefetch(False)
+    assert "one_row" not in load_or_measure(loaded(tmp_path, "f", "fp32"))

@@ -63,6 +63,7 @@ int sz_qwen_blocks(float* x, int64_t S, int64_t D, int64_t n, const int64_t* lay
                    const int64_t* off, const int64_t* idx, int nthreads);
 void sz_f32_to_f16(const float* x, int64_t n, uint16_t* y);
 int sz_abi_version(void);
+void sz_set_one_row_prefetch(int on);
 // Names the compiled path; weak so that a library without it still links (then the header says "?").
 const char* sz_path(void) __attribute__((weak));
 }
@@ -325,6 +326,13 @@ static void linear_case(int64_t fmt, int64_t K, int64_t N, int64_t S, bool bias,
     // the 1-row calls of every row: the batch-invariance reference
     std::vector<float> y1((size_t)(S * N), SENTINEL);
     for (int64_t s = 0; s < S; ++s) check_rc(base, "1-row call", call_lin(L, x.data() + s * ldx, 1, ldx, y1.data() + s * N, 1));
+    // and again with the one-row software prefetch on (a per-CPU choice of the cost profile): no bit may change
+    std::vector<float> yp((size_t)(S * N), SENTINEL);
+    sz_set_one_row_prefetch(1);
+    for (int64_t s = 0; s < S; ++s) check_rc(base, "1-row call, prefetch", call_lin(L, x.data() + s * ldx, 1, ldx, yp.data() + s * N, 1));
+    sz_set_one_row_prefetch(0);
+    for (int64_t s = 0; s < S; ++s)
+        if (!same_bits(base, "1-row call with the one-row prefetch vs without", yp.data() + s * N, y1.data() + s * N, N)) break;
     for (int t = 1; t <= 2; ++t) {
         const std::string name = std::string(base) + "/t" + std::to_string(t);
         std::vector<float> y((size_t)(S * N), SENTINEL);

@@ -28,7 +28,9 @@ from speczoo.kernels.pack import pack_q4, pack_q8
 from speczoo.kernels.pack_q40 import pack_q40
 from speczoo.kernels.pack_q50 import pack_q50
 from speczoo.kernels.pack_q80 import pack_q80
-from speczoo.kernels.quantized import FloatBackend, Q4Backend, Q8Backend, Q40Backend, Q50Backend, Q80Backend
+from speczoo.kernels.pack_q6 import pack_q6
+from speczoo.kernels.quantized import (FloatBackend, Q4Backend, Q6Backend, Q8Backend, Q40Backend, Q50Backend,
+                                      Q80Backend)
 from speczoo.models.forward import Tree
 from speczoo.models.registry import arch_class
 
@@ -132,6 +134,45 @@ def test_whole_model_equals_the_scalar_path(path, backend, arch, scalar):
     assert compiled == (arch != "gemma2"), "the compiled block should run on this path (gemma2's blocks: PyTorch)"
     for a, b in zip(_forwards(model, args), _forwards(ref, args), strict=True):
         assert torch.equal(a, b), path.name
+
+
+@contextlib.contextmanager
+def _one_row_prefetch(on: bool):
+    saved = native.one_row_prefetch()
+    native.set_one_row_prefetch(on)
+    try:
+        yield
+    finally:
+        native.set_one_row_prefetch(saved)
+
+
+ALL_PATHS = [native.scalar_path(), *PATHS]
+
+
+@pytest.mark.parametrize("path", ALL_PATHS, ids=_path_ids(ALL_PATHS))
+def test_the_one_row_prefetch_changes_no_bit(path, scalar):
+    """The one-row prefetch (a cost profile's per-machine choice) changes the time only: one-row q4 and q6
+    linears with it give the bits they give without, and a whole q4 model the scalar path's bits."""
+    g = torch.Generator().manual_seed(6)
+    for backend, pack in ((Q4Backend, pack_q4), (Q6Backend, pack_q6)):
+        for n, k in SHAPES:
+            mod = backend(path).build(pack(torch.randn(n, k, generator=g) * 0.05), None)
+            x = torch.randn(1, k, generator=g)
+            with _one_row_prefetch(False):
+                off = mod(x)
+            with _one_row_prefetch(True):
+                assert native.kernels(path).one_row_prefetch
+                on = mod(x)
+            assert torch.equal(on, off), f"{path.name} {backend.name} N={n} K={k}"
+    args = tiny_args("qwen2")
+    tensors = tiny_tensors(args)
+    model, ref = arch_class("qwen2")(args, tensors, Q4Backend(path)), arch_class("qwen2")(args, tensors, Q4Backend(scalar))
+    model.one_row_prefetch = True                     # set on the kernels by each of its forwards
+    try:
+        for a, b in zip(_forwards(model, args), _forwards(ref, args), strict=True):
+            assert torch.equal(a, b), path.name
+    finally:
+        native.set_one_row_prefetch(False)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=_path_ids(PATHS))

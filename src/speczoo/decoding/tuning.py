@@ -143,6 +143,11 @@ class Pricing:
                       path times S = 1 and 3 only and fits the rest (stored, marked as fitted).
     cv_reach:         a measured c_v curve is extrapolated up to this multiple of its largest S, no
                       further (pricing/cost.py): past it a forward's cost is a guess.
+    one_row_rounds, one_row_block: the one-row forward is timed with and without the kernels' software
+                      prefetch (pricing/one_row.py) in this many rounds of this many forwards each way...
+    one_row_max_s:    ...within this many seconds (fewer rounds where it would not hold them; under two, no
+                      choice: the default, no prefetch);
+    one_row_margin:   the prefetch is kept when it won every round and saved this fraction of the time.
     While generating (pricing/calibrate.py, decoding/round.py):
     recalibrate_every: rounds between handing the controller re-calibrated costs.
     in_step_lag:      a proposal is timed as the drafter's step only when the drafter had at most this
@@ -160,6 +165,10 @@ class Pricing:
     profile_budget_steps: float = 300.0
     profile_budget_max_s: float = 60.0
     cv_reach: float = 2.0
+    one_row_rounds: int = 3
+    one_row_block: int = 4
+    one_row_max_s: float = 8.0
+    one_row_margin: float = 0.02
     recalibrate_every: int = 4
     in_step_lag: int = 2
     half_life: float = 8.0
@@ -168,7 +177,12 @@ class Pricing:
 
     def __post_init__(self) -> None:
         bad = [f"{n} must be > 0" for n in ("profile_budget_steps", "profile_budget_max_s", "half_life", "min_weight",
-                                             "stale_half_life") if not getattr(self, n) > 0]
+                                             "stale_half_life", "one_row_block", "one_row_max_s")
+               if not getattr(self, n) > 0]
+        if not 0 <= self.one_row_margin < 1:
+            bad.append("one_row_margin must be in [0, 1)")
+        if self.one_row_rounds < 2:
+            bad.append("one_row_rounds must be >= 2 (one round cannot tell a phase of the machine from the prefetch)")
         if not self.round_overhead >= 0:
             bad.append("round_overhead must be >= 0")
         if not self.cv_reach >= 1:

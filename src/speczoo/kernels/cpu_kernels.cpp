@@ -63,13 +63,19 @@
 #ifndef SZ_PF
 #define SZ_PF 12  // q4: software prefetch distance in super-blocks (2 KiB of codes each), into L2
 #endif
+// Whether one-row tiles (and the q4 strip at S = 1) prefetch their weights in software (cpu_tiles.h, q4's and
+// q6's prefetch groups): set per forward by sz_set_one_row_prefetch, outside any parallel region, from the
+// model's cost profile, which times both on the machine at hand. It changes no bit of any result.
+static bool sz_one_row_prefetch = false;
 #include "cpu_tiles.h"
 #include "cpu_float.h"
 // q8: quads (4 inputs) per k-block, one activation block; one k-block of a strip stays in L1 across row tiles
 #define SZ_KBLOCK (SZ_ABLOCK / 4)
 
 SZ_API const char* sz_path(void) { return SZ_PATH_NAME; }
-SZ_API int sz_abi_version(void) { return 15; }
+SZ_API int sz_abi_version(void) { return 16; }
+SZ_API void sz_set_one_row_prefetch(int on) { sz_one_row_prefetch = on != 0; }
+SZ_API int sz_get_one_row_prefetch(void) { return sz_one_row_prefetch ? 1 : 0; }
 SZ_API int sz_openmp(void) {
 #if defined(_OPENMP)
     return 1;
@@ -270,9 +276,9 @@ static void q4_strip(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
     for (int64_t b = 0; b < KB; ++b) {
         // prefetch SZ_PF super-blocks ahead (past the strip's end this runs into the next strip, which is
         // stored right after it; a prefetch past the array is harmless): the scales here, the codes a
-        // group at a time inside the tile (q4_prefetch_group); one row is left to the hardware, as there
+        // group at a time inside the tile (q4_prefetch_group); one row as sz_one_row_prefetch says, as there
         const int64_t bp = b + SZ_PF;
-        for (int l = 0; S > 1 && l < 128; l += 64) {
+        for (int l = 0; (S > 1 || sz_one_row_prefetch) && l < 128; l += 64) {
             SZ_PREFETCH(sc + bp * 128 + l);
             SZ_PREFETCH(mn + bp * 128 + l);
             SZ_PREFETCH(dd + bp * 32 + l / 4);

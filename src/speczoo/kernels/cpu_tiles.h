@@ -42,18 +42,20 @@ static inline void q4_float_update(const int32_t* isb, const int32_t* imn, const
 // The codes of group g of the super-block SZ_PF ahead of qb (4 cache lines), fetched while this block's
 // group g computes: spread over the tile's groups, the weight stream keeps going under a tile of many
 // rows, where one burst a super-block would leave it idle while the rows compute. A tile of R = 1 rows
-// (a one-row forward: balanced tiles are never 1 row otherwise) fetches nothing: it computes little per
-// byte, the hardware prefetchers keep its stream at the memory's pace, and a software prefetch only takes
-// their fill buffers (docs/results.md, "No software prefetch in a one-row tile").
+// (a one-row forward: balanced tiles are never 1 row otherwise) fetches only when sz_one_row_prefetch
+// says so: it computes little per byte, and whether the hardware prefetchers alone keep its stream at the
+// memory's pace depends on the CPU (on a Zen 4 a software prefetch only took their fill buffers, on a
+// Xeon it made the one-row forward 10% faster: docs/results.md, "The one-row prefetch, timed per machine").
+// Prefetches change no bit of any result.
 template <int R>
 static inline void q4_prefetch_group(const uint8_t* qb, int g) {
-    if constexpr (R > 1)
+    if (R > 1 || sz_one_row_prefetch)
         for (int l = 0; l < 256; l += 64) SZ_PREFETCH(qb + SZ_PF * 2048 + g * 256 + l);
 }
 // q6's the same way: group g's ql (laid out as q4's codes, 4 lines) and qh (2 lines) SZ_PF super-blocks ahead.
 template <int R>
 static inline void q6_prefetch_group(const uint8_t* ql, const uint8_t* qh, int64_t g) {
-    if constexpr (R > 1) {
+    if (R > 1 || sz_one_row_prefetch) {
         for (int l = 0; l < 256; l += 64) SZ_PREFETCH(ql + SZ_PF * 2048 + g * 256 + l);
         for (int l = 0; l < 128; l += 64) SZ_PREFETCH(qh + SZ_PF * 1024 + g * 128 + l);
     }
@@ -61,7 +63,7 @@ static inline void q6_prefetch_group(const uint8_t* ql, const uint8_t* qh, int64
 
 // q40's, q50's or q80's group g (GA code bytes a group, q50's 64 bytes of fifth bits, its 16 fp16 scales) of the
 // k-block SZ_PF ahead (8 groups a k-block), fetched while group g computes, as q4's, and in a one-row tile too:
-// there, unlike q4's and q6's, the prefetch pays (docs/results.md, "No software prefetch in a one-row tile").
+// there the prefetch pays on every CPU timed (docs/results.md, "No software prefetch in a one-row tile").
 static inline void d16_prefetch_group(const uint8_t* qs, const uint8_t* qh, const uint16_t* d, int64_t GA, int64_t g) {
     for (int64_t l = 0; l < GA; l += 64) SZ_PREFETCH(qs + (SZ_PF * 8 + g) * GA + l);
     if (qh) SZ_PREFETCH(qh + (SZ_PF * 8 + g) * 64);

@@ -35,7 +35,7 @@ from speczoo.kernels import cpu_family
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.cpp", "cpu_block.cpp"))
 HEADERS = tuple(Path(__file__).with_name(n) for n in ("cpu_kernels.h", "cpu_simd.h", "cpu_tiles.h", "cpu_float.h"))
 BASE_FLAGS = ("-O3", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden")
-ABI_VERSION = 15
+ABI_VERSION = 16
 PATH_ENV = "SPECZOO_KERNEL_PATH"
 
 _P = ctypes.c_void_p
@@ -353,6 +353,17 @@ class NativeKernels:
         self._to_f16 = lib.sz_f32_to_f16
         self._to_f16.argtypes = [_P, _I, _P]
         self._to_f16.restype = None
+        self._set_prefetch = lib.sz_set_one_row_prefetch
+        self._set_prefetch.argtypes = [ctypes.c_int]
+        self._set_prefetch.restype = None
+        self._get_prefetch = lib.sz_get_one_row_prefetch
+        self._get_prefetch.restype = ctypes.c_int
+        self._set_prefetch(int(_ONE_ROW_PREFETCH[0]))
+
+    @property
+    def one_row_prefetch(self) -> bool:
+        """Whether its one-row tiles prefetch their weights in software (see set_one_row_prefetch)."""
+        return bool(self._get_prefetch())
 
     @property
     def q8_fn(self):  # (x, S, K, ldx, w8, sw, N, bias, y, nthreads) -> 0, or -1 when scratch allocation failed
@@ -409,6 +420,25 @@ class NativeKernels:
 
 _LOADED: dict[KernelPath, NativeKernels] = {}
 _LOCK = threading.Lock()
+_ONE_ROW_PREFETCH = [False]     # what every library, loaded now or later, is set to
+
+
+def set_one_row_prefetch(on: bool) -> None:
+    """Make a one-row forward's tiles prefetch their weights in software (on) or leave the stream to the
+    hardware prefetchers (off, the default), in every loaded library and those loaded later. Which is faster
+    depends on the CPU (a model's cost profile times both: decoding/pricing/one_row.py); no result changes by
+    a bit. Call it between forwards, never during one. Cheap when nothing changes: a model sets it before each
+    forward (models/base.py)."""
+    if on != _ONE_ROW_PREFETCH[0]:
+        with _LOCK:
+            _ONE_ROW_PREFETCH[0] = on
+            for lib in _LOADED.values():
+                lib._set_prefetch(int(on))
+
+
+def one_row_prefetch() -> bool:
+    """What set_one_row_prefetch last set (False before any call)."""
+    return _ONE_ROW_PREFETCH[0]
 _WARNED: set[str] = set()
 
 

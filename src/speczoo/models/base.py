@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from speczoo.kernels import attention
+from speczoo.kernels import attention, native
 from speczoo.kernels.linear import LinearBackend
 from speczoo.models.forward import CHAIN, EVERY_ROW, Attend, Chain, Packed, Readout, Tree
 
@@ -265,10 +265,14 @@ class DecoderBase(nn.Module):
 
     Subclasses set self.args, self.embed [V, D] fp32 (a Tensor, or an EncodedEmbedding that decodes the
     rows looked up), self.layers, self.norm, self.lm_head, self.invariant, and implement `_run_layers`.
+    `one_row_prefetch`: whether the compiled kernels' one-row tiles prefetch this model's weights in software,
+    set on the kernels before each forward (the model's cost profile times both on the machine at hand:
+    decoding/pricing/one_row.py); it changes the time only, never a bit of a result.
     """
 
     def __init__(self):
         super().__init__()
+        self.one_row_prefetch = False
 
     def _check(self, tokens: Tensor, positions: Tensor, cache, attend: Attend) -> None:
         if tokens.dim() != 1 or positions.shape != tokens.shape:
@@ -309,6 +313,7 @@ class DecoderBase(nn.Module):
         readout: which rows' logits [R, V], through which head, and which layers' hidden states [S, D].
         """
         self._check(tokens, positions, cache, attend)
+        native.set_one_row_prefetch(self.one_row_prefetch)
         slots = self._hidden_slots(readout.hidden_layers)
         if isinstance(attend, Packed):
             hidden: list[Tensor | None] = [None] * len(readout.hidden_layers)

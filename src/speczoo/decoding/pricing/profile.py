@@ -38,8 +38,10 @@ from torch import nn
 
 from speczoo.cache import KVCache
 from speczoo.decoding.pricing.cost import Costs, CvCurve
+from speczoo.decoding.pricing.one_row import OneRowTiming, time_one_row
 from speczoo.decoding.tuning import DRAFTING, PRICING, Pricing
 from speczoo.kernels import native
+from speczoo.kernels.quantized import is_compiled
 from speczoo.models.forward import Readout
 
 
@@ -132,14 +134,16 @@ class StepBudget:
         self.steps, self.max_s = steps, max_s
         self.a = self.b = 0.0
         self.seconds: float | None = None
-        self.begun = 0.0
+        self.begun: float | None = None
 
     @classmethod
     def of(cls, pricing: Pricing) -> StepBudget:
         return cls(pricing.profile_budget_steps, pricing.profile_budget_max_s)
 
     def start(self) -> None:
-        self.begun = time.perf_counter()
+        """Start counting now, unless already started (the one-row choice runs on the profile's budget)."""
+        if self.begun is None:
+            self.begun = time.perf_counter()
 
     def line(self, ms1: float, ms3: float) -> None:
         self.a, self.b = ms1, max(0.0, (ms3 - ms1) / 2)
@@ -149,7 +153,7 @@ class StepBudget:
         return self.a + self.b * (s - 1)
 
     def fits_ms(self, ms: float) -> bool:
-        assert self.seconds is not None, "the probe sets the budget"
+        assert self.seconds is not None and self.begun is not None, "the probe sets the budget"
         return time.perf_counter() + ms / 1000 <= self.begun + self.seconds
 
     def fits(self, s: int) -> bool:
@@ -248,7 +252,26 @@ HeadFor = Callable[[nn.Module, DraftVocab], "nn.Module | None"]
 
 
 # What a stored profile holds and how it is timed: a profile of another format is timed again.
-COST_FORMAT = 2
+COST_FORMAT = 3
+
+
+def one_row_choice(loaded, max_s: float | None = None) -> OneRowTiming | None:
+    """Time the model's one-row forward with and without the kernels' software prefetch (pricing/one_row.py),
+    within PRICING's one_row_* bounds (and max_s seconds when given), and leave the model set to the faster; None where its linears are not
+    the compiled kernels' (nothing to choose) or the time allowed no choice. No prompt before it: the
+    prefetch is the weights' stream, which a few cached keys do not change, and a slow path's prefill would
+    take the time the choice has."""
+    if not any(is_compiled(m) for m in loaded.model.modules()):
+        return None
+    run = _Forwards(loaded.model, loaded.args, {"": Series((1,))}, 2, seed=1)
+    with torch.inference_mode():
+        return time_one_row(loaded.model, lambda: run.time("", 1), PRICING, max_s)
+
+
+def use_one_row(loaded, data: dict) -> None:
+    """Set the model's one-row prefetch as its profile `data` chose (the default, none, where it chose nothing)."""
+    timing = OneRowTiming.from_json(data.get("one_row"))
+    loaded.model.one_row_prefetch = timing is not None and timing.prefetch
 
 
 def profile_key(loaded, draft_vocab: DraftVocab = DRAFTING.head_vocab) -> dict:
@@ -316,6 +339,7 @@ def load_or_measure(loaded, remeasure: bool = False, budget: StepBudget | None =
     """
     stored, why_not = read_profile(loaded, draft_vocab)
     if stored is not None and not remeasure:
+        use_one_row(loaded, stored)
         return stored
     budget = StepBudget.of(PRICING) if budget is None else budget
     path = profile_path(loaded, draft_vocab)
@@ -349,9 +373,9 @@ def _why(loaded, remeasure: bool, why_not: str, path: Path) -> str:
 def measure_profile(loaded, budget: StepBudget | None = None, why: str | None = None,
                     draft_head: HeadFor | None = None, draft_vocab: DraftVocab = DRAFTING.head_vocab,
                     ) -> tuple[dict, list[str]]:
-    """Time the profile's target curve and, when draft_head gives the model a reduced draft head, its
-    draft curve, in one loop, within budget (None: no budget); `why` (when given) is announced on
-    stderr with a progress bar. Returns the profile and what the budget cut short, in words ([] when
+    """Choose the model's one-row prefetch (one_row_choice), then time the profile's target curve and, when
+    draft_head gives the model a reduced draft head, its draft curve, in one loop, within budget (None: no
+    budget); `why` (when given) is announced on stderr, with the choice and a progress bar. Returns the profile and what the budget cut short, in words ([] when
     nothing)."""
     from tqdm import tqdm
 
@@ -361,6 +385,12 @@ def measure_profile(loaded, budget: StepBudget | None = None, why: str | None = 
         series["draft"] = Series(tuple(DRAFT_SIZES), head)
     if why is not None:
         print(f"speczoo: {why}", file=sys.stderr, flush=True)
+    if budget is not None:                    # the choice's time is the profile's: its budget counts from here
+        budget.start()
+    # first, so that the curves are timed the way the model will run; on a quarter of the budget's cap at most
+    one_row = one_row_choice(loaded, None if budget is None else budget.max_s / 4)
+    if one_row is not None and why is not None:
+        print(f"speczoo: {one_row.describe()}", file=sys.stderr, flush=True)
     planned = (1 + PROFILE_REPEATS) * sum(len(s.sizes) for s in series.values())     # until the probe says
     with tqdm(total=planned, desc="cost profile", unit="forward", file=sys.stderr, disable=why is None,
               leave=False) as bar:
@@ -369,24 +399,27 @@ def measure_profile(loaded, budget: StepBudget | None = None, why: str | None = 
     cut = [f"{name} c_v({', '.join(map(str, r.interpolated))}) fitted" for name, r in res.items() if r.interpolated]
     if "draft" in series and "draft" not in res:
         cut.append("no time for the draft head: its step priced as the full head's")
-    return _profile(loaded, res["target"], res.get("draft")), cut
+    return _profile(loaded, res["target"], res.get("draft"), one_row), cut
 
 
 def profile_data(loaded, res: CvResult, repeats: int = 3, draft_head: HeadFor | None = None,
-                 draft_vocab: DraftVocab = DRAFTING.head_vocab) -> dict:
-    """The profile to store: the c_v table `res`, plus, when draft_head gives the model a reduced draft
-    head, its draft step ("draft_ms") and that forward's cost over S rows ("draft_cv", which sizes its
-    guesses), timed now with `repeats` runs."""
+                 draft_vocab: DraftVocab = DRAFTING.head_vocab, one_row: OneRowTiming | None = None) -> dict:
+    """The profile to store: the c_v table `res` (timed after one_row_choice set the model, whose timing
+    `one_row` is stored beside it), plus, when draft_head gives the model a reduced draft head, its draft step
+    ("draft_ms") and that forward's cost over S rows ("draft_cv", which sizes its guesses), timed now with
+    `repeats` runs."""
     head = draft_head(loaded.model, draft_vocab) if draft_head is not None else None
     d = None
     if head is not None:
         d = measure_cv(loaded.model, loaded.args, DRAFT_SIZES, context=PROFILE_CONTEXT, repeats=repeats, warmup=1,
                        head=head)
-    return _profile(loaded, res, d)
+    return _profile(loaded, res, d, one_row)
 
 
-def _profile(loaded, target: CvResult, draft: CvResult | None) -> dict:
+def _profile(loaded, target: CvResult, draft: CvResult | None, one_row: OneRowTiming | None) -> dict:
     data = target.to_json(loaded.name, loaded.backend)
+    if one_row is not None:
+        data["one_row"] = one_row.to_json()
     if draft is not None:
         data["draft_ms"] = round(draft.ms[1], 3)
         data["draft_cv"] = {str(s): round(c, 4) for s, c in draft.cv.items()}
