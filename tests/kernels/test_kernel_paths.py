@@ -166,7 +166,8 @@ def test_the_one_row_prefetch_changes_no_bit(path, scalar):
             assert torch.equal(on, off), f"{path.name} {backend.name} N={n} K={k}"
     args = tiny_args("qwen2")
     tensors = tiny_tensors(args)
-    model, ref = arch_class("qwen2")(args, tensors, Q4Backend(path)), arch_class("qwen2")(args, tensors, Q4Backend(scalar))
+    cls = arch_class("qwen2")
+    model, ref = cls(args, tensors, Q4Backend(path)), cls(args, tensors, Q4Backend(scalar))
     model.one_row_prefetch = True                     # set on the kernels by each of its forwards
     try:
         for a, b in zip(_forwards(model, args), _forwards(ref, args), strict=True):

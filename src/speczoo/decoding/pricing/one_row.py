@@ -6,7 +6,7 @@ on a Zen 4 the kernels' software prefetch only took their fill buffers (3-9% slo
 made the 1.5B's one-row forward 6-10% faster (docs/results.md, "The one-row prefetch, timed per machine"). A
 build-time choice is wrong on one of them, so a model's cost profile times both, alternating in blocks so
 that the machine's slow and fast phases fall on both sides, and keeps the prefetch only when it won every
-round and by `margin` overall; otherwise the default (none). The choice changes no bit of any result (the
+round and saved Pricing.one_row_margin of the time overall; otherwise the default (none). The choice changes no bit of any result (the
 kernels' tests run both), only the time: the model applies it before each forward (models/base.py).
 """
 
@@ -38,9 +38,9 @@ class OneRowTiming:
     def from_json(data) -> OneRowTiming | None:
         """What to_json wrote, or None for anything else (a profile from before the choice was timed)."""
         try:
-            return OneRowTiming(bool(data["prefetch"]), {k: float(v) for k, v in data["ms"].items()},
-                                int(data["rounds"]))
-        except (KeyError, TypeError, ValueError, AttributeError):
+            ms = {k: float(data["ms"][k]) for k in ("none", "prefetch")}
+            return OneRowTiming(bool(data["prefetch"]), ms, int(data["rounds"]))
+        except (KeyError, TypeError, ValueError):
             return None
 
     def describe(self) -> str:
@@ -53,13 +53,14 @@ class OneRowTiming:
 def time_one_row(model, forward: Callable[[], float], pricing: Pricing = PRICING,
                  max_s: float | None = None) -> OneRowTiming | None:
     """Time `forward` (one one-row forward of `model`, returning its milliseconds) both ways, in up to
-    pricing.one_row_rounds rounds of pricing.one_row_block forwards each way (fewer where one_row_max_s would
-    not hold them, or max_s when given and less, counted in the forwards' own milliseconds), and leave model.one_row_prefetch (what its
-    forwards set the kernels to) at the choice: the prefetch when it won every round and saved
-    one_row_margin of the time overall. None (the model as it was) when fewer than two rounds fit."""
+    pricing.one_row_rounds rounds of pricing.one_row_block forwards each way (fewer where one_row_max_s, or
+    max_s when given and less, would not hold them, counted in the forwards' own milliseconds), and leave
+    model.one_row_prefetch (what its forwards set the kernels to) at the choice: the prefetch when it won
+    every round and saved one_row_margin of the time overall. None (the model as it was) when fewer than two
+    rounds fit."""
     before = model.one_row_prefetch
     times: dict[bool, list[float]] = {False: [], True: []}
-    spent = forward()                        # the first touch of every weight: the time bounds a forward's
+    spent = forward()                        # the first touch of every weight: an upper bound on a forward
     wins = rounds = 0
     cap_ms = 1000 * min(pricing.one_row_max_s, pricing.one_row_max_s if max_s is None else max_s)
     for r in range(pricing.one_row_rounds):

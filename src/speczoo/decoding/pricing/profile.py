@@ -17,8 +17,10 @@ is left out, its step then priced as the full head's). The profile is stored eit
 a key (profile_key: bundle, backend, kernel path, threads, COST_FORMAT), and every later load with that
 key reads it instead of timing anything. A fitted start is enough because the engine re-prices these
 costs from its own timings as it generates (decoding/pricing/calibrate.py): the profile is only where it
-starts. `speczoo cv` has no budget and times every S it is asked for. A loaded model comes in as an
-argument (anything with .model, .args, .name, .backend, .path, the bundle it stores its profile in, and
+starts. Before the curve, the profile chooses whether the kernels prefetch the weights in software in a
+one-row forward, timing both (pricing/one_row.py: the faster depends on the CPU), and stores the choice, which
+every load sets on the model. `speczoo cv` has no budget and times every S it is asked for. A loaded model
+comes in as an argument (anything with .model, .args, .name, .backend, .path, the bundle it stores its profile in, and
 .bundle_id, that bundle's identity): this module never imports the runtime that loads it,
 nor the drafters (they price themselves with this package), whose reduced draft head comes in as
 `draft_head`.
@@ -257,10 +259,10 @@ COST_FORMAT = 3
 
 def one_row_choice(loaded, max_s: float | None = None) -> OneRowTiming | None:
     """Time the model's one-row forward with and without the kernels' software prefetch (pricing/one_row.py),
-    within PRICING's one_row_* bounds (and max_s seconds when given), and leave the model set to the faster; None where its linears are not
-    the compiled kernels' (nothing to choose) or the time allowed no choice. No prompt before it: the
-    prefetch is the weights' stream, which a few cached keys do not change, and a slow path's prefill would
-    take the time the choice has."""
+    within PRICING's one_row_* bounds (and max_s seconds when given), and leave the model set to the faster;
+    None where its linears are not the compiled kernels' (nothing to choose) or the time allowed no choice.
+    No prompt before it: the prefetch is the weights' stream, which a few cached keys do not change, and a
+    slow path's prefill would take the time the choice has."""
     if not any(is_compiled(m) for m in loaded.model.modules()):
         return None
     run = _Forwards(loaded.model, loaded.args, {"": Series((1,))}, 2, seed=1)
@@ -375,8 +377,8 @@ def measure_profile(loaded, budget: StepBudget | None = None, why: str | None = 
                     ) -> tuple[dict, list[str]]:
     """Choose the model's one-row prefetch (one_row_choice), then time the profile's target curve and, when
     draft_head gives the model a reduced draft head, its draft curve, in one loop, within budget (None: no
-    budget); `why` (when given) is announced on stderr, with the choice and a progress bar. Returns the profile and what the budget cut short, in words ([] when
-    nothing)."""
+    budget); `why` (when given) is announced on stderr, with the choice and a progress bar. Returns the
+    profile and what the budget cut short, in words ([] when nothing)."""
     from tqdm import tqdm
 
     series = {"target": Series(tuple(PROFILE_SIZES))}
