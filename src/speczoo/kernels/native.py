@@ -420,6 +420,7 @@ class NativeKernels:
 
 _LOADED: dict[KernelPath, NativeKernels] = {}
 _LOCK = threading.Lock()
+_WARNED: set[str] = set()
 _ONE_ROW_PREFETCH = [False]     # what every library, loaded now or later, is set to
 
 
@@ -439,7 +440,6 @@ def set_one_row_prefetch(on: bool) -> None:
 def one_row_prefetch() -> bool:
     """What set_one_row_prefetch last set (False before any call)."""
     return _ONE_ROW_PREFETCH[0]
-_WARNED: set[str] = set()
 
 
 def _say_once(key: str, text: str) -> None:
