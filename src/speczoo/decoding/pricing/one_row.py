@@ -6,8 +6,9 @@ on a Zen 4 the kernels' software prefetch only took their fill buffers (3-9% slo
 made the 1.5B's one-row forward 6-10% faster (docs/results.md, "The one-row prefetch, timed per machine"). A
 build-time choice is wrong on one of them, so a model's cost profile times both, alternating in blocks so
 that the machine's slow and fast phases fall on both sides, and keeps the prefetch only when it won every
-round and saved Pricing.one_row_margin of the time overall; otherwise the default (none). The choice changes no bit of any result (the
-kernels' tests run both), only the time: the model applies it before each forward (models/base.py).
+round and saved Pricing.one_row_margin of the time overall; otherwise the default (none). The choice
+changes no bit of any result (the kernels' tests run both), only the time: the model applies it before each
+forward (models/base.py).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def time_one_row(model, forward: Callable[[], float], pricing: Pricing = PRICING
     times: dict[bool, list[float]] = {False: [], True: []}
     spent = forward()                        # the first touch of every weight: an upper bound on a forward
     wins = rounds = 0
-    cap_ms = 1000 * min(pricing.one_row_max_s, pricing.one_row_max_s if max_s is None else max_s)
+    cap_ms = 1000 * (pricing.one_row_max_s if max_s is None else min(pricing.one_row_max_s, max_s))
     for r in range(pricing.one_row_rounds):
         per_round = 2 * pricing.one_row_block * statistics.median(times[False] + times[True] or [spent])
         if spent + per_round > cap_ms:

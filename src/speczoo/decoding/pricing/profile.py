@@ -20,8 +20,8 @@ costs from its own timings as it generates (decoding/pricing/calibrate.py): the 
 starts. Before the curve, the profile chooses whether the kernels prefetch the weights in software in a
 one-row forward, timing both (pricing/one_row.py: the faster depends on the CPU), and stores the choice, which
 every load sets on the model. `speczoo cv` has no budget and times every S it is asked for. A loaded model
-comes in as an argument (anything with .model, .args, .name, .backend, .path, the bundle it stores its profile in, and
-.bundle_id, that bundle's identity): this module never imports the runtime that loads it,
+comes in as an argument (anything with .model, .args, .name, .backend, .path, the bundle it stores its
+profile in, and .bundle_id, that bundle's identity): this module never imports the runtime that loads it,
 nor the drafters (they price themselves with this package), whose reduced draft head comes in as
 `draft_head`.
 """
