@@ -49,13 +49,22 @@ def scalar():
 
 
 @contextlib.contextmanager
-def _threads(n: int):
-    saved = torch.get_num_threads()
-    torch.set_num_threads(n)
+def _setting(get, put, value):
+    """`put(value)` for the block, then what `get()` gave before it back."""
+    saved = get()
+    put(value)
     try:
         yield
     finally:
-        torch.set_num_threads(saved)
+        put(saved)
+
+
+def _threads(n: int):
+    return _setting(torch.get_num_threads, torch.set_num_threads, n)
+
+
+def _one_row_prefetch(on: bool):
+    return _setting(native.one_row_prefetch, native.set_one_row_prefetch, on)
 
 
 def _float(fmt: str):
@@ -136,16 +145,6 @@ def test_whole_model_equals_the_scalar_path(path, backend, arch, scalar):
         assert torch.equal(a, b), path.name
 
 
-@contextlib.contextmanager
-def _one_row_prefetch(on: bool):
-    saved = native.one_row_prefetch()
-    native.set_one_row_prefetch(on)
-    try:
-        yield
-    finally:
-        native.set_one_row_prefetch(saved)
-
-
 ALL_PATHS = [native.scalar_path(), *PATHS]
 
 
@@ -169,11 +168,9 @@ def test_the_one_row_prefetch_changes_no_bit(path, scalar):
     cls = arch_class("qwen2")
     model, ref = cls(args, tensors, Q4Backend(path)), cls(args, tensors, Q4Backend(scalar))
     model.one_row_prefetch = True                     # set on the kernels by each of its forwards
-    try:
+    with _one_row_prefetch(False):                    # and put back after them
         for a, b in zip(_forwards(model, args), _forwards(ref, args), strict=True):
             assert torch.equal(a, b), path.name
-    finally:
-        native.set_one_row_prefetch(False)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=_path_ids(PATHS))
